@@ -1,0 +1,56 @@
+//===- ONNXImporter.h - ONNX model -> pmesh IR ------------------*- C++ -*-===//
+//
+// Reads an ONNX model (binary protobuf, optionally with external data, or the
+// ONNX text syntax) and produces a module holding `pmesh.param` symbols and a
+// `func.func @forward` with static shapes. Shape plumbing is folded at import
+// time once the dynamic dims are bound; decomposed patterns are left for the
+// `pmesh-raise` pass. Errors are reported as MLIR diagnostics whose location
+// names the ONNX node (name, op type, domain, opset).
+//
+//===----------------------------------------------------------------------===//
+#ifndef PIPEMESH_IMPORT_ONNXIMPORTER_H
+#define PIPEMESH_IMPORT_ONNXIMPORTER_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+namespace pipemesh {
+
+enum class TieEmbeddings { Auto, On, Off };
+
+struct ImportOptions {
+  /// Binds symbolic dim 0 / dim 1 of graph inputs (unless named in `dims`).
+  std::optional<int64_t> batch;
+  std::optional<int64_t> seq;
+  /// Binds symbolic dims by name (`--dim NAME=VALUE`).
+  std::map<std::string, int64_t> dims;
+  /// Restores the tie between the token embedding and an output head that
+  /// constant folding stored as its transposed copy.
+  TieEmbeddings tieEmbeddings = TieEmbeddings::Auto;
+  /// Initializers stored as external data need not exist (shape-only models).
+  bool shapesOnly = false;
+};
+
+/// Imports `path` (`.onnx` binary or `.onnxtxt` text). Returns null after
+/// emitting diagnostics on failure.
+mlir::OwningOpRef<mlir::ModuleOp> importONNXFile(llvm::StringRef path,
+                                                 const ImportOptions &options,
+                                                 mlir::MLIRContext *context);
+
+/// Imports from an in-memory buffer (used by the fuzzer). `isText` selects the
+/// ONNX text syntax; `baseDir` resolves external data.
+mlir::OwningOpRef<mlir::ModuleOp> importONNXBuffer(llvm::StringRef bytes, bool isText,
+                                                   llvm::StringRef sourceName,
+                                                   llvm::StringRef baseDir,
+                                                   const ImportOptions &options,
+                                                   mlir::MLIRContext *context);
+
+} // namespace pipemesh
+
+#endif // PIPEMESH_IMPORT_ONNXIMPORTER_H

@@ -1,0 +1,157 @@
+//===- pipemesh-opt.cpp - the PipeMesh compiler driver ----------------------===//
+//
+// An mlir-opt style driver that also accepts ONNX models: `.onnx` and
+// `.onnxtxt` inputs are imported (and raised, unless --no-raise) before the
+// usual pass pipeline from the command line runs.
+//
+//===----------------------------------------------------------------------===//
+#include "pipemesh/Dialect/PMesh/PMesh.h"
+#include "pipemesh/Import/ONNXImporter.h"
+#include "pipemesh/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/FileUtilities.h"
+#include "mlir/Tools/mlir-opt/MlirOptMain.h"
+#include "mlir/Transforms/Passes.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+using namespace llvm;
+
+namespace {
+cl::OptionCategory importCategory("ONNX import options");
+
+cl::opt<int64_t> batchOpt("batch", cl::desc("Bind symbolic dim 0 of graph inputs"),
+                          cl::init(-1), cl::cat(importCategory));
+cl::opt<int64_t> seqOpt("seq", cl::desc("Bind symbolic dim 1 of graph inputs"), cl::init(-1),
+                        cl::cat(importCategory));
+cl::list<std::string> dimOpts("dim", cl::desc("Bind a symbolic dim by name: NAME=VALUE"),
+                              cl::cat(importCategory));
+cl::opt<std::string> tieOpt("tie-embeddings",
+                            cl::desc("Restore a tied output head stored as a transposed copy "
+                                     "of the token embedding: auto|on|off"),
+                            cl::init("auto"), cl::cat(importCategory));
+cl::opt<bool> noRaiseOpt("no-raise",
+                         cl::desc("Import without raising decomposed patterns to fused ops"),
+                         cl::init(false), cl::cat(importCategory));
+cl::opt<bool> shapesOnlyOpt("shapes-only",
+                            cl::desc("Do not require external weight data to exist"),
+                            cl::init(false), cl::cat(importCategory));
+
+bool isONNXPath(StringRef path) { return path.ends_with(".onnx") || path.ends_with(".onnxtxt"); }
+
+/// Parses the import flags; reports a bad flag value and returns nullopt.
+std::optional<pipemesh::ImportOptions> importOptionsFromFlags() {
+  pipemesh::ImportOptions opts;
+  if (batchOpt != -1) {
+    if (batchOpt <= 0) {
+      errs() << "error: --batch must be positive, got " << batchOpt << "\n";
+      return std::nullopt;
+    }
+    opts.batch = batchOpt;
+  }
+  if (seqOpt != -1) {
+    if (seqOpt <= 0) {
+      errs() << "error: --seq must be positive, got " << seqOpt << "\n";
+      return std::nullopt;
+    }
+    opts.seq = seqOpt;
+  }
+  for (const std::string &d : dimOpts) {
+    auto [name, value] = StringRef(d).split('=');
+    int64_t v;
+    if (name.empty() || value.getAsInteger(10, v) || v <= 0) {
+      errs() << "error: --dim expects NAME=POSITIVE_INTEGER, got '" << d << "'\n";
+      return std::nullopt;
+    }
+    opts.dims[name.str()] = v;
+  }
+  if (tieOpt == "auto")
+    opts.tieEmbeddings = pipemesh::TieEmbeddings::Auto;
+  else if (tieOpt == "on")
+    opts.tieEmbeddings = pipemesh::TieEmbeddings::On;
+  else if (tieOpt == "off")
+    opts.tieEmbeddings = pipemesh::TieEmbeddings::Off;
+  else {
+    errs() << "error: --tie-embeddings must be auto, on or off, got '" << tieOpt << "'\n";
+    return std::nullopt;
+  }
+  opts.shapesOnly = shapesOnlyOpt;
+  return opts;
+}
+
+/// Imports (and raises) an ONNX model, returning it as MLIR text with
+/// locations so that later diagnostics still name the ONNX node.
+std::unique_ptr<MemoryBuffer> importToBuffer(StringRef path, DialectRegistry &registry) {
+  auto opts = importOptionsFromFlags();
+  if (!opts)
+    return nullptr;
+  MLIRContext context(registry);
+  context.loadAllAvailableDialects();
+  SourceMgr sourceMgr;
+  SourceMgrDiagnosticHandler diagHandler(sourceMgr, &context);
+  OwningOpRef<ModuleOp> module = pipemesh::importONNXFile(path, *opts, &context);
+  if (!module)
+    return nullptr;
+  if (!noRaiseOpt) {
+    PassManager pm(&context);
+    pm.addPass(pipemesh::createPMeshRaise());
+    pm.addPass(createCSEPass());
+    if (failed(pm.run(*module)))
+      return nullptr;
+  }
+  std::string text;
+  raw_string_ostream os(text);
+  module->print(os, OpPrintingFlags().enableDebugInfo().printGenericOpForm(false));
+  return MemoryBuffer::getMemBufferCopy(text, path);
+}
+} // namespace
+
+int main(int argc, char **argv) {
+  InitLLVM y(argc, argv);
+  DialectRegistry registry;
+  registry.insert<pipemesh::pmesh::PMeshDialect, func::FuncDialect>();
+  pipemesh::registerPMeshPasses();
+  mlir::registerCanonicalizerPass();
+  mlir::registerCSEPass();
+  mlir::registerSymbolDCEPass();
+  mlir::registerPrintOpStatsPass();
+
+  auto [inputFilename, outputFilename] =
+      registerAndParseCLIOptions(argc, argv, "PipeMesh compiler driver\n", registry);
+
+  std::unique_ptr<MemoryBuffer> input;
+  if (isONNXPath(inputFilename)) {
+    input = importToBuffer(inputFilename, registry);
+    if (!input)
+      return 1;
+  } else {
+    std::string errorMessage;
+    input = openInputFile(inputFilename, &errorMessage);
+    if (!input) {
+      errs() << "error: " << errorMessage << "\n";
+      return 1;
+    }
+  }
+
+  std::string errorMessage;
+  auto output = openOutputFile(outputFilename, &errorMessage);
+  if (!output) {
+    errs() << "error: " << errorMessage << "\n";
+    return 1;
+  }
+  MlirOptMainConfig config = MlirOptMainConfig::createFromCLOptions();
+  if (failed(MlirOptMain(output->os(), std::move(input), registry, config)))
+    return 1;
+  output->keep();
+  return 0;
+}
