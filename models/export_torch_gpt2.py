@@ -194,7 +194,7 @@ def main(argv=None):
                     help="save PyTorch's logits (and loss) on the fixed reference batch")
     args = ap.parse_args(argv)
     if not 13 <= args.opset <= 17:
-        ap.error("--opset must be in 13..17 for torch 1.13 (LayerNormalization needs 17)")
+        ap.error("--opset must be in 13..17 (the range torch 1.13 exports)")
     cfg = gen_gpt2.config_from_args(args)
     try:
         cfg.validate()

@@ -1,0 +1,341 @@
+//===- ConstTensor.cpp - host tensors for import-time folding --------------===//
+#include "ConstTensor.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace pipemesh::onnximport {
+
+bool isFloatType(DType t) {
+  return t == DType::F32 || t == DType::F64 || t == DType::F16 || t == DType::BF16;
+}
+
+bool isSupportedType(DType t) {
+  switch (t) {
+  case DType::F32: case DType::F64: case DType::F16: case DType::BF16:
+  case DType::U8: case DType::I8: case DType::U16: case DType::I16:
+  case DType::I32: case DType::I64: case DType::U32: case DType::U64:
+  case DType::Bool:
+    return true;
+  default:
+    return false;
+  }
+}
+
+const char *dtypeName(DType t) {
+  switch (t) {
+  case DType::F32: return "float32";
+  case DType::F64: return "float64";
+  case DType::F16: return "float16";
+  case DType::BF16: return "bfloat16";
+  case DType::U8: return "uint8";
+  case DType::I8: return "int8";
+  case DType::U16: return "uint16";
+  case DType::I16: return "int16";
+  case DType::I32: return "int32";
+  case DType::I64: return "int64";
+  case DType::U32: return "uint32";
+  case DType::U64: return "uint64";
+  case DType::Bool: return "bool";
+  case DType::Str: return "string";
+  default: return "undefined";
+  }
+}
+
+std::vector<int64_t> ConstTensor::ints() const {
+  std::vector<int64_t> out(numel());
+  for (int64_t k = 0; k < numel(); ++k)
+    out[k] = asInt(k);
+  return out;
+}
+
+ConstTensor ConstTensor::zeros(DType dtype, llvm::ArrayRef<int64_t> shape) {
+  ConstTensor t;
+  t.dtype = dtype;
+  t.shape.assign(shape.begin(), shape.end());
+  if (t.isFloat())
+    t.f.assign(t.numel(), 0.0);
+  else
+    t.i.assign(t.numel(), 0);
+  return t;
+}
+
+ConstTensor ConstTensor::scalarInt(int64_t v, DType dtype) {
+  ConstTensor t = zeros(dtype, {});
+  t.setInt(0, v);
+  return t;
+}
+
+ConstTensor ConstTensor::vectorInt(llvm::ArrayRef<int64_t> v) {
+  ConstTensor t = zeros(DType::I64, {(int64_t)v.size()});
+  for (size_t k = 0; k < v.size(); ++k)
+    t.i[k] = v[k];
+  return t;
+}
+
+static double roundTo(DType t, double v) {
+  switch (t) {
+  case DType::F32: return (double)(float)v;
+  case DType::F16: case DType::BF16: return (double)(float)v; // host math in fp32
+  default: return v;
+  }
+}
+
+static int64_t wrapTo(DType t, int64_t v) {
+  switch (t) {
+  case DType::Bool: return v != 0;
+  case DType::U8: return (uint8_t)v;
+  case DType::I8: return (int8_t)v;
+  case DType::U16: return (uint16_t)v;
+  case DType::I16: return (int16_t)v;
+  case DType::I32: return (int32_t)v;
+  case DType::U32: return (uint32_t)v;
+  default: return v;
+  }
+}
+
+void ConstTensor::set(int64_t k, double v) {
+  if (isFloat()) {
+    f[k] = roundTo(dtype, v);
+    return;
+  }
+  if (dtype == DType::Bool) {
+    i[k] = v != 0.0;
+    return;
+  }
+  // float -> int conversion truncates toward zero, as ONNX Cast does.
+  i[k] = std::isfinite(v) ? wrapTo(dtype, (int64_t)v) : 0;
+}
+
+void ConstTensor::setInt(int64_t k, int64_t v) {
+  if (isFloat())
+    f[k] = roundTo(dtype, (double)v);
+  else
+    i[k] = wrapTo(dtype, v);
+}
+
+shapes::Shape stridesOf(llvm::ArrayRef<int64_t> shape) {
+  shapes::Shape s(shape.size(), 1);
+  for (int64_t d = (int64_t)shape.size() - 2; d >= 0; --d)
+    s[d] = s[d + 1] * shape[d + 1];
+  return s;
+}
+
+/// Flat index into a tensor of shape `from` broadcast to `to`, for the
+/// multi-index `idx` of `to`.
+static int64_t broadcastIndex(llvm::ArrayRef<int64_t> idx, llvm::ArrayRef<int64_t> from,
+                              llvm::ArrayRef<int64_t> fromStrides) {
+  size_t off = idx.size() - from.size();
+  int64_t flat = 0;
+  for (size_t d = 0; d < from.size(); ++d)
+    if (from[d] != 1)
+      flat += idx[off + d] * fromStrides[d];
+  return flat;
+}
+
+/// Calls fn(flat, multiIndex) for every element of `shape`.
+static void forEachIndex(llvm::ArrayRef<int64_t> shape,
+                         llvm::function_ref<void(int64_t, llvm::ArrayRef<int64_t>)> fn) {
+  int64_t n = shapes::numElements(shape);
+  shapes::Shape idx(shape.size(), 0);
+  for (int64_t k = 0; k < n; ++k) {
+    fn(k, idx);
+    for (int64_t d = (int64_t)shape.size() - 1; d >= 0; --d) {
+      if (++idx[d] < shape[d])
+        break;
+      idx[d] = 0;
+    }
+  }
+}
+
+std::optional<ConstTensor> foldBinary(const ConstTensor &a, const ConstTensor &b, DType outType,
+                                      BinaryFn ffn, BinaryIntFn ifn, std::string &why) {
+  auto shape = shapes::broadcast(a.shape, b.shape, why);
+  if (!shape)
+    return std::nullopt;
+  ConstTensor out = ConstTensor::zeros(outType, *shape);
+  auto sa = stridesOf(a.shape), sb = stridesOf(b.shape);
+  bool floatMath = a.isFloat() || b.isFloat();
+  forEachIndex(*shape, [&](int64_t k, llvm::ArrayRef<int64_t> idx) {
+    int64_t ka = broadcastIndex(idx, a.shape, sa), kb = broadcastIndex(idx, b.shape, sb);
+    if (floatMath)
+      out.set(k, ffn(a.asDouble(ka), b.asDouble(kb)));
+    else
+      out.setInt(k, ifn(a.i[ka], b.i[kb]));
+  });
+  return out;
+}
+
+ConstTensor foldUnary(const ConstTensor &a, llvm::function_ref<double(double)> fn) {
+  ConstTensor out = ConstTensor::zeros(a.dtype, a.shape);
+  for (int64_t k = 0; k < a.numel(); ++k)
+    out.set(k, fn(a.asDouble(k)));
+  return out;
+}
+
+ConstTensor foldCast(const ConstTensor &a, DType to) {
+  ConstTensor out = ConstTensor::zeros(to, a.shape);
+  for (int64_t k = 0; k < a.numel(); ++k) {
+    if (a.isFloat())
+      out.set(k, a.f[k]);
+    else
+      out.setInt(k, a.i[k]);
+  }
+  return out;
+}
+
+std::optional<ConstTensor> foldWhere(const ConstTensor &c, const ConstTensor &a,
+                                     const ConstTensor &b, std::string &why) {
+  auto ab = shapes::broadcast(a.shape, b.shape, why);
+  if (!ab)
+    return std::nullopt;
+  auto shape = shapes::broadcast(c.shape, *ab, why);
+  if (!shape)
+    return std::nullopt;
+  ConstTensor out = ConstTensor::zeros(a.dtype, *shape);
+  auto sc = stridesOf(c.shape), sa = stridesOf(a.shape), sb = stridesOf(b.shape);
+  forEachIndex(*shape, [&](int64_t k, llvm::ArrayRef<int64_t> idx) {
+    bool cond = c.asInt(broadcastIndex(idx, c.shape, sc)) != 0;
+    const ConstTensor &src = cond ? a : b;
+    int64_t ks = broadcastIndex(idx, src.shape, cond ? sa : sb);
+    if (out.isFloat())
+      out.f[k] = src.asDouble(ks);
+    else
+      out.i[k] = src.asInt(ks);
+  });
+  return out;
+}
+
+std::optional<ConstTensor> foldGather(const ConstTensor &data, const ConstTensor &indices,
+                                      int64_t axis, std::string &why) {
+  auto ax = shapes::normalizeAxis(axis, data.shape.size());
+  if (!ax) {
+    why = "axis " + std::to_string(axis) + " out of range for rank " +
+          std::to_string(data.shape.size());
+    return std::nullopt;
+  }
+  int64_t dim = data.shape[*ax];
+  shapes::Shape outShape(data.shape.begin(), data.shape.begin() + *ax);
+  outShape.append(indices.shape.begin(), indices.shape.end());
+  outShape.append(data.shape.begin() + *ax + 1, data.shape.end());
+  int64_t outer = shapes::numElements(llvm::ArrayRef<int64_t>(data.shape).take_front(*ax));
+  int64_t inner = shapes::numElements(llvm::ArrayRef<int64_t>(data.shape).drop_front(*ax + 1));
+  ConstTensor out = ConstTensor::zeros(data.dtype, outShape);
+  int64_t nidx = indices.numel();
+  for (int64_t j = 0; j < nidx; ++j) {
+    int64_t ix = indices.asInt(j);
+    if (ix < -dim || ix >= dim) {
+      why = "index " + std::to_string(ix) + " out of range for dim of size " + std::to_string(dim);
+      return std::nullopt;
+    }
+    if (ix < 0)
+      ix += dim;
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t in = 0; in < inner; ++in) {
+        int64_t src = (o * dim + ix) * inner + in, dst = (o * nidx + j) * inner + in;
+        if (out.isFloat())
+          out.f[dst] = data.f[src];
+        else
+          out.i[dst] = data.i[src];
+      }
+  }
+  return out;
+}
+
+std::optional<ConstTensor> foldConcat(llvm::ArrayRef<const ConstTensor *> ins, int64_t axis,
+                                      std::string &why) {
+  llvm::SmallVector<shapes::Shape> shapesIn;
+  for (const ConstTensor *t : ins)
+    shapesIn.push_back(t->shape);
+  auto shape = shapes::concat(shapesIn, axis, why);
+  if (!shape)
+    return std::nullopt;
+  int64_t ax = *shapes::normalizeAxis(axis, shape->size());
+  ConstTensor out = ConstTensor::zeros(ins[0]->dtype, *shape);
+  int64_t outer = shapes::numElements(llvm::ArrayRef<int64_t>(*shape).take_front(ax));
+  int64_t dst = 0;
+  for (int64_t o = 0; o < outer; ++o)
+    for (const ConstTensor *t : ins) {
+      int64_t chunk = shapes::numElements(llvm::ArrayRef<int64_t>(t->shape).drop_front(ax));
+      for (int64_t c = 0; c < chunk; ++c, ++dst) {
+        if (out.isFloat())
+          out.f[dst] = t->asDouble(o * chunk + c);
+        else
+          out.i[dst] = t->asInt(o * chunk + c);
+      }
+    }
+  return out;
+}
+
+ConstTensor foldReshape(const ConstTensor &a, llvm::ArrayRef<int64_t> shape) {
+  ConstTensor out = a;
+  out.shape.assign(shape.begin(), shape.end());
+  return out;
+}
+
+/// Generic gather by a source-index function over the output shape.
+static ConstTensor remap(const ConstTensor &a, llvm::ArrayRef<int64_t> outShape,
+                         llvm::function_ref<int64_t(llvm::ArrayRef<int64_t>)> srcIndex) {
+  ConstTensor out = ConstTensor::zeros(a.dtype, outShape);
+  forEachIndex(outShape, [&](int64_t k, llvm::ArrayRef<int64_t> idx) {
+    int64_t s = srcIndex(idx);
+    if (out.isFloat())
+      out.f[k] = a.f[s];
+    else
+      out.i[k] = a.i[s];
+  });
+  return out;
+}
+
+ConstTensor foldTranspose(const ConstTensor &a, llvm::ArrayRef<int64_t> perm) {
+  shapes::Shape outShape;
+  for (int64_t p : perm)
+    outShape.push_back(a.shape[p]);
+  auto st = stridesOf(a.shape);
+  return remap(a, outShape, [&](llvm::ArrayRef<int64_t> idx) {
+    int64_t s = 0;
+    for (size_t d = 0; d < perm.size(); ++d)
+      s += idx[d] * st[perm[d]];
+    return s;
+  });
+}
+
+ConstTensor foldSlice(const ConstTensor &a, llvm::ArrayRef<int64_t> starts,
+                      llvm::ArrayRef<int64_t> limits, llvm::ArrayRef<int64_t> strides) {
+  shapes::Shape outShape;
+  for (size_t d = 0; d < a.shape.size(); ++d)
+    outShape.push_back((limits[d] - starts[d] + strides[d] - 1) / strides[d]);
+  auto st = stridesOf(a.shape);
+  return remap(a, outShape, [&](llvm::ArrayRef<int64_t> idx) {
+    int64_t s = 0;
+    for (size_t d = 0; d < idx.size(); ++d)
+      s += (starts[d] + idx[d] * strides[d]) * st[d];
+    return s;
+  });
+}
+
+ConstTensor foldBroadcast(const ConstTensor &a, llvm::ArrayRef<int64_t> shape) {
+  auto st = stridesOf(a.shape);
+  return remap(a, shape,
+               [&](llvm::ArrayRef<int64_t> idx) { return broadcastIndex(idx, a.shape, st); });
+}
+
+ConstTensor foldReduce(const ConstTensor &a, llvm::ArrayRef<int64_t> axes, bool keepdims,
+                       bool mean) {
+  std::string why;
+  shapes::Shape kept = *shapes::reduce(a.shape, axes, /*keepdims=*/true, why);
+  ConstTensor acc = ConstTensor::zeros(DType::F64, kept);
+  auto sk = stridesOf(kept);
+  forEachIndex(a.shape, [&](int64_t k, llvm::ArrayRef<int64_t> idx) {
+    acc.f[broadcastIndex(idx, kept, sk)] += a.asDouble(k);
+  });
+  int64_t count = a.numel() / std::max<int64_t>(1, acc.numel());
+  ConstTensor out = ConstTensor::zeros(a.dtype, keepdims ? kept
+                                                         : *shapes::reduce(a.shape, axes,
+                                                                           false, why));
+  for (int64_t k = 0; k < out.numel(); ++k)
+    out.set(k, mean ? acc.f[k] / count : acc.f[k]);
+  return out;
+}
+
+} // namespace pipemesh::onnximport

@@ -1,3 +1,1889 @@
+//===- ONNXImporter.cpp - ONNX model -> pmesh IR ----------------------------===//
+//
+// Walks the graph once in topological order. A node whose inputs are all
+// constants is evaluated on the host (ConstTensor) - this is how the shape
+// plumbing of dynamic-axes exports disappears once batch and seq are bound.
+// Every other node becomes pmesh ops with static shapes, checked against the
+// shared shape functions first so a bad model is a diagnostic naming the node,
+// never an assertion in an op builder.
+//
+//===----------------------------------------------------------------------===//
 #include "pipemesh/Import/ONNXImporter.h"
+
+#include "ConstTensor.h"
+#include "ONNXModelLoader.h"
+#include "pipemesh/Dialect/PMesh/PMesh.h"
+#include "pipemesh/Dialect/PMesh/ShapeFunctions.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Verifier.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+
+#include <cmath>
+#include <functional>
+#include <memory>
+
 using namespace mlir;
-OwningOpRef<ModuleOp> pipemesh::importONNXFile(llvm::StringRef, const ImportOptions &, MLIRContext *c) { return nullptr; }
+using namespace pipemesh;
+using namespace pipemesh::onnximport;
+namespace pm = pipemesh::pmesh;
+
+namespace {
+
+/// Larger constant results are emitted as ops instead of folded, so an
+/// Expand of a mask to [B, H, T, T] cannot exhaust host memory.
+constexpr int64_t kFoldLimit = 1 << 24;
+
+/// What a graph value is at import time.
+struct Entry {
+  enum Kind { Const, LazyConst, Param, Val, Poison } kind = Val;
+  std::shared_ptr<ConstTensor> c;        // Const
+  const onnx::TensorProto *init = nullptr; // LazyConst / Param (initial values)
+  std::string paramName;                 // Param: the symbol
+  mlir::Value v;                         // Val (also the cached get_param / constant)
+  std::string poison;                    // Poison: why it cannot be used
+  shapes::Shape shape;
+  DType dtype = DType::F32;
+};
+
+class Importer;
+
+/// One node being imported: inputs, attributes, outputs and diagnostics.
+class NodeCtx {
+public:
+  NodeCtx(Importer &imp, const onnx::NodeProto &node, int index, int64_t opset, Location loc)
+      : imp(imp), node(node), index(index), opset(opset), loc(loc) {}
+
+  Importer &imp;
+  const onnx::NodeProto &node;
+  int index;
+  int64_t opset;
+  Location loc;
+
+  std::string describe() const;
+  LogicalResult fail(const Twine &msg) const;
+
+  int numInputs() const { return node.input_size(); }
+  bool has(int k) const { return k < node.input_size() && !node.input(k).empty(); }
+  bool hasOutput(int k) const { return k < node.output_size() && !node.output(k).empty(); }
+
+  const onnx::AttributeProto *attr(StringRef name) const {
+    for (const auto &a : node.attribute())
+      if (a.name() == name)
+        return &a;
+    return nullptr;
+  }
+  int64_t attrInt(StringRef name, int64_t dflt) const {
+    auto *a = attr(name);
+    return a ? a->i() : dflt;
+  }
+  double attrFloat(StringRef name, double dflt) const {
+    auto *a = attr(name);
+    return a ? a->f() : dflt;
+  }
+  std::string attrString(StringRef name, StringRef dflt) const {
+    auto *a = attr(name);
+    return a ? a->s() : dflt.str();
+  }
+  std::optional<std::vector<int64_t>> attrInts(StringRef name) const {
+    auto *a = attr(name);
+    if (!a)
+      return std::nullopt;
+    return std::vector<int64_t>(a->ints().begin(), a->ints().end());
+  }
+};
+
+class Importer {
+public:
+  Importer(MLIRContext *ctx, const ImportOptions &opts, onnx::ModelProto &model,
+           StringRef sourceName, StringRef baseDir)
+      : ctx(ctx), b(ctx), opts(opts), model(model), sourceName(sourceName.str()),
+        baseDir(baseDir.str()) {}
+
+  OwningOpRef<ModuleOp> run();
+
+  // --- value access used by the op handlers -------------------------------
+  FailureOr<Entry *> entry(const NodeCtx &n, int k);
+  /// The input as a constant, or failure (with a diagnostic) if it is not one.
+  FailureOr<const ConstTensor *> constIn(const NodeCtx &n, int k, StringRef role);
+  /// The input as a constant when it is one (no diagnostic otherwise).
+  const ConstTensor *maybeConst(const NodeCtx &n, int k);
+  FailureOr<Value> valueIn(const NodeCtx &n, int k);
+  Value materialize(Entry &e, Location loc);
+  Value materializeConst(const ConstTensor &c, Location loc);
+
+  void setConst(const NodeCtx &n, int k, ConstTensor c);
+  void setValue(const NodeCtx &n, int k, Value v);
+  void setPoison(const NodeCtx &n, int k, const std::string &why);
+
+  RankedTensorType tensorType(ArrayRef<int64_t> shape, Type elt) {
+    return RankedTensorType::get(shape, elt);
+  }
+  FailureOr<Type> elementType(DType t, const NodeCtx *n, StringRef what);
+  static shapes::Shape shapeOf(Value v) {
+    auto s = cast<RankedTensorType>(v.getType()).getShape();
+    return shapes::Shape(s.begin(), s.end());
+  }
+
+  MLIRContext *ctx;
+  OpBuilder b;
+  const ImportOptions &opts;
+  onnx::ModelProto &model;
+  std::string sourceName, baseDir;
+  ModuleOp module;
+  llvm::StringMap<int64_t> opsets;
+  llvm::StringMap<Entry> values;
+  llvm::StringMap<pm::ParamOp> params;
+  Block *paramInsertBlock = nullptr;
+  Operation *lastParam = nullptr;
+  /// log_softmax results, so NegativeLogLikelihoodLoss can become cross_entropy.
+  llvm::DenseMap<Value, std::pair<Value, int64_t>> logSoftmaxInputs;
+  /// Parameters read by an embedding lookup: candidates for a tied head.
+  llvm::StringSet<> embeddingParams;
+
+private:
+  LogicalResult importInitializers();
+  FailureOr<SmallVector<Type>> importInputs(Block *&body);
+  LogicalResult importNode(const onnx::NodeProto &node, int index);
+  void restoreTiedEmbedding();
+  Location nodeLoc(const onnx::NodeProto &node, int index);
+};
+
+//===----------------------------------------------------------------------===//
+// NodeCtx
+//===----------------------------------------------------------------------===//
+
+std::string NodeCtx::describe() const {
+  std::string name = !node.name().empty() ? node.name()
+                     : node.output_size() ? "#" + std::to_string(index) + " -> " + node.output(0)
+                                          : "#" + std::to_string(index);
+  std::string domain = node.domain().empty() ? "ai.onnx" : node.domain();
+  return "node '" + name + "' (" + node.op_type() + ", domain " + domain + ", opset " +
+         std::to_string(opset) + ")";
+}
+
+LogicalResult NodeCtx::fail(const Twine &msg) const {
+  emitError(loc) << describe() << ": " << msg;
+  return failure();
+}
+
+//===----------------------------------------------------------------------===//
+// Values
+//===----------------------------------------------------------------------===//
+
+FailureOr<Type> Importer::elementType(DType t, const NodeCtx *n, StringRef what) {
+  switch (t) {
+  case DType::F32: return (Type)b.getF32Type();
+  case DType::F16: return (Type)b.getF16Type();
+  case DType::BF16: return (Type)b.getBF16Type();
+  case DType::F64: return (Type)b.getF64Type();
+  case DType::I64: return (Type)b.getI64Type();
+  case DType::I32: return (Type)b.getI32Type();
+  case DType::Bool: return (Type)b.getI1Type();
+  default:
+    if (n)
+      return n->fail(Twine(what) + " has element type " + dtypeName(t) +
+                     ", which pmesh does not support outside constants");
+    emitError(UnknownLoc::get(ctx)) << what << " has unsupported element type " << dtypeName(t);
+    return failure();
+  }
+}
+
+static DType dtypeOf(Type t) {
+  if (t.isF32()) return DType::F32;
+  if (t.isF16()) return DType::F16;
+  if (t.isBF16()) return DType::BF16;
+  if (t.isF64()) return DType::F64;
+  if (t.isInteger(1)) return DType::Bool;
+  if (t.isInteger(32)) return DType::I32;
+  return DType::I64;
+}
+
+FailureOr<Entry *> Importer::entry(const NodeCtx &n, int k) {
+  if (!n.has(k)) {
+    (void)n.fail("input " + Twine(k) + " is missing");
+    return failure();
+  }
+  auto it = values.find(n.node.input(k));
+  if (it == values.end()) {
+    (void)n.fail("input '" + n.node.input(k) +
+                 "' is not defined by an earlier node, an initializer or a graph input");
+    return failure();
+  }
+  Entry &e = it->second;
+  if (e.kind == Entry::Poison) {
+    (void)n.fail("input '" + n.node.input(k) + "' " + e.poison);
+    return failure();
+  }
+  if (e.kind == Entry::LazyConst) {
+    auto c = std::make_shared<ConstTensor>();
+    std::string why;
+    if (!readTensor(*e.init, baseDir, *c, why)) {
+      (void)n.fail(why);
+      return failure();
+    }
+    e.c = std::move(c);
+    e.kind = Entry::Const;
+  }
+  return &e;
+}
+
+const ConstTensor *Importer::maybeConst(const NodeCtx &n, int k) {
+  if (!n.has(k))
+    return nullptr;
+  auto it = values.find(n.node.input(k));
+  if (it == values.end() ||
+      (it->second.kind != Entry::Const && it->second.kind != Entry::LazyConst))
+    return nullptr;
+  auto e = entry(n, k);
+  return succeeded(e) ? (*e)->c.get() : nullptr;
+}
+
+FailureOr<const ConstTensor *> Importer::constIn(const NodeCtx &n, int k, StringRef role) {
+  auto e = entry(n, k);
+  if (failed(e))
+    return failure();
+  if ((*e)->kind != Entry::Const) {
+    (void)n.fail("input '" + n.node.input(k) + "' (" + role +
+                 ") must be a constant once the dynamic dims are bound");
+    return failure();
+  }
+  return (*e)->c.get();
+}
+
+FailureOr<Value> Importer::valueIn(const NodeCtx &n, int k) {
+  auto e = entry(n, k);
+  if (failed(e))
+    return failure();
+  if ((*e)->kind == Entry::Const || (*e)->kind == Entry::Param)
+    if (failed(elementType((*e)->dtype, &n, "input '" + n.node.input(k) + "'")))
+      return failure();
+  return materialize(**e, n.loc);
+}
+
+Value Importer::materializeConst(const ConstTensor &c, Location loc) {
+  Type elt = *elementType(c.dtype, nullptr, "constant");
+  auto type = tensorType(c.shape, elt);
+  DenseElementsAttr attr;
+  bool splat = c.numel() > 0;
+  for (int64_t k = 1; k < c.numel() && splat; ++k)
+    splat = c.isFloat() ? c.f[k] == c.f[0] : c.i[k] == c.i[0];
+  int64_t n = splat ? 1 : c.numel();
+  auto splatType = splat ? tensorType({}, elt) : type;
+  if (elt.isF32()) {
+    std::vector<float> v(c.f.begin(), c.f.begin() + n);
+    attr = DenseElementsAttr::get(splatType, llvm::ArrayRef(v));
+  } else if (elt.isF64()) {
+    attr = DenseElementsAttr::get(splatType, llvm::ArrayRef(c.f.data(), n));
+  } else if (isa<FloatType>(elt)) {
+    SmallVector<APFloat> v;
+    for (int64_t k = 0; k < n; ++k) {
+      APFloat f((float)c.f[k]);
+      bool lost;
+      f.convert(cast<FloatType>(elt).getFloatSemantics(), APFloat::rmNearestTiesToEven, &lost);
+      v.push_back(f);
+    }
+    attr = DenseElementsAttr::get(splatType, v);
+  } else if (elt.isInteger(1)) {
+    SmallVector<bool> v(c.i.begin(), c.i.begin() + n);
+    attr = DenseElementsAttr::get(splatType, llvm::ArrayRef(v));
+  } else if (elt.isInteger(32)) {
+    std::vector<int32_t> v(c.i.begin(), c.i.begin() + n);
+    attr = DenseElementsAttr::get(splatType, llvm::ArrayRef(v));
+  } else {
+    attr = DenseElementsAttr::get(splatType, llvm::ArrayRef(c.i.data(), n));
+  }
+  if (splat)
+    attr = DenseElementsAttr::get(type, attr.getSplatValue<Attribute>());
+  return b.create<pm::ConstantOp>(loc, cast<ElementsAttr>(attr));
+}
+
+Value Importer::materialize(Entry &e, Location loc) {
+  if (e.v)
+    return e.v;
+  if (e.kind == Entry::Const) {
+    e.v = materializeConst(*e.c, loc);
+    return e.v;
+  }
+  // Param: declare the symbol on first use (keeps declaration order = use order).
+  auto type = tensorType(e.shape, *elementType(e.dtype, nullptr, "parameter"));
+  pm::ParamOp &param = params[e.paramName];
+  if (!param) {
+    OpBuilder::InsertionGuard guard(b);
+    if (lastParam)
+      b.setInsertionPointAfter(lastParam);
+    else
+      b.setInsertionPointToStart(module.getBody());
+    param = b.create<pm::ParamOp>(NameLoc::get(b.getStringAttr(e.paramName),
+                                               FileLineColLoc::get(b.getStringAttr(sourceName), 0, 0)),
+                                  e.paramName, type,
+                                  b.getStringAttr(e.init->name()));
+    lastParam = param;
+  }
+  e.v = b.create<pm::GetParamOp>(loc, type, e.paramName);
+  return e.v;
+}
+
+void Importer::setConst(const NodeCtx &n, int k, ConstTensor c) {
+  if (!n.hasOutput(k))
+    return;
+  Entry e;
+  e.kind = Entry::Const;
+  e.shape = c.shape;
+  e.dtype = c.dtype;
+  e.c = std::make_shared<ConstTensor>(std::move(c));
+  values[n.node.output(k)] = std::move(e);
+}
+
+void Importer::setValue(const NodeCtx &n, int k, Value v) {
+  if (!n.hasOutput(k))
+    return;
+  Entry e;
+  e.kind = Entry::Val;
+  e.v = v;
+  e.shape = shapeOf(v);
+  e.dtype = dtypeOf(cast<RankedTensorType>(v.getType()).getElementType());
+  values[n.node.output(k)] = std::move(e);
+}
+
+void Importer::setPoison(const NodeCtx &n, int k, const std::string &why) {
+  if (!n.hasOutput(k))
+    return;
+  Entry e;
+  e.kind = Entry::Poison;
+  e.poison = why;
+  values[n.node.output(k)] = std::move(e);
+}
+
+//===----------------------------------------------------------------------===//
+// Op handlers
+//===----------------------------------------------------------------------===//
+
+using Handler = std::function<LogicalResult(Importer &, NodeCtx &)>;
+
+/// Emits op T after checking the shapes the shared shape functions compute.
+template <typename OpT, typename... Args>
+Value create(Importer &imp, NodeCtx &n, Type resultType, Args &&...args) {
+  return imp.b.create<OpT>(n.loc, resultType, std::forward<Args>(args)...);
+}
+
+Type eltOf(Value v) { return cast<RankedTensorType>(v.getType()).getElementType(); }
+
+FailureOr<Value> reshapeTo(Importer &imp, NodeCtx &n, Value v, ArrayRef<int64_t> shape) {
+  if (Importer::shapeOf(v) == shapes::Shape(shape.begin(), shape.end()))
+    return v;
+  if (shapes::numElements(Importer::shapeOf(v)) != shapes::numElements(shape))
+    return n.fail("cannot reshape " + shapes::str(Importer::shapeOf(v)) + " to " +
+                  shapes::str(shape));
+  return create<pm::ReshapeOp>(imp, n, imp.tensorType(shape, eltOf(v)), v);
+}
+
+/// Inserts a broadcast-free elementwise binary op, folding constants.
+template <typename OpT>
+LogicalResult binary(Importer &imp, NodeCtx &n, BinaryFn ffn, BinaryIntFn ifn,
+                     bool compare = false) {
+  const ConstTensor *ca = imp.maybeConst(n, 0), *cb = imp.maybeConst(n, 1);
+  std::string why;
+  if (ca && cb) {
+    DType out = compare ? DType::Bool : ca->dtype;
+    auto r = foldBinary(*ca, *cb, out, ffn, ifn, why);
+    if (!r)
+      return n.fail(why);
+    if (r->numel() <= kFoldLimit) {
+      imp.setConst(n, 0, std::move(*r));
+      return success();
+    }
+  }
+  auto a = imp.valueIn(n, 0), bv = imp.valueIn(n, 1);
+  if (failed(a) || failed(bv))
+    return failure();
+  Value lhs = *a, rhs = *bv;
+  if (eltOf(lhs) != eltOf(rhs)) {
+    // Pow allows an exponent of another type; everything else must agree.
+    if (!std::is_same_v<OpT, pm::PowOp>)
+      return n.fail("operand element types differ");
+    rhs = create<pm::CastOp>(imp, n, imp.tensorType(Importer::shapeOf(rhs), eltOf(lhs)), rhs);
+  }
+  auto shape = shapes::broadcast(Importer::shapeOf(lhs), Importer::shapeOf(rhs), why);
+  if (!shape)
+    return n.fail(why);
+  Type elt = compare ? imp.b.getI1Type() : eltOf(lhs);
+  imp.setValue(n, 0, create<OpT>(imp, n, imp.tensorType(*shape, elt), lhs, rhs));
+  return success();
+}
+
+template <typename OpT>
+LogicalResult unary(Importer &imp, NodeCtx &n, double (*fn)(double)) {
+  if (const ConstTensor *c = imp.maybeConst(n, 0)) {
+    imp.setConst(n, 0, foldUnary(*c, fn));
+    return success();
+  }
+  auto x = imp.valueIn(n, 0);
+  if (failed(x))
+    return failure();
+  if (!isa<FloatType>(eltOf(*x)) && !std::is_same_v<OpT, pm::NegOp>)
+    return n.fail("expects a floating-point input");
+  imp.setValue(n, 0, create<OpT>(imp, n, x->getType(), *x));
+  return success();
+}
+
+/// Axes from the attribute (old opsets) or the optional input (new opsets).
+FailureOr<std::optional<std::vector<int64_t>>> axesOf(Importer &imp, NodeCtx &n,
+                                                      int64_t inputFromOpset, int inputIdx) {
+  if (n.opset >= inputFromOpset) {
+    if (n.attr("axes"))
+      return n.fail("'axes' is an input from opset " + Twine(inputFromOpset) +
+                    ", not an attribute");
+    if (!n.has(inputIdx))
+      return std::optional<std::vector<int64_t>>();
+    auto c = imp.constIn(n, inputIdx, "axes");
+    if (failed(c))
+      return failure();
+    return std::optional<std::vector<int64_t>>((*c)->ints());
+  }
+  return n.attrInts("axes");
+}
+
+LogicalResult normalizeAxes(NodeCtx &n, std::vector<int64_t> &axes, int64_t rank) {
+  for (int64_t &a : axes) {
+    auto na = shapes::normalizeAxis(a, rank);
+    if (!na)
+      return n.fail("axis " + Twine(a) + " out of range for rank " + Twine(rank));
+    a = *na;
+  }
+  return success();
+}
+
+LogicalResult importReduce(Importer &imp, NodeCtx &n, bool mean) {
+  auto e = imp.entry(n, 0);
+  if (failed(e))
+    return failure();
+  int64_t rank = (*e)->shape.size();
+  auto axesOr = axesOf(imp, n, mean ? 18 : 13, 1);
+  if (failed(axesOr))
+    return failure();
+  std::vector<int64_t> axes;
+  if (*axesOr && !(*axesOr)->empty())
+    axes = **axesOr;
+  else if (n.attrInt("noop_with_empty_axes", 0)) {
+    if ((*e)->kind == Entry::Const)
+      imp.setConst(n, 0, *(*e)->c);
+    else
+      imp.setValue(n, 0, *imp.valueIn(n, 0));
+    return success();
+  } else
+    for (int64_t d = 0; d < rank; ++d)
+      axes.push_back(d);
+  if (failed(normalizeAxes(n, axes, rank)))
+    return failure();
+  bool keep = n.attrInt("keepdims", 1) != 0;
+  std::string why;
+  auto shape = shapes::reduce((*e)->shape, axes, keep, why);
+  if (!shape)
+    return n.fail(why);
+  if ((*e)->kind == Entry::Const) {
+    imp.setConst(n, 0, foldReduce(*(*e)->c, axes, keep, mean));
+    return success();
+  }
+  auto x = imp.valueIn(n, 0);
+  if (failed(x))
+    return failure();
+  auto type = imp.tensorType(*shape, eltOf(*x));
+  Value r = mean ? (Value)imp.b.create<pm::ReduceMeanOp>(n.loc, type, *x, axes, keep)
+                 : (Value)imp.b.create<pm::ReduceSumOp>(n.loc, type, *x, axes, keep);
+  imp.setValue(n, 0, r);
+  return success();
+}
+
+/// Constant / value-agnostic reshape used by Reshape, Squeeze, Unsqueeze.
+LogicalResult reshapeOutput(Importer &imp, NodeCtx &n, Entry &in, ArrayRef<int64_t> shape) {
+  if (shapes::numElements(shape) != shapes::numElements(in.shape))
+    return n.fail("cannot reshape " + shapes::str(in.shape) + " to " + shapes::str(shape));
+  if (in.kind == Entry::Const) {
+    imp.setConst(n, 0, foldReshape(*in.c, shape));
+    return success();
+  }
+  auto x = imp.valueIn(n, 0);
+  if (failed(x))
+    return failure();
+  auto r = reshapeTo(imp, n, *x, shape);
+  if (failed(r))
+    return failure();
+  imp.setValue(n, 0, *r);
+  return success();
+}
+
+LogicalResult importReshape(Importer &imp, NodeCtx &n) {
+  auto e = imp.entry(n, 0);
+  auto s = imp.constIn(n, 1, "shape");
+  if (failed(e) || failed(s))
+    return failure();
+  std::vector<int64_t> target = (*s)->ints();
+  bool allowZero = n.opset >= 14 && n.attrInt("allowzero", 0);
+  int64_t inferred = -1, known = 1;
+  for (size_t d = 0; d < target.size(); ++d) {
+    if (target[d] == 0 && !allowZero) {
+      if (d >= (*e)->shape.size())
+        return n.fail("shape has 0 at dim " + Twine(d) + " beyond the input's rank");
+      target[d] = (*e)->shape[d];
+    }
+    if (target[d] == -1) {
+      if (inferred >= 0)
+        return n.fail("shape has more than one -1");
+      inferred = d;
+    } else if (target[d] < 0)
+      return n.fail("shape has a negative dim " + Twine(target[d]));
+    else
+      known *= target[d];
+  }
+  int64_t total = shapes::numElements((*e)->shape);
+  if (inferred >= 0) {
+    if (known == 0 || total % known)
+      return n.fail("cannot reshape " + shapes::str((*e)->shape) + " to a shape with -1 and " +
+                    Twine(known) + " known elements");
+    target[inferred] = total / known;
+  }
+  return reshapeOutput(imp, n, **e, target);
+}
+
+LogicalResult importUnsqueeze(Importer &imp, NodeCtx &n) {
+  auto e = imp.entry(n, 0);
+  if (failed(e))
+    return failure();
+  auto axesOr = axesOf(imp, n, 13, 1);
+  if (failed(axesOr))
+    return failure();
+  if (!*axesOr)
+    return n.fail("needs axes");
+  std::vector<int64_t> axes = **axesOr;
+  int64_t outRank = (*e)->shape.size() + axes.size();
+  if (failed(normalizeAxes(n, axes, outRank)))
+    return failure();
+  std::vector<bool> isNew(outRank, false);
+  for (int64_t a : axes) {
+    if (isNew[a])
+      return n.fail("repeated axis " + Twine(a));
+    isNew[a] = true;
+  }
+  shapes::Shape out;
+  size_t src = 0;
+  for (int64_t d = 0; d < outRank; ++d)
+    out.push_back(isNew[d] ? 1 : (*e)->shape[src++]);
+  return reshapeOutput(imp, n, **e, out);
+}
+
+LogicalResult importSqueeze(Importer &imp, NodeCtx &n) {
+  auto e = imp.entry(n, 0);
+  if (failed(e))
+    return failure();
+  auto axesOr = axesOf(imp, n, 13, 1);
+  if (failed(axesOr))
+    return failure();
+  int64_t rank = (*e)->shape.size();
+  std::vector<bool> drop(rank, false);
+  if (*axesOr) {
+    std::vector<int64_t> axes = **axesOr;
+    if (failed(normalizeAxes(n, axes, rank)))
+      return failure();
+    for (int64_t a : axes) {
+      if ((*e)->shape[a] != 1)
+        return n.fail("cannot squeeze axis " + Twine(a) + " of size " + Twine((*e)->shape[a]));
+      drop[a] = true;
+    }
+  } else
+    for (int64_t d = 0; d < rank; ++d)
+      drop[d] = (*e)->shape[d] == 1;
+  shapes::Shape out;
+  for (int64_t d = 0; d < rank; ++d)
+    if (!drop[d])
+      out.push_back((*e)->shape[d]);
+  return reshapeOutput(imp, n, **e, out);
+}
+
+LogicalResult importIdentity(Importer &imp, NodeCtx &n) {
+  auto e = imp.entry(n, 0);
+  if (failed(e))
+    return failure();
+  if (!n.hasOutput(0))
+    return success();
+  if ((*e)->kind == Entry::Param) {
+    // Exporters deduplicate equal initial values behind Identity: each such
+    // output is a parameter of its own that starts from the same values.
+    Entry p = **e;
+    p.paramName = n.node.output(0);
+    p.v = nullptr;
+    imp.values[n.node.output(0)] = std::move(p);
+    return success();
+  }
+  imp.values[n.node.output(0)] = **e;
+  return success();
+}
+
+LogicalResult importConstant(Importer &imp, NodeCtx &n) {
+  ConstTensor c;
+  std::string why;
+  if (auto *a = n.attr("value")) {
+    if (!readTensor(a->t(), imp.baseDir, c, why))
+      return n.fail(why);
+  } else if (auto *a = n.attr("value_float")) {
+    c = ConstTensor::zeros(DType::F32, {});
+    c.set(0, a->f());
+  } else if (auto *a = n.attr("value_floats")) {
+    c = ConstTensor::zeros(DType::F32, {(int64_t)a->floats_size()});
+    for (int k = 0; k < a->floats_size(); ++k)
+      c.set(k, a->floats(k));
+  } else if (auto *a = n.attr("value_int")) {
+    c = ConstTensor::scalarInt(a->i());
+  } else if (auto *a = n.attr("value_ints")) {
+    c = ConstTensor::vectorInt(std::vector<int64_t>(a->ints().begin(), a->ints().end()));
+  } else if (n.attr("sparse_value") || n.attr("value_string") || n.attr("value_strings")) {
+    return n.fail("sparse and string constants are not supported");
+  } else {
+    return n.fail("has no value attribute");
+  }
+  imp.setConst(n, 0, std::move(c));
+  return success();
+}
+
+LogicalResult importCast(Importer &imp, NodeCtx &n) {
+  DType to = (DType)n.attrInt("to", 0);
+  if (!isSupportedType(to))
+    return n.fail("unsupported target type " + Twine((int)to));
+  if (const ConstTensor *c = imp.maybeConst(n, 0)) {
+    imp.setConst(n, 0, foldCast(*c, to));
+    return success();
+  }
+  auto x = imp.valueIn(n, 0);
+  if (failed(x))
+    return failure();
+  auto elt = imp.elementType(to, &n, "the cast result");
+  if (failed(elt))
+    return failure();
+  if (eltOf(*x) == *elt) {
+    imp.setValue(n, 0, *x);
+    return success();
+  }
+  imp.setValue(n, 0,
+               create<pm::CastOp>(imp, n, imp.tensorType(Importer::shapeOf(*x), *elt), *x));
+  return success();
+}
+
+LogicalResult importShape(Importer &imp, NodeCtx &n) {
+  auto e = imp.entry(n, 0);
+  if (failed(e))
+    return failure();
+  int64_t rank = (*e)->shape.size();
+  int64_t start = n.attrInt("start", 0), end = n.attrInt("end", rank);
+  auto clampAxis = [&](int64_t a) {
+    if (a < 0)
+      a += rank;
+    return std::clamp<int64_t>(a, 0, rank);
+  };
+  start = clampAxis(start);
+  end = clampAxis(end);
+  std::vector<int64_t> dims;
+  for (int64_t d = start; d < end; ++d)
+    dims.push_back((*e)->shape[d]);
+  imp.setConst(n, 0, ConstTensor::vectorInt(dims));
+  return success();
+}
+
+LogicalResult importGather(Importer &imp, NodeCtx &n) {
+  auto data = imp.entry(n, 0);
+  auto idx = imp.entry(n, 1);
+  if (failed(data) || failed(idx))
+    return failure();
+  int64_t axis = n.attrInt("axis", 0);
+  std::string why;
+  if ((*data)->kind == Entry::Const && (*idx)->kind == Entry::Const) {
+    auto r = foldGather(*(*data)->c, *(*idx)->c, axis, why);
+    if (!r)
+      return n.fail(why);
+    imp.setConst(n, 0, std::move(*r));
+    return success();
+  }
+  auto ax = shapes::normalizeAxis(axis, (*data)->shape.size());
+  if (!ax)
+    return n.fail("axis " + Twine(axis) + " out of range");
+  if ((*idx)->kind == Entry::Const) {
+    // Constant indices into an activation: a contiguous run is a slice.
+    std::vector<int64_t> ix = (*idx)->c->ints();
+    int64_t dim = (*data)->shape[*ax];
+    for (int64_t &i : ix)
+      if (i < 0)
+        i += dim;
+    bool contiguous = !ix.empty();
+    for (size_t k = 0; k < ix.size(); ++k)
+      contiguous &= ix[k] == ix[0] + (int64_t)k && ix[k] >= 0 && ix[k] < dim;
+    if (!contiguous)
+      return n.fail("constant indices that are not a contiguous range are not supported");
+    auto x = imp.valueIn(n, 0);
+    if (failed(x))
+      return failure();
+    shapes::Shape in = (*data)->shape;
+    SmallVector<int64_t> starts(in.size(), 0), limits(in.begin(), in.end()), strides(in.size(), 1);
+    starts[*ax] = ix[0];
+    limits[*ax] = ix[0] + ix.size();
+    shapes::Shape sliced = in;
+    sliced[*ax] = ix.size();
+    Value s = create<pm::SliceOp>(imp, n, imp.tensorType(sliced, eltOf(*x)), *x, starts, limits,
+                                  strides);
+    shapes::Shape out(in.begin(), in.begin() + *ax);
+    out.append((*idx)->shape.begin(), (*idx)->shape.end());
+    out.append(in.begin() + *ax + 1, in.end());
+    auto r = reshapeTo(imp, n, s, out);
+    if (failed(r))
+      return failure();
+    imp.setValue(n, 0, *r);
+    return success();
+  }
+  // Data-dependent indices: an embedding lookup into a 2-D table along axis 0.
+  if (*ax != 0 || (*data)->shape.size() != 2)
+    return n.fail("data-dependent Gather is supported only as an embedding lookup (2-D table, "
+                  "axis 0)");
+  bool tableIsParam = (*data)->kind == Entry::Param;
+  std::string paramName = (*data)->paramName;
+  auto table = imp.valueIn(n, 0);
+  auto ids = imp.valueIn(n, 1);
+  if (failed(table) || failed(ids))
+    return failure();
+  if (!eltOf(*ids).isInteger(64) && !eltOf(*ids).isInteger(32))
+    return n.fail("embedding indices must be int32 or int64");
+  auto shape = shapes::embedding(Importer::shapeOf(*table), Importer::shapeOf(*ids), why);
+  if (!shape)
+    return n.fail(why);
+  if (tableIsParam)
+    imp.embeddingParams.insert(paramName);
+  imp.setValue(n, 0,
+               create<pm::EmbeddingOp>(imp, n, imp.tensorType(*shape, eltOf(*table)), *table, *ids));
+  return success();
+}
+
+LogicalResult importConcat(Importer &imp, NodeCtx &n) {
+  int64_t axis = n.attrInt("axis", 0);
+  if (!n.attr("axis"))
+    return n.fail("needs the 'axis' attribute");
+  bool allConst = true;
+  SmallVector<const ConstTensor *> cs;
+  for (int k = 0; k < n.numInputs(); ++k) {
+    const ConstTensor *c = imp.maybeConst(n, k);
+    allConst &= c != nullptr;
+    cs.push_back(c);
+  }
+  std::string why;
+  if (allConst && !cs.empty()) {
+    auto r = foldConcat(cs, axis, why);
+    if (!r)
+      return n.fail(why);
+    imp.setConst(n, 0, std::move(*r));
+    return success();
+  }
+  SmallVector<Value> ins;
+  SmallVector<shapes::Shape> shapesIn;
+  for (int k = 0; k < n.numInputs(); ++k) {
+    auto v = imp.valueIn(n, k);
+    if (failed(v))
+      return failure();
+    // ONNX allows empty inputs in Concat; they contribute nothing.
+    if (shapes::numElements(Importer::shapeOf(*v)) == 0 && n.numInputs() > 1)
+      continue;
+    ins.push_back(*v);
+    shapesIn.push_back(Importer::shapeOf(*v));
+  }
+  auto shape = shapes::concat(shapesIn, axis, why);
+  if (!shape)
+    return n.fail(why);
+  for (Value v : ins)
+    if (eltOf(v) != eltOf(ins[0]))
+      return n.fail("inputs differ in element type");
+  Value r = ins.size() == 1 ? ins[0]
+                            : create<pm::ConcatOp>(imp, n, imp.tensorType(*shape, eltOf(ins[0])),
+                                                   ins, axis);
+  imp.setValue(n, 0, r);
+  return success();
+}
+
+LogicalResult importSlice(Importer &imp, NodeCtx &n) {
+  auto e = imp.entry(n, 0);
+  if (failed(e))
+    return failure();
+  shapes::Shape in = (*e)->shape;
+  int64_t rank = in.size();
+  std::vector<int64_t> starts, ends, axes, steps;
+  if (n.opset < 10) {
+    starts = n.attrInts("starts").value_or(std::vector<int64_t>{});
+    ends = n.attrInts("ends").value_or(std::vector<int64_t>{});
+    axes = n.attrInts("axes").value_or(std::vector<int64_t>{});
+  } else {
+    auto s = imp.constIn(n, 1, "starts"), en = imp.constIn(n, 2, "ends");
+    if (failed(s) || failed(en))
+      return failure();
+    starts = (*s)->ints();
+    ends = (*en)->ints();
+    if (n.has(3)) {
+      auto a = imp.constIn(n, 3, "axes");
+      if (failed(a))
+        return failure();
+      axes = (*a)->ints();
+    }
+    if (n.has(4)) {
+      auto st = imp.constIn(n, 4, "steps");
+      if (failed(st))
+        return failure();
+      steps = (*st)->ints();
+    }
+  }
+  if (starts.size() != ends.size())
+    return n.fail("starts and ends differ in length");
+  if (axes.empty())
+    for (size_t k = 0; k < starts.size(); ++k)
+      axes.push_back(k);
+  if (steps.empty())
+    steps.assign(starts.size(), 1);
+  if (axes.size() != starts.size() || steps.size() != starts.size())
+    return n.fail("starts, ends, axes and steps differ in length");
+  SmallVector<int64_t> lo(rank, 0), hi(in.begin(), in.end()), st(rank, 1);
+  for (size_t k = 0; k < axes.size(); ++k) {
+    auto ax = shapes::normalizeAxis(axes[k], rank);
+    if (!ax)
+      return n.fail("slice axis " + Twine(axes[k]) + " out of range");
+    int64_t dim = in[*ax];
+    if (steps[k] <= 0)
+      return n.fail("slices with a step <= 0 are not supported");
+    // ONNX semantics: negative indices count from the end, then clamp.
+    auto clampIdx = [&](int64_t v) {
+      if (v < 0)
+        v += dim;
+      return std::clamp<int64_t>(v, 0, dim);
+    };
+    lo[*ax] = clampIdx(starts[k]);
+    hi[*ax] = std::max(lo[*ax], clampIdx(ends[k]));
+    st[*ax] = steps[k];
+  }
+  std::string why;
+  auto shape = shapes::slice(in, lo, hi, st, why);
+  if (!shape)
+    return n.fail(why);
+  if ((*e)->kind == Entry::Const) {
+    imp.setConst(n, 0, foldSlice(*(*e)->c, lo, hi, st));
+    return success();
+  }
+  auto x = imp.valueIn(n, 0);
+  if (failed(x))
+    return failure();
+  Value r = *shape == in ? *x
+                         : create<pm::SliceOp>(imp, n, imp.tensorType(*shape, eltOf(*x)), *x, lo,
+                                               hi, st);
+  imp.setValue(n, 0, r);
+  return success();
+}
+
+LogicalResult importRange(Importer &imp, NodeCtx &n) {
+  auto s = imp.constIn(n, 0, "start"), l = imp.constIn(n, 1, "limit"),
+       d = imp.constIn(n, 2, "delta");
+  if (failed(s) || failed(l) || failed(d))
+    return failure();
+  if ((*s)->numel() != 1 || (*l)->numel() != 1 || (*d)->numel() != 1)
+    return n.fail("start, limit and delta must be scalars");
+  double start = (*s)->asDouble(0), limit = (*l)->asDouble(0), delta = (*d)->asDouble(0);
+  if (delta == 0)
+    return n.fail("delta must not be 0");
+  int64_t count = std::max<int64_t>(0, (int64_t)std::ceil((limit - start) / delta));
+  if (count > kFoldLimit)
+    return n.fail("range of " + Twine(count) + " elements is too large");
+  ConstTensor r = ConstTensor::zeros((*s)->dtype, {count});
+  for (int64_t k = 0; k < count; ++k) {
+    if (r.isFloat())
+      r.set(k, start + k * delta);
+    else
+      r.setInt(k, (*s)->asInt(0) + k * (*d)->asInt(0));
+  }
+  imp.setConst(n, 0, std::move(r));
+  return success();
+}
+
+LogicalResult importConstantOfShape(Importer &imp, NodeCtx &n) {
+  auto s = imp.constIn(n, 0, "shape");
+  if (failed(s))
+    return failure();
+  std::vector<int64_t> shape = (*s)->ints();
+  for (int64_t d : shape)
+    if (d < 0)
+      return n.fail("negative dim in shape");
+  ConstTensor value = ConstTensor::zeros(DType::F32, {1});
+  std::string why;
+  if (auto *a = n.attr("value"))
+    if (!readTensor(a->t(), imp.baseDir, value, why))
+      return n.fail(why);
+  if (value.numel() != 1)
+    return n.fail("value must hold one element");
+  if (shapes::numElements(shape) > kFoldLimit)
+    return n.fail("constant of " + Twine(shapes::numElements(shape)) +
+                  " elements is too large to fold");
+  imp.setConst(n, 0, foldBroadcast(foldReshape(value, {}), shape));
+  return success();
+}
+
+LogicalResult importExpand(Importer &imp, NodeCtx &n) {
+  auto e = imp.entry(n, 0);
+  auto s = imp.constIn(n, 1, "shape");
+  if (failed(e) || failed(s))
+    return failure();
+  std::string why;
+  std::vector<int64_t> target = (*s)->ints();
+  auto shape = shapes::broadcast((*e)->shape, target, why);
+  if (!shape)
+    return n.fail(why);
+  if ((*e)->kind == Entry::Const && shapes::numElements(*shape) <= kFoldLimit) {
+    imp.setConst(n, 0, foldBroadcast(*(*e)->c, *shape));
+    return success();
+  }
+  auto x = imp.valueIn(n, 0);
+  if (failed(x))
+    return failure();
+  Value r = *shape == Importer::shapeOf(*x)
+                ? *x
+                : create<pm::BroadcastOp>(imp, n, imp.tensorType(*shape, eltOf(*x)), *x);
+  imp.setValue(n, 0, r);
+  return success();
+}
+
+LogicalResult importWhere(Importer &imp, NodeCtx &n) {
+  const ConstTensor *c = imp.maybeConst(n, 0), *x = imp.maybeConst(n, 1),
+                    *y = imp.maybeConst(n, 2);
+  std::string why;
+  if (c && x && y) {
+    auto r = foldWhere(*c, *x, *y, why);
+    if (!r)
+      return n.fail(why);
+    if (r->numel() <= kFoldLimit) {
+      imp.setConst(n, 0, std::move(*r));
+      return success();
+    }
+  }
+  auto cv = imp.valueIn(n, 0), xv = imp.valueIn(n, 1), yv = imp.valueIn(n, 2);
+  if (failed(cv) || failed(xv) || failed(yv))
+    return failure();
+  if (!eltOf(*cv).isInteger(1))
+    return n.fail("condition must be bool");
+  if (eltOf(*xv) != eltOf(*yv))
+    return n.fail("X and Y differ in element type");
+  auto xy = shapes::broadcast(Importer::shapeOf(*xv), Importer::shapeOf(*yv), why);
+  auto shape = xy ? shapes::broadcast(Importer::shapeOf(*cv), *xy, why) : xy;
+  if (!shape)
+    return n.fail(why);
+  imp.setValue(n, 0, create<pm::WhereOp>(imp, n, imp.tensorType(*shape, eltOf(*xv)), *cv, *xv,
+                                         *yv));
+  return success();
+}
+
+LogicalResult importNot(Importer &imp, NodeCtx &n) {
+  if (const ConstTensor *c = imp.maybeConst(n, 0)) {
+    ConstTensor r = foldCast(*c, DType::Bool);
+    for (auto &v : r.i)
+      v = !v;
+    imp.setConst(n, 0, std::move(r));
+    return success();
+  }
+  auto x = imp.valueIn(n, 0);
+  if (failed(x))
+    return failure();
+  if (!eltOf(*x).isInteger(1))
+    return n.fail("input must be bool");
+  imp.setValue(n, 0, create<pm::NotOp>(imp, n, x->getType(), *x));
+  return success();
+}
+
+/// MatMul with numpy semantics for 1-D operands.
+LogicalResult emitMatMul(Importer &imp, NodeCtx &n, Value a, Value bm, Value bias, bool ta,
+                         bool tb, int outIdx) {
+  std::string why;
+  shapes::Shape sa = Importer::shapeOf(a), sb = Importer::shapeOf(bm);
+  if (sa.empty() || sb.empty())
+    return n.fail("matmul operands must not be scalars");
+  bool vecA = sa.size() == 1, vecB = sb.size() == 1;
+  if (vecA) {
+    auto r = reshapeTo(imp, n, a, {1, sa[0]});
+    if (failed(r))
+      return failure();
+    a = *r;
+  }
+  if (vecB) {
+    auto r = reshapeTo(imp, n, bm, {sb[0], 1});
+    if (failed(r))
+      return failure();
+    bm = *r;
+  }
+  if (eltOf(a) != eltOf(bm) || !isa<FloatType>(eltOf(a)))
+    return n.fail("matmul operands must share a floating-point element type");
+  auto shape = shapes::matmul(Importer::shapeOf(a), Importer::shapeOf(bm), ta, tb, why);
+  if (!shape)
+    return n.fail(why);
+  if (bias && (Importer::shapeOf(bias).size() != 1 || Importer::shapeOf(bias)[0] != shape->back()))
+    bias = nullptr; // caller adds non-vector biases explicitly
+  Value r = imp.b.create<pm::MatMulOp>(n.loc, imp.tensorType(*shape, eltOf(a)), a, bm, bias, ta,
+                                       tb);
+  if (vecA || vecB) {
+    shapes::Shape out(shape->begin(), shape->end());
+    if (vecB)
+      out.erase(out.end() - 1);
+    if (vecA)
+      out.erase(out.end() - (vecB ? 1 : 2));
+    auto rr = reshapeTo(imp, n, r, out);
+    if (failed(rr))
+      return failure();
+    r = *rr;
+  }
+  imp.setValue(n, outIdx, r);
+  return success();
+}
+
+LogicalResult importMatMul(Importer &imp, NodeCtx &n) {
+  auto a = imp.valueIn(n, 0), bm = imp.valueIn(n, 1);
+  if (failed(a) || failed(bm))
+    return failure();
+  return emitMatMul(imp, n, *a, *bm, nullptr, false, false, 0);
+}
+
+Value scalarConst(Importer &imp, Location loc, double v, Type elt) {
+  ConstTensor c = ConstTensor::zeros(dtypeOf(elt), {});
+  c.set(0, v);
+  return imp.materializeConst(c, loc);
+}
+
+LogicalResult importGemm(Importer &imp, NodeCtx &n) {
+  auto a = imp.valueIn(n, 0), bm = imp.valueIn(n, 1);
+  if (failed(a) || failed(bm))
+    return failure();
+  if (Importer::shapeOf(*a).size() != 2 || Importer::shapeOf(*bm).size() != 2)
+    return n.fail("Gemm operands must be 2-D");
+  double alpha = n.attrFloat("alpha", 1.0), beta = n.attrFloat("beta", 1.0);
+  bool ta = n.attrInt("transA", 0), tb = n.attrInt("transB", 0);
+  Value bias;
+  if (n.has(2)) {
+    auto c = imp.valueIn(n, 2);
+    if (failed(c))
+      return failure();
+    bias = *c;
+  }
+  bool fuseBias = bias && alpha == 1.0 && beta == 1.0 && Importer::shapeOf(bias).size() == 1;
+  if (failed(emitMatMul(imp, n, *a, *bm, fuseBias ? bias : Value(), ta, tb, 0)))
+    return failure();
+  if (fuseBias || (!bias && alpha == 1.0))
+    return success();
+  // General form: alpha * (A @ B) + beta * C.
+  Value y = imp.values[n.node.output(0)].v;
+  Type elt = eltOf(y);
+  std::string why;
+  if (alpha != 1.0)
+    y = imp.b.create<pm::MulOp>(n.loc, y.getType(), y, scalarConst(imp, n.loc, alpha, elt));
+  if (bias) {
+    if (beta != 1.0)
+      bias = imp.b.create<pm::MulOp>(n.loc, bias.getType(), bias,
+                                     scalarConst(imp, n.loc, beta, elt));
+    auto shape = shapes::broadcast(Importer::shapeOf(y), Importer::shapeOf(bias), why);
+    if (!shape || *shape != Importer::shapeOf(y))
+      return n.fail("C " + shapes::str(Importer::shapeOf(bias)) + " does not broadcast to " +
+                    shapes::str(Importer::shapeOf(y)));
+    y = imp.b.create<pm::AddOp>(n.loc, y.getType(), y, bias);
+  }
+  imp.setValue(n, 0, y);
+  return success();
+}
+
+LogicalResult importSplit(Importer &imp, NodeCtx &n) {
+  auto e = imp.entry(n, 0);
+  if (failed(e))
+    return failure();
+  int64_t axis = n.attrInt("axis", 0);
+  auto ax = shapes::normalizeAxis(axis, (*e)->shape.size());
+  if (!ax)
+    return n.fail("axis " + Twine(axis) + " out of range");
+  int64_t dim = (*e)->shape[*ax];
+  std::vector<int64_t> sizes;
+  if (n.opset < 13) {
+    sizes = n.attrInts("split").value_or(std::vector<int64_t>{});
+  } else if (n.has(1)) {
+    auto s = imp.constIn(n, 1, "split");
+    if (failed(s))
+      return failure();
+    sizes = (*s)->ints();
+  }
+  if (sizes.empty()) {
+    int64_t parts = n.node.output_size();
+    if (n.opset >= 18) {
+      if (!n.attr("num_outputs"))
+        return n.fail("needs 'split' or 'num_outputs' from opset 18");
+      parts = n.attrInt("num_outputs", parts);
+      if (parts != n.node.output_size())
+        return n.fail("num_outputs differs from the number of outputs");
+    }
+    if (parts <= 0)
+      return n.fail("has no outputs");
+    // Equal pieces; from opset 18 the last one may be smaller.
+    int64_t piece = (dim + parts - 1) / parts;
+    if (n.opset < 18 && dim % parts)
+      return n.fail("dim " + Twine(dim) + " does not split evenly into " + Twine(parts));
+    for (int64_t k = 0; k < parts; ++k)
+      sizes.push_back(std::min(piece, dim - k * piece));
+  }
+  if ((int64_t)sizes.size() != n.node.output_size())
+    return n.fail(Twine(sizes.size()) + " split sizes for " + Twine(n.node.output_size()) +
+                  " outputs");
+  std::string why;
+  auto pieces = shapes::split((*e)->shape, *ax, sizes, why);
+  if (!pieces)
+    return n.fail(why);
+  if ((*e)->kind == Entry::Const) {
+    int64_t off = 0;
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      SmallVector<int64_t> lo((*e)->shape.size(), 0), hi((*e)->shape.begin(), (*e)->shape.end()),
+          st((*e)->shape.size(), 1);
+      lo[*ax] = off;
+      hi[*ax] = off + sizes[k];
+      off += sizes[k];
+      imp.setConst(n, k, foldSlice(*(*e)->c, lo, hi, st));
+    }
+    return success();
+  }
+  auto x = imp.valueIn(n, 0);
+  if (failed(x))
+    return failure();
+  SmallVector<Type> types;
+  for (auto &p : *pieces)
+    types.push_back(imp.tensorType(p, eltOf(*x)));
+  auto op = imp.b.create<pm::SplitOp>(n.loc, types, *x, *ax, sizes);
+  for (size_t k = 0; k < sizes.size(); ++k)
+    imp.setValue(n, k, op.getResult(k));
+  return success();
+}
+
+LogicalResult importTranspose(Importer &imp, NodeCtx &n) {
+  auto e = imp.entry(n, 0);
+  if (failed(e))
+    return failure();
+  int64_t rank = (*e)->shape.size();
+  std::vector<int64_t> perm;
+  if (auto p = n.attrInts("perm"))
+    perm = *p;
+  else
+    for (int64_t d = rank - 1; d >= 0; --d)
+      perm.push_back(d);
+  std::string why;
+  auto shape = shapes::transpose((*e)->shape, perm, why);
+  if (!shape)
+    return n.fail(why);
+  if ((*e)->kind == Entry::Const) {
+    imp.setConst(n, 0, foldTranspose(*(*e)->c, perm));
+    return success();
+  }
+  auto x = imp.valueIn(n, 0);
+  if (failed(x))
+    return failure();
+  imp.setValue(n, 0, create<pm::TransposeOp>(imp, n, imp.tensorType(*shape, eltOf(*x)), *x, perm));
+  return success();
+}
+
+/// Softmax and LogSoftmax: opsets < 13 flatten to 2-D at `axis` (default 1),
+/// which equals the per-axis form only when axis is the last dim.
+FailureOr<std::pair<Value, int64_t>> softmaxInput(Importer &imp, NodeCtx &n) {
+  auto x = imp.valueIn(n, 0);
+  if (failed(x))
+    return failure();
+  int64_t rank = Importer::shapeOf(*x).size();
+  int64_t axis = n.attrInt("axis", n.opset >= 13 ? -1 : 1);
+  auto ax = shapes::normalizeAxis(axis, rank);
+  if (!ax)
+    return n.fail("axis " + Twine(axis) + " out of range for rank " + Twine(rank));
+  if (n.opset < 13 && *ax != rank - 1)
+    return n.fail("opset < 13 softmax over a non-last axis (flattening semantics) is not "
+                  "supported");
+  if (!isa<FloatType>(eltOf(*x)))
+    return n.fail("expects a floating-point input");
+  return std::make_pair(*x, *ax);
+}
+
+LogicalResult importSoftmax(Importer &imp, NodeCtx &n) {
+  auto in = softmaxInput(imp, n);
+  if (failed(in))
+    return failure();
+  imp.setValue(n, 0, imp.b.create<pm::SoftmaxOp>(n.loc, in->first.getType(), in->first,
+                                                 in->second));
+  return success();
+}
+
+LogicalResult importLogSoftmax(Importer &imp, NodeCtx &n) {
+  auto in = softmaxInput(imp, n);
+  if (failed(in))
+    return failure();
+  Value r = imp.b.create<pm::LogSoftmaxOp>(n.loc, in->first.getType(), in->first, in->second);
+  imp.logSoftmaxInputs[r] = *in;
+  imp.setValue(n, 0, r);
+  return success();
+}
+
+LogicalResult importDropout(Importer &imp, NodeCtx &n) {
+  auto e = imp.entry(n, 0);
+  if (failed(e))
+    return failure();
+  if (const ConstTensor *t = n.opset >= 12 ? imp.maybeConst(n, 2) : nullptr)
+    if (t->numel() == 1 && t->asInt(0))
+      return n.fail("training_mode=true dropout is not supported (PipeMesh trains without "
+                    "dropout)");
+  imp.values[n.node.output(0)] = **e;
+  imp.setPoison(n, 1, "is a Dropout mask, which is not supported");
+  return success();
+}
+
+/// cross_entropy of logits [N, C, d...] (class axis 1, as ONNX) and targets.
+LogicalResult emitCrossEntropy(Importer &imp, NodeCtx &n, Value logits, int64_t classAxis,
+                               Value targets) {
+  if (n.has(2))
+    return n.fail("class weights are not supported");
+  std::string reduction = n.attrString("reduction", "mean");
+  int64_t ignore = n.attrInt("ignore_index", -100);
+  if (!n.attr("ignore_index"))
+    ignore = INT64_MIN; // ONNX: no ignored class unless given
+  shapes::Shape ls = Importer::shapeOf(logits);
+  int64_t rank = ls.size();
+  if (classAxis != rank - 1) {
+    SmallVector<int64_t> perm;
+    for (int64_t d = 0; d < rank; ++d)
+      if (d != classAxis)
+        perm.push_back(d);
+    perm.push_back(classAxis);
+    std::string why;
+    auto shape = shapes::transpose(ls, perm, why);
+    logits = imp.b.create<pm::TransposeOp>(n.loc, imp.tensorType(*shape, eltOf(logits)), logits,
+                                           perm);
+  }
+  if (!eltOf(targets).isInteger(64) && !eltOf(targets).isInteger(32))
+    return n.fail("labels must be int32 or int64");
+  std::string why;
+  auto shape = shapes::crossEntropy(Importer::shapeOf(logits), Importer::shapeOf(targets),
+                                    reduction, why);
+  if (!shape)
+    return n.fail(why);
+  imp.setValue(n, 0, imp.b.create<pm::CrossEntropyOp>(n.loc,
+                                                      imp.tensorType(*shape, eltOf(logits)),
+                                                      logits, targets, ignore, reduction));
+  return success();
+}
+
+LogicalResult importSoftmaxCrossEntropyLoss(Importer &imp, NodeCtx &n) {
+  auto scores = imp.valueIn(n, 0), labels = imp.valueIn(n, 1);
+  if (failed(scores) || failed(labels))
+    return failure();
+  if (Importer::shapeOf(*scores).size() < 2)
+    return n.fail("scores must have rank >= 2 ([N, C, ...])");
+  imp.setPoison(n, 1, "is the log_prob output of SoftmaxCrossEntropyLoss, which is not "
+                      "supported");
+  return emitCrossEntropy(imp, n, *scores, 1, *labels);
+}
+
+LogicalResult importNLLLoss(Importer &imp, NodeCtx &n) {
+  auto in = imp.valueIn(n, 0), target = imp.valueIn(n, 1);
+  if (failed(in) || failed(target))
+    return failure();
+  auto it = imp.logSoftmaxInputs.find(*in);
+  if (it == imp.logSoftmaxInputs.end() || it->second.second != 1 % (int64_t)Importer::shapeOf(*in).size())
+    return n.fail("NegativeLogLikelihoodLoss is supported only on the LogSoftmax of the class "
+                  "axis (axis 1)");
+  return emitCrossEntropy(imp, n, it->second.first, 1, *target);
+}
+
+LogicalResult emitLayerNorm(Importer &imp, NodeCtx &n, Value x, Value scale, Value bias,
+                            int64_t axis, double eps, int outIdx) {
+  std::string why;
+  std::optional<ArrayRef<int64_t>> biasShape;
+  shapes::Shape bs;
+  if (bias) {
+    bs = Importer::shapeOf(bias);
+    biasShape = bs;
+  }
+  if (!shapes::layerNorm(Importer::shapeOf(x), Importer::shapeOf(scale), biasShape, axis, why))
+    return n.fail(why);
+  if (eps <= 0)
+    return n.fail("epsilon must be positive");
+  if (!isa<FloatType>(eltOf(x)))
+    return n.fail("expects a floating-point input");
+  imp.setValue(n, outIdx, imp.b.create<pm::LayerNormOp>(n.loc, x.getType(), x, scale, bias,
+                                                        imp.b.getF32FloatAttr(eps),
+                                                        imp.b.getI64IntegerAttr(axis)));
+  return success();
+}
+
+LogicalResult importLayerNormalization(Importer &imp, NodeCtx &n) {
+  auto x = imp.valueIn(n, 0), scale = imp.valueIn(n, 1);
+  if (failed(x) || failed(scale))
+    return failure();
+  Value bias;
+  if (n.has(2)) {
+    auto bv = imp.valueIn(n, 2);
+    if (failed(bv))
+      return failure();
+    bias = *bv;
+  }
+  imp.setPoison(n, 1, "is the Mean output of LayerNormalization, which is not supported");
+  imp.setPoison(n, 2, "is the InvStdDev output of LayerNormalization, which is not supported");
+  return emitLayerNorm(imp, n, *x, *scale, bias, n.attrInt("axis", -1),
+                       n.attrFloat("epsilon", 1e-5), 0);
+}
+
+FailureOr<Value> addValues(Importer &imp, NodeCtx &n, Value a, Value bv) {
+  std::string why;
+  auto shape = shapes::broadcast(Importer::shapeOf(a), Importer::shapeOf(bv), why);
+  if (!shape)
+    return n.fail(why);
+  if (eltOf(a) != eltOf(bv))
+    return n.fail("operand element types differ");
+  return (Value)imp.b.create<pm::AddOp>(n.loc, imp.tensorType(*shape, eltOf(a)), a, bv);
+}
+
+LogicalResult importGeluLike(Importer &imp, NodeCtx &n, StringRef approximate, bool withBias) {
+  auto x = imp.valueIn(n, 0);
+  if (failed(x))
+    return failure();
+  Value v = *x;
+  if (withBias && n.has(1)) {
+    auto bv = imp.valueIn(n, 1);
+    if (failed(bv))
+      return failure();
+    auto s = addValues(imp, n, v, *bv);
+    if (failed(s))
+      return failure();
+    v = *s;
+  }
+  if (!isa<FloatType>(eltOf(v)))
+    return n.fail("expects a floating-point input");
+  imp.setValue(n, 0, imp.b.create<pm::GeluOp>(n.loc, v.getType(), v, approximate));
+  return success();
+}
+
+LogicalResult importGelu(Importer &imp, NodeCtx &n) {
+  // ai.onnx Gelu (opset 20) carries the approximation; com.microsoft's is exact.
+  std::string approx = n.attrString("approximate", "none");
+  if (approx != "none" && approx != "tanh")
+    return n.fail("unsupported approximate='" + approx + "'");
+  return importGeluLike(imp, n, approx, false);
+}
+
+LogicalResult importSkipLayerNorm(Importer &imp, NodeCtx &n) {
+  auto x = imp.valueIn(n, 0), skip = imp.valueIn(n, 1), gamma = imp.valueIn(n, 2);
+  if (failed(x) || failed(skip) || failed(gamma))
+    return failure();
+  Value beta;
+  if (n.has(3)) {
+    auto bv = imp.valueIn(n, 3);
+    if (failed(bv))
+      return failure();
+    beta = *bv;
+  }
+  auto sum = addValues(imp, n, *x, *skip);
+  if (failed(sum))
+    return failure();
+  Value s = *sum;
+  if (n.has(4)) {
+    auto bias = imp.valueIn(n, 4);
+    if (failed(bias))
+      return failure();
+    auto s2 = addValues(imp, n, s, *bias);
+    if (failed(s2))
+      return failure();
+    s = *s2;
+  }
+  imp.setPoison(n, 1, "is the mean output of SkipLayerNormalization, which is not supported");
+  imp.setPoison(n, 2, "is the inv_std_var output of SkipLayerNormalization, which is not "
+                      "supported");
+  imp.setValue(n, 3, s);
+  return emitLayerNorm(imp, n, s, *gamma, beta, -1, n.attrFloat("epsilon", 1e-12), 0);
+}
+
+/// com.microsoft Attention: fused QKV projection + multi-head attention.
+LogicalResult importMSAttention(Importer &imp, NodeCtx &n) {
+  auto x = imp.valueIn(n, 0), w = imp.valueIn(n, 1);
+  if (failed(x) || failed(w))
+    return failure();
+  for (int k = 4; k < n.numInputs(); ++k)
+    if (n.has(k))
+      return n.fail("input " + Twine(k) +
+                    " (past state / relative position bias / past_sequence_length) is not "
+                    "supported");
+  if (n.attr("qkv_hidden_sizes") || n.attrInt("do_rotary", 0) || n.attrInt("past_present_share_buffer", 0))
+    return n.fail("qkv_hidden_sizes, do_rotary and past_present_share_buffer are not supported");
+  int64_t heads = n.attrInt("num_heads", 0);
+  shapes::Shape xs = Importer::shapeOf(*x), ws = Importer::shapeOf(*w);
+  if (xs.size() != 3 || ws.size() != 2 || ws[1] % 3 || heads <= 0)
+    return n.fail("expects input [B, S, C], weights [C, 3*C'] and num_heads > 0");
+  int64_t B = xs[0], S = xs[1], hidden = ws[1] / 3;
+  if (hidden % heads)
+    return n.fail("hidden size " + Twine(hidden) + " is not divisible by num_heads " +
+                  Twine(heads));
+  int64_t D = hidden / heads;
+  Value bias;
+  if (n.has(2)) {
+    auto bv = imp.valueIn(n, 2);
+    if (failed(bv))
+      return failure();
+    bias = *bv;
+  }
+  if (failed(emitMatMul(imp, n, *x, *w, bias, false, false, 0)))
+    return failure();
+  Value qkv = imp.values[n.node.output(0)].v;
+  if (bias && !cast<pm::MatMulOp>(qkv.getDefiningOp()).getBias())
+    return n.fail("bias must be 1-D of size " + Twine(3 * hidden));
+  auto sliceType = imp.tensorType({B, S, hidden}, eltOf(qkv));
+  auto split = imp.b.create<pm::SplitOp>(n.loc, SmallVector<Type>(3, sliceType), qkv, 2,
+                                         SmallVector<int64_t>(3, hidden));
+  SmallVector<Value> qkvHeads;
+  for (Value part : split.getResults()) {
+    Value r = *reshapeTo(imp, n, part, {B, S, heads, D});
+    qkvHeads.push_back(imp.b.create<pm::TransposeOp>(
+        n.loc, imp.tensorType({B, heads, S, D}, eltOf(r)), r, SmallVector<int64_t>{0, 2, 1, 3}));
+  }
+  Value mask;
+  if (n.has(3)) {
+    // mask_index as a [B, S] 0/1 key-padding mask: masked keys get
+    // mask_filter_value (onnxruntime's default -10000) added to the scores.
+    auto m = imp.valueIn(n, 3);
+    if (failed(m))
+      return failure();
+    if (Importer::shapeOf(*m) != shapes::Shape{B, S})
+      return n.fail("only a 2-D [batch, seq] mask_index is supported");
+    Type f = eltOf(qkv);
+    Value mf = imp.b.create<pm::CastOp>(n.loc, imp.tensorType({B, S}, f), *m);
+    Value inv = imp.b.create<pm::SubOp>(n.loc, mf.getType(), scalarConst(imp, n.loc, 1.0, f), mf);
+    Value add = imp.b.create<pm::MulOp>(
+        n.loc, mf.getType(), inv,
+        scalarConst(imp, n.loc, n.attrFloat("mask_filter_value", -10000.0), f));
+    mask = *reshapeTo(imp, n, add, {B, 1, 1, S});
+  }
+  double scale = n.attrFloat("scale", 0.0);
+  if (scale == 0.0)
+    scale = 1.0 / std::sqrt((double)D);
+  Value att = imp.b.create<pm::AttentionOp>(
+      n.loc, qkvHeads[0].getType(), qkvHeads[0], qkvHeads[1], qkvHeads[2], mask,
+      imp.b.getF32FloatAttr(scale), imp.b.getBoolAttr(n.attrInt("unidirectional", 0) != 0));
+  Value back = imp.b.create<pm::TransposeOp>(n.loc, imp.tensorType({B, S, heads, D}, eltOf(att)),
+                                             att, SmallVector<int64_t>{0, 2, 1, 3});
+  imp.setValue(n, 0, *reshapeTo(imp, n, back, {B, S, hidden}));
+  imp.setPoison(n, 1, "is the present state of Attention, which is not supported");
+  return success();
+}
+
+template <typename OpT> LogicalResult bin(Importer &imp, NodeCtx &n, BinaryFn f, BinaryIntFn i) {
+  return binary<OpT>(imp, n, f, i);
+}
+
+const std::map<std::string, Handler> &onnxHandlers() {
+  static const std::map<std::string, Handler> handlers = {
+      {"Constant", importConstant},
+      {"Identity", importIdentity},
+      {"Cast", importCast},
+      {"Shape", importShape},
+      {"Gather", importGather},
+      {"Unsqueeze", importUnsqueeze},
+      {"Squeeze", importSqueeze},
+      {"Concat", importConcat},
+      {"Reshape", importReshape},
+      {"Slice", importSlice},
+      {"Range", importRange},
+      {"ConstantOfShape", importConstantOfShape},
+      {"Expand", importExpand},
+      {"Where", importWhere},
+      {"Not", importNot},
+      {"Equal",
+       [](Importer &i, NodeCtx &n) {
+         return binary<pm::EqualOp>(
+             i, n, [](double a, double b) { return double(a == b); },
+             [](int64_t a, int64_t b) { return int64_t(a == b); }, true);
+       }},
+      {"Less",
+       [](Importer &i, NodeCtx &n) {
+         return binary<pm::LessOp>(
+             i, n, [](double a, double b) { return double(a < b); },
+             [](int64_t a, int64_t b) { return int64_t(a < b); }, true);
+       }},
+      {"Add",
+       [](Importer &i, NodeCtx &n) {
+         return bin<pm::AddOp>(i, n, [](double a, double b) { return a + b; },
+                               [](int64_t a, int64_t b) { return a + b; });
+       }},
+      {"Sub",
+       [](Importer &i, NodeCtx &n) {
+         return bin<pm::SubOp>(i, n, [](double a, double b) { return a - b; },
+                               [](int64_t a, int64_t b) { return a - b; });
+       }},
+      {"Mul",
+       [](Importer &i, NodeCtx &n) {
+         return bin<pm::MulOp>(i, n, [](double a, double b) { return a * b; },
+                               [](int64_t a, int64_t b) { return a * b; });
+       }},
+      {"Div",
+       [](Importer &i, NodeCtx &n) {
+         return bin<pm::DivOp>(i, n, [](double a, double b) { return a / b; },
+                               [](int64_t a, int64_t b) { return b == 0 ? 0 : a / b; });
+       }},
+      {"Pow",
+       [](Importer &i, NodeCtx &n) {
+         return bin<pm::PowOp>(i, n, [](double a, double b) { return std::pow(a, b); },
+                               [](int64_t a, int64_t b) {
+                                 return (int64_t)std::pow((double)a, (double)b);
+                               });
+       }},
+      {"Max",
+       [](Importer &i, NodeCtx &n) {
+         if (n.numInputs() != 2)
+           return n.fail("only the two-input form is supported");
+         return bin<pm::MaxOp>(i, n, [](double a, double b) { return std::max(a, b); },
+                               [](int64_t a, int64_t b) { return std::max(a, b); });
+       }},
+      {"Sqrt", [](Importer &i, NodeCtx &n) { return unary<pm::SqrtOp>(i, n, [](double x) { return std::sqrt(x); }); }},
+      {"Tanh", [](Importer &i, NodeCtx &n) { return unary<pm::TanhOp>(i, n, [](double x) { return std::tanh(x); }); }},
+      {"Erf", [](Importer &i, NodeCtx &n) { return unary<pm::ErfOp>(i, n, [](double x) { return std::erf(x); }); }},
+      {"Exp", [](Importer &i, NodeCtx &n) { return unary<pm::ExpOp>(i, n, [](double x) { return std::exp(x); }); }},
+      {"Log", [](Importer &i, NodeCtx &n) { return unary<pm::LogOp>(i, n, [](double x) { return std::log(x); }); }},
+      {"Neg", [](Importer &i, NodeCtx &n) { return unary<pm::NegOp>(i, n, [](double x) { return -x; }); }},
+      {"ReduceMean", [](Importer &i, NodeCtx &n) { return importReduce(i, n, true); }},
+      {"ReduceSum", [](Importer &i, NodeCtx &n) { return importReduce(i, n, false); }},
+      {"LayerNormalization", importLayerNormalization},
+      {"MatMul", importMatMul},
+      {"Gemm", importGemm},
+      {"Split", importSplit},
+      {"Transpose", importTranspose},
+      {"Softmax", importSoftmax},
+      {"LogSoftmax", importLogSoftmax},
+      {"Dropout", importDropout},
+      {"SoftmaxCrossEntropyLoss", importSoftmaxCrossEntropyLoss},
+      {"NegativeLogLikelihoodLoss", importNLLLoss},
+      {"Gelu", importGelu},
+  };
+  return handlers;
+}
+
+const std::map<std::string, Handler> &microsoftHandlers() {
+  static const std::map<std::string, Handler> handlers = {
+      {"Attention", importMSAttention},
+      {"SkipLayerNormalization", importSkipLayerNorm},
+      {"FastGelu", [](Importer &i, NodeCtx &n) { return importGeluLike(i, n, "tanh", true); }},
+      {"BiasGelu", [](Importer &i, NodeCtx &n) { return importGeluLike(i, n, "none", true); }},
+      {"Gelu", [](Importer &i, NodeCtx &n) { return importGeluLike(i, n, "none", false); }},
+  };
+  return handlers;
+}
+
+//===----------------------------------------------------------------------===//
+// Driver
+//===----------------------------------------------------------------------===//
+
+Location Importer::nodeLoc(const onnx::NodeProto &node, int index) {
+  std::string name = !node.name().empty()   ? node.name()
+                     : node.output_size() ? node.output(0)
+                                          : "#" + std::to_string(index);
+  return NameLoc::get(b.getStringAttr(name),
+                      FileLineColLoc::get(b.getStringAttr(sourceName), 0, 0));
+}
+
+LogicalResult Importer::importInitializers() {
+  const onnx::GraphProto &g = model.graph();
+  for (const onnx::TensorProto &t : g.initializer()) {
+    Entry e;
+    e.dtype = (DType)t.data_type();
+    e.init = &t;
+    for (int64_t d : t.dims()) {
+      if (d < 0) {
+        emitError(FileLineColLoc::get(b.getStringAttr(sourceName), 0, 0))
+            << "initializer '" << t.name() << "' has a negative dim";
+        return failure();
+      }
+      e.shape.push_back(d);
+    }
+    if (!isSupportedType(e.dtype)) {
+      emitError(FileLineColLoc::get(b.getStringAttr(sourceName), 0, 0))
+          << "initializer '" << t.name() << "' has unsupported element type "
+          << dtypeName(e.dtype) << " (" << (int)e.dtype << ")";
+      return failure();
+    }
+    // Floating tensors with more than one element are trainable weights; the
+    // rest (integer tables, bool masks, scalars) are constants.
+    bool isParam = isFloatType(e.dtype) && shapes::numElements(e.shape) > 1;
+    if (isParam) {
+      e.kind = Entry::Param;
+      e.paramName = t.name();
+      std::string why;
+      if (isExternal(t) && !opts.shapesOnly && !checkExternalData(t, baseDir, why)) {
+        emitError(FileLineColLoc::get(b.getStringAttr(sourceName), 0, 0)) << why;
+        return failure();
+      }
+    } else {
+      e.kind = Entry::LazyConst;
+    }
+    values[t.name()] = std::move(e);
+  }
+  return success();
+}
+
+FailureOr<SmallVector<Type>> Importer::importInputs(Block *&body) {
+  const onnx::GraphProto &g = model.graph();
+  SmallVector<Type> types;
+  SmallVector<std::string> names;
+  std::map<std::string, int64_t> bound = opts.dims;
+  auto loc = FileLineColLoc::get(b.getStringAttr(sourceName), 0, 0);
+  for (const onnx::ValueInfoProto &in : g.input()) {
+    if (values.count(in.name()))
+      continue; // an initializer listed as an input (IR version < 4)
+    if (!in.type().has_tensor_type()) {
+      emitError(loc) << "graph input '" << in.name() << "' is not a tensor";
+      return failure();
+    }
+    const auto &tt = in.type().tensor_type();
+    DType dt = (DType)tt.elem_type();
+    auto elt = elementType(dt, nullptr, "graph input '" + in.name() + "'");
+    if (failed(elt))
+      return failure();
+    if (!tt.has_shape()) {
+      emitError(loc) << "graph input '" << in.name() << "' has no shape";
+      return failure();
+    }
+    shapes::Shape shape;
+    for (int axis = 0; axis < tt.shape().dim_size(); ++axis) {
+      const auto &dim = tt.shape().dim(axis);
+      if (dim.has_dim_value() && dim.dim_value() > 0) {
+        shape.push_back(dim.dim_value());
+        continue;
+      }
+      std::string name = dim.has_dim_param() ? dim.dim_param() : "";
+      std::optional<int64_t> v;
+      if (!name.empty() && bound.count(name))
+        v = bound[name];
+      else if (axis == 0 && opts.batch)
+        v = opts.batch;
+      else if (axis == 1 && opts.seq)
+        v = opts.seq;
+      if (!v) {
+        std::string hint = axis == 0 ? "--batch" : axis == 1 ? "--seq" : "";
+        auto diag = emitError(loc) << "graph input '" << in.name() << "' axis " << axis;
+        if (!name.empty())
+          diag << " ('" << name << "')";
+        diag << " is dynamic: bind it with ";
+        if (!hint.empty())
+          diag << hint << " or ";
+        diag << "--dim " << (name.empty() ? "NAME" : name) << "=VALUE";
+        return failure();
+      }
+      if (!name.empty())
+        bound[name] = *v; // the same symbolic name gets the same value everywhere
+      shape.push_back(*v);
+    }
+    types.push_back(tensorType(shape, *elt));
+    names.push_back(in.name());
+  }
+  auto func = b.create<func::FuncOp>(loc, "forward", b.getFunctionType(types, {}));
+  body = func.addEntryBlock();
+  for (auto [k, name] : llvm::enumerate(names)) {
+    func.setArgAttr(k, "pmesh.name", b.getStringAttr(name));
+    Entry e;
+    e.kind = Entry::Val;
+    e.v = body->getArgument(k);
+    e.shape = shapeOf(e.v);
+    e.dtype = dtypeOf(cast<RankedTensorType>(types[k]).getElementType());
+    values[name] = std::move(e);
+  }
+  return types;
+}
+
+LogicalResult Importer::importNode(const onnx::NodeProto &node, int index) {
+  std::string domain = node.domain() == "ai.onnx" ? "" : node.domain();
+  auto opsetIt = opsets.find(domain);
+  int64_t opset = opsetIt == opsets.end() ? 0 : opsetIt->second;
+  NodeCtx n(*this, node, index, opset, nodeLoc(node, index));
+  if (opsetIt == opsets.end()) {
+    // com.microsoft contrib ops are versioned 1 and often imported implicitly.
+    if (domain != "com.microsoft")
+      return n.fail("domain '" + domain + "' is not in the model's opset_import");
+    n.opset = 1;
+  }
+  const auto &table = domain.empty() ? onnxHandlers()
+                      : domain == "com.microsoft"
+                          ? microsoftHandlers()
+                          : *static_cast<const std::map<std::string, Handler> *>(nullptr);
+  if (!domain.empty() && domain != "com.microsoft")
+    return n.fail("unsupported domain");
+  auto it = table.find(node.op_type());
+  if (it == table.end())
+    return n.fail("unsupported op");
+  if (domain.empty() && (n.opset < 1 || n.opset > 21))
+    return n.fail("unsupported opset (PipeMesh reads opsets up to 21)");
+  return it->second(*this, n);
+}
+
+void Importer::restoreTiedEmbedding() {
+  if (opts.tieEmbeddings == TieEmbeddings::Off)
+    return;
+  // A head stored as the exact transposed copy of the token embedding: [C, V]
+  // against the embedding's [V, C].
+  for (auto &emb : embeddingParams) {
+    pm::ParamOp embOp = params.lookup(emb.getKey());
+    if (!embOp)
+      continue;
+    auto embType = cast<RankedTensorType>(embOp.getType());
+    for (auto &kv : params) {
+      pm::ParamOp head = kv.second;
+      if (!head || head == embOp)
+        continue;
+      auto ht = cast<RankedTensorType>(head.getType());
+      if (ht.getRank() != 2 || ht.getDimSize(0) != embType.getDimSize(1) ||
+          ht.getDimSize(1) != embType.getDimSize(0) || ht.getElementType() != embType.getElementType())
+        continue;
+      const onnx::TensorProto *headInit = values.lookup(kv.getKey().str()).init;
+      const onnx::TensorProto *embInit = values.lookup(emb.getKey().str()).init;
+      if (!headInit || !embInit)
+        continue;
+      bool equal = false;
+      std::string why;
+      std::vector<float> hv, ev;
+      if (!opts.shapesOnly && readFloat32(*headInit, baseDir, hv, why) &&
+          readFloat32(*embInit, baseDir, ev, why)) {
+        int64_t V = embType.getDimSize(0), C = embType.getDimSize(1);
+        equal = true;
+        for (int64_t v = 0; v < V && equal; ++v)
+          for (int64_t c = 0; c < C; ++c)
+            if (hv[c * V + v] != ev[v * C + c]) {
+              equal = false;
+              break;
+            }
+      }
+      if (!equal && opts.tieEmbeddings != TieEmbeddings::On)
+        continue;
+      // Replace every read of the head by the transposed embedding.
+      SmallVector<pm::GetParamOp> reads;
+      module.walk([&](pm::GetParamOp g) {
+        if (g.getName() == head.getSymName())
+          reads.push_back(g);
+      });
+      for (pm::GetParamOp g : reads) {
+        b.setInsertionPoint(g);
+        Value e = b.create<pm::GetParamOp>(g.getLoc(), embType, embOp.getSymName());
+        Value t = b.create<pm::TransposeOp>(g.getLoc(), ht, e, SmallVector<int64_t>{1, 0});
+        g.getResult().replaceAllUsesWith(t);
+        g.erase();
+      }
+      emitWarning(head.getLoc()) << "output head '" << head.getSymName() << "' "
+                                 << (equal ? "is an exact transposed copy of"
+                                           : "is tied (--tie-embeddings=on) to")
+                                 << " the token embedding '" << embOp.getSymName()
+                                 << "': restored the tie";
+      kv.second = nullptr;
+      head.erase();
+      return;
+    }
+  }
+}
+
+OwningOpRef<ModuleOp> Importer::run() {
+  auto fileLoc = FileLineColLoc::get(b.getStringAttr(sourceName), 0, 0);
+  for (const auto &op : model.opset_import()) {
+    std::string domain = op.domain() == "ai.onnx" ? "" : op.domain();
+    opsets[domain] = op.version();
+  }
+  if (!opsets.count("")) {
+    emitError(fileLoc) << "the model imports no version of the default ONNX domain";
+    return nullptr;
+  }
+  OwningOpRef<ModuleOp> owned = ModuleOp::create(fileLoc);
+  module = *owned;
+  module->setAttr("pmesh.source", b.getStringAttr(sourceName));
+  module->setAttr("pmesh.opset", b.getI64IntegerAttr(opsets[""]));
+  b.setInsertionPointToEnd(module.getBody());
+  if (failed(importInitializers()))
+    return nullptr;
+  Block *body = nullptr;
+  auto inputTypes = importInputs(body);
+  if (failed(inputTypes))
+    return nullptr;
+  auto func = cast<func::FuncOp>(body->getParentOp());
+  b.setInsertionPointToEnd(body);
+  const onnx::GraphProto &g = model.graph();
+  for (int k = 0; k < g.node_size(); ++k)
+    if (failed(importNode(g.node(k), k)))
+      return nullptr;
+  SmallVector<Value> results;
+  SmallVector<Type> resultTypes;
+  for (const onnx::ValueInfoProto &out : g.output()) {
+    auto it = values.find(out.name());
+    if (it == values.end()) {
+      emitError(fileLoc) << "graph output '" << out.name() << "' is never produced";
+      return nullptr;
+    }
+    if (it->second.kind == Entry::Poison) {
+      emitError(fileLoc) << "graph output '" << out.name() << "' " << it->second.poison;
+      return nullptr;
+    }
+    if (it->second.kind == Entry::LazyConst) {
+      std::string why;
+      auto c = std::make_shared<ConstTensor>();
+      if (!readTensor(*it->second.init, baseDir, *c, why)) {
+        emitError(fileLoc) << why;
+        return nullptr;
+      }
+      it->second.c = c;
+      it->second.kind = Entry::Const;
+    }
+    if (failed(elementType(it->second.dtype, nullptr, "graph output '" + out.name() + "'")))
+      return nullptr;
+    Value v = materialize(it->second, fileLoc);
+    results.push_back(v);
+    resultTypes.push_back(v.getType());
+  }
+  if (results.empty()) {
+    emitError(fileLoc) << "the graph has no outputs";
+    return nullptr;
+  }
+  b.create<func::ReturnOp>(fileLoc, results);
+  func.setFunctionType(b.getFunctionType(*inputTypes, resultTypes));
+  for (auto [k, out] : llvm::enumerate(g.output()))
+    func.setResultAttr(k, "pmesh.name", b.getStringAttr(out.name()));
+  restoreTiedEmbedding();
+  if (failed(mlir::verify(module)))
+    return nullptr;
+  return owned;
+}
+
+} // namespace
+
+OwningOpRef<ModuleOp> pipemesh::importONNXBuffer(StringRef bytes, bool isText,
+                                                 StringRef sourceName, StringRef baseDir,
+                                                 const ImportOptions &options,
+                                                 MLIRContext *context) {
+  context->loadDialect<pm::PMeshDialect, func::FuncDialect>();
+  onnx::ModelProto model;
+  std::string why;
+  if (!parseModel(bytes, isText, model, why)) {
+    emitError(FileLineColLoc::get(context, sourceName, 0, 0)) << why;
+    return nullptr;
+  }
+  Importer importer(context, options, model, sourceName, baseDir);
+  return importer.run();
+}
+
+OwningOpRef<ModuleOp> pipemesh::importONNXFile(StringRef path, const ImportOptions &options,
+                                               MLIRContext *context) {
+  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
+                                            /*RequiresNullTerminator=*/false);
+  if (!buffer) {
+    emitError(FileLineColLoc::get(context, path, 0, 0))
+        << "cannot open '" << path << "': " << buffer.getError().message();
+    return nullptr;
+  }
+  bool isText = path.ends_with(".onnxtxt");
+  StringRef dir = llvm::sys::path::parent_path(path);
+  return importONNXBuffer((*buffer)->getBuffer(), isText, path, dir.empty() ? "." : dir, options,
+                          context);
+}

@@ -23,6 +23,28 @@ LogicalResult checkResultShape(Operation *op, const shapes::OptShape &expected,
                              << " does not match the expected " << shapes::str(*expected);
   return success();
 }
+
+/// Requires every named value (null ones are skipped: absent optional operands)
+/// to have the element type of the first.
+LogicalResult checkSameElementType(Operation *op,
+                                   ArrayRef<std::pair<StringRef, Value>> named) {
+  auto [firstName, first] = named.front();
+  for (auto [name, v] : named.drop_front()) {
+    if (v && elementOf(v) != elementOf(first))
+      return op->emitOpError() << name << " element type " << elementOf(v) << " differs from "
+                               << firstName << " element type " << elementOf(first);
+  }
+  return success();
+}
+
+/// Shared by softmax and log_softmax. `axis` is an I64Attr, whose accessor
+/// returns uint64_t: convert before printing so -1 does not read 2^64-1.
+LogicalResult verifySoftmaxAxis(Operation *op, int64_t axis, Value input) {
+  if (!shapes::normalizeAxis(axis, shapeOf(input).size()))
+    return op->emitOpError() << "axis " << axis << " out of range for shape "
+                             << shapes::str(shapeOf(input));
+  return success();
+}
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -30,7 +52,8 @@ LogicalResult checkResultShape(Operation *op, const shapes::OptShape &expected,
 //===----------------------------------------------------------------------===//
 
 LogicalResult ParamOp::verify() {
-  if (!isa<ModuleOp>((*this)->getParentOp()))
+  // isa_and_nonnull: a top-level param (--no-implicit-module) has no parent.
+  if (!isa_and_nonnull<ModuleOp>((*this)->getParentOp()))
     return emitOpError("must be declared at module level");
   return success();
 }
@@ -69,9 +92,10 @@ LogicalResult verifyBinary(Operation *op) {
                              << elementOf(rhs);
   Type expectedElt = isCompare(op) ? IntegerType::get(op->getContext(), 1) : elementOf(lhs);
   if (elementOf(res) != expectedElt)
-    return op->emitOpError() << "result element type must be " << expectedElt;
+    return op->emitOpError() << "result element type must be " << expectedElt << ", got "
+                             << elementOf(res);
   if (isLogical(op) && !elementOf(lhs).isInteger(1))
-    return op->emitOpError("operands must be i1");
+    return op->emitOpError() << "operands must be i1, got " << elementOf(lhs);
   std::string why;
   return checkResultShape(op, shapes::broadcast(shapeOf(lhs), shapeOf(rhs), why), why, res);
 }
@@ -92,7 +116,8 @@ PMESH_BINARY_VERIFIER(AndOp)
 
 LogicalResult CastOp::verify() {
   if (shapeOf(getInput()) != shapeOf(getResult()))
-    return emitOpError("cast must not change the shape");
+    return emitOpError() << "cast must not change the shape: " << shapes::str(shapeOf(getInput()))
+                         << " vs " << shapes::str(shapeOf(getResult()));
   return success();
 }
 
@@ -105,7 +130,9 @@ OpFoldResult CastOp::fold(FoldAdaptor) {
 LogicalResult WhereOp::verify() {
   if (elementOf(getOnTrue()) != elementOf(getOnFalse()) ||
       elementOf(getOnTrue()) != elementOf(getResult()))
-    return emitOpError("on_true, on_false and result must share an element type");
+    return emitOpError() << "on_true, on_false and result must share an element type, got "
+                         << elementOf(getOnTrue()) << ", " << elementOf(getOnFalse()) << " and "
+                         << elementOf(getResult());
   std::string why;
   auto vals = shapes::broadcast(shapeOf(getOnTrue()), shapeOf(getOnFalse()), why);
   if (vals)
@@ -136,6 +163,9 @@ LogicalResult ReduceSumOp::verify() { return verifyReduce(*this); }
 //===----------------------------------------------------------------------===//
 
 LogicalResult MatMulOp::verify() {
+  if (failed(checkSameElementType(
+          *this, {{"a", getA()}, {"b", getB()}, {"bias", getBias()}, {"result", getResult()}})))
+    return failure();
   std::string why;
   auto shape =
       shapes::matmul(shapeOf(getA()), shapeOf(getB()), getTransposeA(), getTransposeB(), why);
@@ -150,6 +180,9 @@ LogicalResult MatMulOp::verify() {
 }
 
 LogicalResult LayerNormOp::verify() {
+  if (failed(checkSameElementType(
+          *this, {{"input", getInput()}, {"scale", getScale()}, {"bias", getBias()}})))
+    return failure();
   std::string why;
   std::optional<ArrayRef<int64_t>> bias;
   if (getBias())
@@ -158,8 +191,9 @@ LogicalResult LayerNormOp::verify() {
     return emitOpError() << why;
   if (getResult().getType() != getInput().getType())
     return emitOpError("result type must equal the input type");
-  if (getEpsilon().convertToFloat() <= 0.0f)
-    return emitOpError("epsilon must be positive");
+  // Written so that NaN is rejected too.
+  if (!(getEpsilon().convertToFloat() > 0.0f))
+    return emitOpError() << "epsilon must be positive, got " << getEpsilon().convertToFloat();
   return success();
 }
 
@@ -170,19 +204,19 @@ LogicalResult GeluOp::verify() {
   return success();
 }
 
-LogicalResult SoftmaxOp::verify() {
-  if (!shapes::normalizeAxis(getAxis(), shapeOf(getInput()).size()))
-    return emitOpError() << "axis " << getAxis() << " out of range";
-  return success();
-}
+LogicalResult SoftmaxOp::verify() { return verifySoftmaxAxis(*this, getAxis(), getInput()); }
 
 LogicalResult LogSoftmaxOp::verify() {
-  if (!shapes::normalizeAxis(getAxis(), shapeOf(getInput()).size()))
-    return emitOpError() << "axis " << getAxis() << " out of range";
-  return success();
+  return verifySoftmaxAxis(*this, getAxis(), getInput());
 }
 
 LogicalResult AttentionOp::verify() {
+  if (failed(checkSameElementType(*this, {{"q", getQ()},
+                                          {"k", getK()},
+                                          {"v", getV()},
+                                          {"mask", getMask()},
+                                          {"result", getResult()}})))
+    return failure();
   std::string why;
   std::optional<ArrayRef<int64_t>> mask;
   if (getMask())
@@ -193,12 +227,16 @@ LogicalResult AttentionOp::verify() {
 }
 
 LogicalResult EmbeddingOp::verify() {
+  if (failed(checkSameElementType(*this, {{"table", getTable()}, {"result", getResult()}})))
+    return failure();
   std::string why;
   return checkResultShape(*this, shapes::embedding(shapeOf(getTable()), shapeOf(getIds()), why),
                           why, getResult());
 }
 
 LogicalResult CrossEntropyOp::verify() {
+  if (failed(checkSameElementType(*this, {{"logits", getLogits()}, {"result", getResult()}})))
+    return failure();
   std::string why;
   return checkResultShape(
       *this, shapes::crossEntropy(shapeOf(getLogits()), shapeOf(getTargets()), getReduction(), why),
@@ -212,11 +250,16 @@ LogicalResult CrossEntropyOp::verify() {
 LogicalResult ReshapeOp::verify() {
   if (elementOf(getInput()) != elementOf(getResult()))
     return emitOpError("reshape must not change the element type");
-  if (shapes::numElements(shapeOf(getInput())) != shapes::numElements(shapeOf(getResult())))
+  auto inCount = shapes::checkedNumElements(shapeOf(getInput()));
+  auto outCount = shapes::checkedNumElements(shapeOf(getResult()));
+  for (Value v : {getInput(), getResult()})
+    if (!shapes::checkedNumElements(shapeOf(v)))
+      return emitOpError() << "element count of " << shapes::str(shapeOf(v))
+                           << " overflows int64";
+  if (*inCount != *outCount)
     return emitOpError() << "cannot reshape " << shapes::str(shapeOf(getInput())) << " ("
-                         << shapes::numElements(shapeOf(getInput())) << " elements) to "
-                         << shapes::str(shapeOf(getResult())) << " ("
-                         << shapes::numElements(shapeOf(getResult())) << " elements)";
+                         << *inCount << " elements) to " << shapes::str(shapeOf(getResult()))
+                         << " (" << *outCount << " elements)";
   return success();
 }
 

@@ -3,6 +3,7 @@
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/MathExtras.h"
 
 namespace pipemesh::shapes {
 
@@ -23,6 +24,24 @@ int64_t numElements(llvm::ArrayRef<int64_t> shape) {
   for (int64_t d : shape)
     n *= d;
   return n;
+}
+
+std::optional<int64_t> checkedNumElements(llvm::ArrayRef<int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    if (d < 0 || llvm::MulOverflow(n, d, n))
+      return std::nullopt;
+  return n;
+}
+
+std::string list(llvm::ArrayRef<int64_t> values) {
+  std::string s = "[";
+  for (auto [i, v] : llvm::enumerate(values)) {
+    if (i)
+      s += ", ";
+    s += std::to_string(v);
+  }
+  return s + "]";
 }
 
 std::optional<int64_t> normalizeAxis(int64_t axis, int64_t rank) {
@@ -94,7 +113,8 @@ OptShape reduce(llvm::ArrayRef<int64_t> in, llvm::ArrayRef<int64_t> axes, bool k
       return std::nullopt;
     }
     if (reduced[*n]) {
-      why = "reduction axis " + std::to_string(ax) + " repeated";
+      why = "reduction axes " + list(axes) + " name dim " + std::to_string(*n) +
+            " more than once (shape " + str(in) + ")";
       return std::nullopt;
     }
     reduced[*n] = true;
@@ -111,15 +131,16 @@ OptShape reduce(llvm::ArrayRef<int64_t> in, llvm::ArrayRef<int64_t> axes, bool k
 
 OptShape transpose(llvm::ArrayRef<int64_t> in, llvm::ArrayRef<int64_t> perm, std::string &why) {
   if (perm.size() != in.size()) {
-    why = "permutation of length " + std::to_string(perm.size()) + " for rank " +
-          std::to_string(in.size());
+    why = "perm " + list(perm) + " has " + std::to_string(perm.size()) +
+          " entries but the input " + str(in) + " has rank " + std::to_string(in.size());
     return std::nullopt;
   }
   llvm::SmallVector<bool> seen(in.size(), false);
   Shape out;
   for (int64_t p : perm) {
     if (p < 0 || p >= (int64_t)in.size() || seen[p]) {
-      why = "perm is not a permutation of 0.." + std::to_string(in.size() - 1);
+      why = "perm " + list(perm) + " is not a permutation of 0.." +
+            std::to_string(in.size() - 1) + " (input " + str(in) + ")";
       return std::nullopt;
     }
     seen[p] = true;
@@ -166,21 +187,30 @@ std::optional<llvm::SmallVector<Shape>> split(llvm::ArrayRef<int64_t> in, int64_
     why = "split axis " + std::to_string(axis) + " out of range for shape " + str(in);
     return std::nullopt;
   }
+  if (sizes.empty()) {
+    why = "split of " + str(in) + " needs at least one size";
+    return std::nullopt;
+  }
   int64_t total = 0;
+  bool overflow = false;
   llvm::SmallVector<Shape> outs;
   for (int64_t s : sizes) {
     if (s < 0) {
-      why = "negative split size";
+      why = "split size " + std::to_string(s) + " is negative";
       return std::nullopt;
     }
-    total += s;
+    overflow |= llvm::AddOverflow(total, s, total);
     Shape piece(in);
     piece[*ax] = s;
     outs.push_back(piece);
   }
+  if (overflow) {
+    why = "split sizes " + list(sizes) + " overflow";
+    return std::nullopt;
+  }
   if (total != in[*ax]) {
-    why = "split sizes sum to " + std::to_string(total) + " but dim " + std::to_string(*ax) +
-          " is " + std::to_string(in[*ax]);
+    why = "split sizes " + list(sizes) + " sum to " + std::to_string(total) + " but dim " +
+          std::to_string(*ax) + " of " + str(in) + " is " + std::to_string(in[*ax]);
     return std::nullopt;
   }
   return outs;
@@ -204,7 +234,9 @@ OptShape slice(llvm::ArrayRef<int64_t> in, llvm::ArrayRef<int64_t> starts,
             "] out of bounds for dim " + std::to_string(i) + " of size " + std::to_string(in[i]);
       return std::nullopt;
     }
-    out.push_back((limits[i] - starts[i] + strides[i] - 1) / strides[i]);
+    // ceil((limit - start) / stride), written so a huge stride cannot overflow.
+    int64_t span = limits[i] - starts[i];
+    out.push_back(span == 0 ? 0 : (span - 1) / strides[i] + 1);
   }
   return out;
 }

@@ -97,13 +97,23 @@ class PMesh_UnaryOp<string mnemonic, list<Trait> traits = []> :
   let assemblyFormat = "$input attr-dict `:` type($result)";
 }
 
+// Transcendental functions are defined on floats only (as in ONNX).
+class PMesh_FloatUnaryOp<string mnemonic> : PMesh_UnaryOp<mnemonic> {
+  let arguments = (ins PMesh_FloatTensor:$input);
+  let results = (outs PMesh_FloatTensor:$result);
+}
+
 def PMesh_NegOp : PMesh_UnaryOp<"neg"> { let summary = "-x"; }
-def PMesh_SqrtOp : PMesh_UnaryOp<"sqrt"> { let summary = "sqrt(x)"; }
-def PMesh_TanhOp : PMesh_UnaryOp<"tanh"> { let summary = "tanh(x)"; }
-def PMesh_ErfOp : PMesh_UnaryOp<"erf"> { let summary = "erf(x)"; }
-def PMesh_ExpOp : PMesh_UnaryOp<"exp"> { let summary = "exp(x)"; }
-def PMesh_LogOp : PMesh_UnaryOp<"log"> { let summary = "log(x)"; }
-def PMesh_NotOp : PMesh_UnaryOp<"not"> { let summary = "logical not (i1)"; }
+def PMesh_SqrtOp : PMesh_FloatUnaryOp<"sqrt"> { let summary = "sqrt(x)"; }
+def PMesh_TanhOp : PMesh_FloatUnaryOp<"tanh"> { let summary = "tanh(x)"; }
+def PMesh_ErfOp : PMesh_FloatUnaryOp<"erf"> { let summary = "erf(x)"; }
+def PMesh_ExpOp : PMesh_FloatUnaryOp<"exp"> { let summary = "exp(x)"; }
+def PMesh_LogOp : PMesh_FloatUnaryOp<"log"> { let summary = "log(x)"; }
+def PMesh_NotOp : PMesh_UnaryOp<"not"> {
+  let summary = "logical not (i1)";
+  let arguments = (ins PMesh_BoolTensor:$input);
+  let results = (outs PMesh_BoolTensor:$result);
+}
 
 def PMesh_CastOp : PMesh_Op<"cast", [Pure]> {
   let summary = "element type conversion";

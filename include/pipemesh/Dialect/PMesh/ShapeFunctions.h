@@ -22,7 +22,11 @@ using OptShape = std::optional<Shape>;
 
 /// Human-readable "2x3x4" (or "scalar").
 std::string str(llvm::ArrayRef<int64_t> shape);
+/// Human-readable "[1, 0, 2]" for a list of axes, sizes or a permutation.
+std::string list(llvm::ArrayRef<int64_t> values);
 int64_t numElements(llvm::ArrayRef<int64_t> shape);
+/// The element count, or nullopt when it does not fit in int64_t.
+std::optional<int64_t> checkedNumElements(llvm::ArrayRef<int64_t> shape);
 /// Resolves a possibly negative axis against `rank`; nullopt when out of range.
 std::optional<int64_t> normalizeAxis(int64_t axis, int64_t rank);
 

@@ -1,0 +1,69 @@
+//===- RaiseUtils.h - matchers shared by the raise patterns -----*- C++ -*-===//
+//
+// Small helpers the raise patterns have in common: reading scalar constants
+// (exporters write them as rank-0 or one-element tensors, in either operand
+// position of a commutative op), comparing exporter-rounded constants, and the
+// per-file entry points that populateRaisePatterns collects.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PIPEMESH_LIB_TRANSFORMS_RAISEUTILS_H
+#define PIPEMESH_LIB_TRANSFORMS_RAISEUTILS_H
+
+#include "pipemesh/Dialect/PMesh/PMesh.h"
+
+#include "mlir/IR/PatternMatch.h"
+
+#include <optional>
+
+namespace pipemesh::raise {
+
+/// Exporters round their constants (sqrt(2/pi) = 0.7978845608 may arrive as
+/// 0.79788456 or as a float32 product); this is how close counts as equal.
+constexpr double kConstantRelTol = 1e-4;
+
+/// True when `actual` is within `relTol` of `expected`, relative to
+/// `magnitude` (by default |expected|; pass a reference magnitude when the
+/// expected value is 0).
+bool isNear(double actual, double expected, double relTol = kConstantRelTol,
+            std::optional<double> magnitude = std::nullopt);
+
+/// The value of a floating-point constant whose elements are all equal (a
+/// splat, which covers rank-0 and one-element tensors). Callers that must not
+/// change shapes check the consuming op's result type themselves: a splat may
+/// broadcast its user to a larger shape.
+std::optional<double> getSplatFloat(mlir::Value v);
+
+/// `op(x, c)` with a splat float constant `c`: returns x and c. For commutative
+/// ops `op(c, x)` matches too.
+struct ScalarOperand {
+  mlir::Value other;
+  double value;
+};
+std::optional<ScalarOperand> matchScalarOperand(mlir::Operation *op);
+
+/// `x * c` or `x / c` (c a splat constant, result of x's own type, so the op
+/// only rescales): returns x and the factor it is multiplied by.
+std::optional<ScalarOperand> matchScaling(mlir::Operation *op);
+
+/// result[i] = input[perm[i]] composed: transpose(transpose(x, inner), outer)
+/// equals transpose(x, composePerms(inner, outer)).
+llvm::SmallVector<int64_t> composePerms(llvm::ArrayRef<int64_t> inner,
+                                        llvm::ArrayRef<int64_t> outer);
+bool isIdentityPerm(llvm::ArrayRef<int64_t> perm);
+/// `perm` followed by a swap of the last two dims.
+llvm::SmallVector<int64_t> swapLastTwo(llvm::ArrayRef<int64_t> perm);
+
+/// Builds transpose(v, perm), looking through transposes that produce `v` and
+/// returning `v` itself for the identity.
+mlir::Value buildTranspose(mlir::PatternRewriter &rewriter, mlir::Location loc, mlir::Value v,
+                           llvm::ArrayRef<int64_t> perm);
+
+// Pattern sets, one per file.
+void populateRaiseLayerNormPatterns(mlir::RewritePatternSet &patterns);
+void populateRaiseGeluPatterns(mlir::RewritePatternSet &patterns);
+void populateRaiseAttentionPatterns(mlir::RewritePatternSet &patterns);
+void populateRaiseMatMulPatterns(mlir::RewritePatternSet &patterns);
+
+} // namespace pipemesh::raise
+
+#endif // PIPEMESH_LIB_TRANSFORMS_RAISEUTILS_H
