@@ -250,12 +250,13 @@ LogicalResult CrossEntropyOp::verify() {
 LogicalResult ReshapeOp::verify() {
   if (elementOf(getInput()) != elementOf(getResult()))
     return emitOpError("reshape must not change the element type");
+  // Checked counts: a huge shape could otherwise wrap around to a match.
   auto inCount = shapes::checkedNumElements(shapeOf(getInput()));
   auto outCount = shapes::checkedNumElements(shapeOf(getResult()));
-  for (Value v : {getInput(), getResult()})
-    if (!shapes::checkedNumElements(shapeOf(v)))
-      return emitOpError() << "element count of " << shapes::str(shapeOf(v))
-                           << " overflows int64";
+  if (!inCount || !outCount)
+    return emitOpError() << "element count of "
+                         << shapes::str(shapeOf(inCount ? getResult() : getInput()))
+                         << " overflows int64";
   if (*inCount != *outCount)
     return emitOpError() << "cannot reshape " << shapes::str(shapeOf(getInput())) << " ("
                          << *inCount << " elements) to " << shapes::str(shapeOf(getResult()))

@@ -175,7 +175,10 @@ OptShape concat(llvm::ArrayRef<Shape> ins, int64_t axis, std::string &why) {
         return std::nullopt;
       }
     }
-    out[*ax] += ins[i][*ax];
+    if (llvm::AddOverflow(out[*ax], ins[i][*ax], out[*ax])) {
+      why = "concat size along axis " + std::to_string(*ax) + " overflows int64";
+      return std::nullopt;
+    }
   }
   return out;
 }
