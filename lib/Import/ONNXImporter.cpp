@@ -1073,7 +1073,11 @@ LogicalResult importGemm(Importer &imp, NodeCtx &n) {
       return failure();
     bias = *c;
   }
-  bool fuseBias = bias && alpha == 1.0 && beta == 1.0 && Importer::shapeOf(bias).size() == 1;
+  // Only a bias of exactly [N] fuses into the matmul; any other C (a [1]
+  // vector, a scalar, [M, N], [M, 1], ...) is broadcast and added below.
+  int64_t outN = Importer::shapeOf(*bm)[tb ? 0 : 1];
+  bool fuseBias = bias && alpha == 1.0 && beta == 1.0 &&
+                  Importer::shapeOf(bias) == shapes::Shape{outN};
   if (failed(emitMatMul(imp, n, *a, *bm, fuseBias ? bias : Value(), ta, tb, 0)))
     return failure();
   if (fuseBias || (!bias && alpha == 1.0))
@@ -1108,6 +1112,8 @@ LogicalResult importSplit(Importer &imp, NodeCtx &n) {
     return n.fail("axis " + Twine(axis) + " out of range");
   int64_t dim = (*e)->shape[*ax];
   std::vector<int64_t> sizes;
+  if (n.opset >= 13 && n.attr("split"))
+    return n.fail("'split' is an input from opset 13, not an attribute");
   if (n.opset < 13) {
     sizes = n.attrInts("split").value_or(std::vector<int64_t>{});
   } else if (n.has(1)) {
@@ -1655,8 +1661,13 @@ FailureOr<SmallVector<Type>> Importer::importInputs(Block *&body) {
     shapes::Shape shape;
     for (int axis = 0; axis < tt.shape().dim_size(); ++axis) {
       const auto &dim = tt.shape().dim(axis);
-      if (dim.has_dim_value() && dim.dim_value() > 0) {
-        shape.push_back(dim.dim_value());
+      if (dim.has_dim_value()) {
+        if (dim.dim_value() < 0) {
+          emitError(loc) << "graph input '" << in.name() << "' axis " << axis
+                         << " has a negative size " << dim.dim_value();
+          return failure();
+        }
+        shape.push_back(dim.dim_value()); // 0 is a valid static (empty) dim
         continue;
       }
       std::string name = dim.has_dim_param() ? dim.dim_param() : "";

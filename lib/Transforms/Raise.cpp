@@ -1,6 +1,8 @@
 //===- Raise.cpp - raise exporter patterns to fused pmesh ops --------------===//
 #include "pipemesh/Transforms/Passes.h"
 
+#include "RaiseUtils.h"
+
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
@@ -15,8 +17,10 @@ using namespace pipemesh;
 using namespace pipemesh::pmesh;
 
 void pipemesh::populateRaisePatterns(RewritePatternSet &patterns) {
-  // Filled in by the raise patterns (layer_norm, gelu, attention, matmul+bias).
-  (void)patterns;
+  raise::populateRaiseLayerNormPatterns(patterns);
+  raise::populateRaiseGeluPatterns(patterns);
+  raise::populateRaiseAttentionPatterns(patterns);
+  raise::populateRaiseMatMulPatterns(patterns);
 }
 
 namespace {

@@ -5,6 +5,7 @@ using namespace mlir;
 using namespace pipemesh::pmesh;
 
 #include "pipemesh/Dialect/PMesh/PMeshOpsDialect.cpp.inc"
+#include "pipemesh/Dialect/PMesh/PMeshInterfaces.cpp.inc"
 
 void PMeshDialect::initialize() {
   addOperations<

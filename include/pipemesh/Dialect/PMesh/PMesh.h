@@ -13,6 +13,7 @@
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
 #include "pipemesh/Dialect/PMesh/PMeshOpsDialect.h.inc"
+#include "pipemesh/Dialect/PMesh/PMeshInterfaces.h.inc"
 
 #define GET_OP_CLASSES
 #include "pipemesh/Dialect/PMesh/PMeshOps.h.inc"

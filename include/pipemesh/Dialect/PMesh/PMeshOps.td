@@ -10,6 +10,7 @@
 #define PIPEMESH_DIALECT_PMESH_OPS_TD
 
 include "pipemesh/Dialect/PMesh/PMeshDialect.td"
+include "pipemesh/Dialect/PMesh/PMeshInterfaces.td"
 include "mlir/IR/SymbolInterfaces.td"
 include "mlir/IR/BuiltinAttributeInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
@@ -71,7 +72,7 @@ def PMesh_ConstantOp : PMesh_Op<"constant",
 //===----------------------------------------------------------------------===//
 
 class PMesh_BinaryOp<string mnemonic, list<Trait> traits = []> :
-    PMesh_Op<mnemonic, !listconcat([Pure], traits)> {
+    PMesh_Op<mnemonic, !listconcat([Pure, DeclareOpInterfaceMethods<PMesh_DifferentiableOpInterface>], traits)> {
   let arguments = (ins PMesh_Tensor:$lhs, PMesh_Tensor:$rhs);
   let results = (outs PMesh_Tensor:$result);
   let assemblyFormat = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
@@ -91,7 +92,7 @@ def PMesh_LessOp : PMesh_BinaryOp<"less"> { let summary = "lhs < rhs (i1 result)
 def PMesh_AndOp : PMesh_BinaryOp<"and", [Commutative]> { let summary = "logical and (i1)"; }
 
 class PMesh_UnaryOp<string mnemonic, list<Trait> traits = []> :
-    PMesh_Op<mnemonic, !listconcat([Pure, SameOperandsAndResultType], traits)> {
+    PMesh_Op<mnemonic, !listconcat([Pure, SameOperandsAndResultType, DeclareOpInterfaceMethods<PMesh_DifferentiableOpInterface>], traits)> {
   let arguments = (ins PMesh_Tensor:$input);
   let results = (outs PMesh_Tensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($result)";
@@ -115,7 +116,7 @@ def PMesh_NotOp : PMesh_UnaryOp<"not"> {
   let results = (outs PMesh_BoolTensor:$result);
 }
 
-def PMesh_CastOp : PMesh_Op<"cast", [Pure]> {
+def PMesh_CastOp : PMesh_Op<"cast", [Pure, DeclareOpInterfaceMethods<PMesh_DifferentiableOpInterface>]> {
   let summary = "element type conversion";
   let arguments = (ins PMesh_Tensor:$input);
   let results = (outs PMesh_Tensor:$result);
@@ -124,7 +125,7 @@ def PMesh_CastOp : PMesh_Op<"cast", [Pure]> {
   let hasFolder = 1;
 }
 
-def PMesh_WhereOp : PMesh_Op<"where", [Pure]> {
+def PMesh_WhereOp : PMesh_Op<"where", [Pure, DeclareOpInterfaceMethods<PMesh_DifferentiableOpInterface>]> {
   let summary = "select(cond, on_true, on_false) with broadcasting";
   let arguments = (ins PMesh_BoolTensor:$cond, PMesh_Tensor:$on_true,
                        PMesh_Tensor:$on_false);
@@ -137,7 +138,7 @@ def PMesh_WhereOp : PMesh_Op<"where", [Pure]> {
 // Reductions
 //===----------------------------------------------------------------------===//
 
-class PMesh_ReduceOp<string mnemonic> : PMesh_Op<mnemonic, [Pure]> {
+class PMesh_ReduceOp<string mnemonic> : PMesh_Op<mnemonic, [Pure, DeclareOpInterfaceMethods<PMesh_DifferentiableOpInterface>]> {
   let arguments = (ins PMesh_Tensor:$input, DenseI64ArrayAttr:$axes,
                        DefaultValuedAttr<BoolAttr, "true">:$keepdims);
   let results = (outs PMesh_Tensor:$result);
@@ -152,7 +153,7 @@ def PMesh_ReduceSumOp : PMesh_ReduceOp<"reduce_sum"> { let summary = "sum over a
 // Fused neural-network ops
 //===----------------------------------------------------------------------===//
 
-def PMesh_MatMulOp : PMesh_Op<"matmul", [Pure]> {
+def PMesh_MatMulOp : PMesh_Op<"matmul", [Pure, DeclareOpInterfaceMethods<PMesh_DifferentiableOpInterface>]> {
   let summary = "batched matrix product with optional bias and transposes";
   let description = [{
     `result = op(a) @ op(b) + bias`, where op transposes the last two dims when
@@ -171,7 +172,7 @@ def PMesh_MatMulOp : PMesh_Op<"matmul", [Pure]> {
   let hasVerifier = 1;
 }
 
-def PMesh_LayerNormOp : PMesh_Op<"layer_norm", [Pure]> {
+def PMesh_LayerNormOp : PMesh_Op<"layer_norm", [Pure, DeclareOpInterfaceMethods<PMesh_DifferentiableOpInterface>]> {
   let summary = "layer normalization over the trailing dims from `axis`";
   let arguments = (ins PMesh_FloatTensor:$input, PMesh_FloatTensor:$scale,
                        Optional<PMesh_FloatTensor>:$bias,
@@ -184,7 +185,7 @@ def PMesh_LayerNormOp : PMesh_Op<"layer_norm", [Pure]> {
   let hasVerifier = 1;
 }
 
-def PMesh_GeluOp : PMesh_Op<"gelu", [Pure, SameOperandsAndResultType]> {
+def PMesh_GeluOp : PMesh_Op<"gelu", [Pure, SameOperandsAndResultType, DeclareOpInterfaceMethods<PMesh_DifferentiableOpInterface>]> {
   let summary = "GELU activation, exact (erf) or tanh approximation";
   let arguments = (ins PMesh_FloatTensor:$input,
                        DefaultValuedAttr<StrAttr, "\"none\"">:$approximate);
@@ -193,7 +194,7 @@ def PMesh_GeluOp : PMesh_Op<"gelu", [Pure, SameOperandsAndResultType]> {
   let hasVerifier = 1;
 }
 
-def PMesh_SoftmaxOp : PMesh_Op<"softmax", [Pure, SameOperandsAndResultType]> {
+def PMesh_SoftmaxOp : PMesh_Op<"softmax", [Pure, SameOperandsAndResultType, DeclareOpInterfaceMethods<PMesh_DifferentiableOpInterface>]> {
   let summary = "softmax along `axis`";
   let arguments = (ins PMesh_FloatTensor:$input, DefaultValuedAttr<I64Attr, "-1">:$axis);
   let results = (outs PMesh_FloatTensor:$result);
@@ -201,7 +202,7 @@ def PMesh_SoftmaxOp : PMesh_Op<"softmax", [Pure, SameOperandsAndResultType]> {
   let hasVerifier = 1;
 }
 
-def PMesh_LogSoftmaxOp : PMesh_Op<"log_softmax", [Pure, SameOperandsAndResultType]> {
+def PMesh_LogSoftmaxOp : PMesh_Op<"log_softmax", [Pure, SameOperandsAndResultType, DeclareOpInterfaceMethods<PMesh_DifferentiableOpInterface>]> {
   let summary = "log(softmax) along `axis`";
   let arguments = (ins PMesh_FloatTensor:$input, DefaultValuedAttr<I64Attr, "-1">:$axis);
   let results = (outs PMesh_FloatTensor:$result);
@@ -209,7 +210,7 @@ def PMesh_LogSoftmaxOp : PMesh_Op<"log_softmax", [Pure, SameOperandsAndResultTyp
   let hasVerifier = 1;
 }
 
-def PMesh_AttentionOp : PMesh_Op<"attention", [Pure]> {
+def PMesh_AttentionOp : PMesh_Op<"attention", [Pure, DeclareOpInterfaceMethods<PMesh_DifferentiableOpInterface>]> {
   let summary = "scaled dot-product attention, optionally causal and masked";
   let description = [{
     `softmax(scale * q @ k^T [+ mask], causal) @ v` over the last two dims:
@@ -229,7 +230,7 @@ def PMesh_AttentionOp : PMesh_Op<"attention", [Pure]> {
   let hasVerifier = 1;
 }
 
-def PMesh_EmbeddingOp : PMesh_Op<"embedding", [Pure]> {
+def PMesh_EmbeddingOp : PMesh_Op<"embedding", [Pure, DeclareOpInterfaceMethods<PMesh_DifferentiableOpInterface>]> {
   let summary = "table lookup: result[..., :] = table[ids[...], :]";
   let arguments = (ins PMesh_FloatTensor:$table, PMesh_IndexTensor:$ids);
   let results = (outs PMesh_FloatTensor:$result);
@@ -237,7 +238,7 @@ def PMesh_EmbeddingOp : PMesh_Op<"embedding", [Pure]> {
   let hasVerifier = 1;
 }
 
-def PMesh_CrossEntropyOp : PMesh_Op<"cross_entropy", [Pure]> {
+def PMesh_CrossEntropyOp : PMesh_Op<"cross_entropy", [Pure, DeclareOpInterfaceMethods<PMesh_DifferentiableOpInterface>]> {
   let summary = "softmax cross-entropy of logits against integer targets";
   let description = [{
     logits are [N..., V], targets [N...]. Targets equal to `ignore_index` do
@@ -256,7 +257,7 @@ def PMesh_CrossEntropyOp : PMesh_Op<"cross_entropy", [Pure]> {
 // Shape ops
 //===----------------------------------------------------------------------===//
 
-def PMesh_ReshapeOp : PMesh_Op<"reshape", [Pure]> {
+def PMesh_ReshapeOp : PMesh_Op<"reshape", [Pure, DeclareOpInterfaceMethods<PMesh_DifferentiableOpInterface>]> {
   let summary = "same elements, new static shape";
   let arguments = (ins PMesh_Tensor:$input);
   let results = (outs PMesh_Tensor:$result);
@@ -266,7 +267,7 @@ def PMesh_ReshapeOp : PMesh_Op<"reshape", [Pure]> {
   let hasCanonicalizer = 1;
 }
 
-def PMesh_TransposeOp : PMesh_Op<"transpose", [Pure]> {
+def PMesh_TransposeOp : PMesh_Op<"transpose", [Pure, DeclareOpInterfaceMethods<PMesh_DifferentiableOpInterface>]> {
   let summary = "permutes dims: result dim i is input dim perm[i]";
   let arguments = (ins PMesh_Tensor:$input, DenseI64ArrayAttr:$perm);
   let results = (outs PMesh_Tensor:$result);
@@ -276,7 +277,7 @@ def PMesh_TransposeOp : PMesh_Op<"transpose", [Pure]> {
   let hasCanonicalizer = 1;
 }
 
-def PMesh_BroadcastOp : PMesh_Op<"broadcast", [Pure]> {
+def PMesh_BroadcastOp : PMesh_Op<"broadcast", [Pure, DeclareOpInterfaceMethods<PMesh_DifferentiableOpInterface>]> {
   let summary = "numpy broadcast to the result shape (ONNX Expand)";
   let arguments = (ins PMesh_Tensor:$input);
   let results = (outs PMesh_Tensor:$result);
@@ -285,7 +286,7 @@ def PMesh_BroadcastOp : PMesh_Op<"broadcast", [Pure]> {
   let hasFolder = 1;
 }
 
-def PMesh_SplitOp : PMesh_Op<"split", [Pure]> {
+def PMesh_SplitOp : PMesh_Op<"split", [Pure, DeclareOpInterfaceMethods<PMesh_DifferentiableOpInterface>]> {
   let summary = "splits along `axis` into pieces of the given sizes";
   let arguments = (ins PMesh_Tensor:$input, I64Attr:$axis, DenseI64ArrayAttr:$sizes);
   let results = (outs Variadic<PMesh_Tensor>:$results);
@@ -293,7 +294,7 @@ def PMesh_SplitOp : PMesh_Op<"split", [Pure]> {
   let hasVerifier = 1;
 }
 
-def PMesh_ConcatOp : PMesh_Op<"concat", [Pure]> {
+def PMesh_ConcatOp : PMesh_Op<"concat", [Pure, DeclareOpInterfaceMethods<PMesh_DifferentiableOpInterface>]> {
   let summary = "concatenates along `axis`";
   let arguments = (ins Variadic<PMesh_Tensor>:$inputs, I64Attr:$axis);
   let results = (outs PMesh_Tensor:$result);
@@ -301,7 +302,7 @@ def PMesh_ConcatOp : PMesh_Op<"concat", [Pure]> {
   let hasVerifier = 1;
 }
 
-def PMesh_SliceOp : PMesh_Op<"slice", [Pure]> {
+def PMesh_SliceOp : PMesh_Op<"slice", [Pure, DeclareOpInterfaceMethods<PMesh_DifferentiableOpInterface>]> {
   let summary = "strided slice, one start/limit/stride per dim (stride > 0)";
   let arguments = (ins PMesh_Tensor:$input, DenseI64ArrayAttr:$starts,
                        DenseI64ArrayAttr:$limits, DenseI64ArrayAttr:$strides);
@@ -312,5 +313,7 @@ def PMesh_SliceOp : PMesh_Op<"slice", [Pure]> {
   let hasVerifier = 1;
   let hasFolder = 1;
 }
+
+include "pipemesh/Dialect/PMesh/PMeshTrainOps.td"
 
 #endif // PIPEMESH_DIALECT_PMESH_OPS_TD

@@ -1,0 +1,386 @@
+//===- RaiseAttention.cpp - raise scaled dot-product attention -------------===//
+//
+// ONNX exporters write attention as
+//
+//   s = matmul(q, k^T)            k^T: transpose of k, or transpose_b
+//   s = s * c  |  s / c           any number of scalar factors, also on q / k^T
+//   s = where(tril, s, -big)      causal mask (optional)
+//   s = s + mask                  additive mask (optional)
+//   p = softmax(s, last axis)
+//   o = matmul(p, v)
+//
+// and pmesh.attention is exactly that with the factors folded into `scale`.
+// The causal mask is a compile-time constant once the importer has bound the
+// sequence length, but it may still be a small constant expression (HF's
+// sliced tril buffer, or not(less(rows, cols)) built from Range); the matcher
+// evaluates it and checks it element by element, so only a mask that really
+// is lower-triangular becomes `causal = true`.
+//
+//===----------------------------------------------------------------------===//
+#include "RaiseUtils.h"
+
+#include "pipemesh/Dialect/PMesh/ShapeFunctions.h"
+
+#include "mlir/IR/Matchers.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace pipemesh;
+using namespace pipemesh::pmesh;
+using namespace pipemesh::raise;
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Compile-time evaluation of integer / boolean mask expressions
+//===----------------------------------------------------------------------===//
+
+/// A dense integer tensor (i1 as 0/1) evaluated at compile time.
+struct IntTensor {
+  shapes::Shape shape;
+  std::vector<int64_t> data;
+};
+
+/// Masks are at most [ctx, ctx] per head; anything larger is not a mask worth
+/// evaluating here.
+constexpr int64_t kMaxMaskElements = int64_t(1) << 24;
+
+/// Row-major strides of `shape`.
+SmallVector<int64_t> stridesOf(ArrayRef<int64_t> shape) {
+  SmallVector<int64_t> strides(shape.size(), 1);
+  for (int64_t d = (int64_t)shape.size() - 2; d >= 0; --d)
+    strides[d] = strides[d + 1] * shape[d + 1];
+  return strides;
+}
+
+/// The data movement of broadcast, slice and transpose, all of which read
+/// input element `offset + sum(index[d] * steps[d])` for result index `index`.
+std::vector<int64_t> gather(const IntTensor &in, ArrayRef<int64_t> outShape, int64_t offset,
+                            ArrayRef<int64_t> steps) {
+  std::vector<int64_t> out(shapes::numElements(outShape));
+  SmallVector<int64_t> index(outShape.size(), 0);
+  for (int64_t &value : out) {
+    int64_t src = offset;
+    for (size_t d = 0; d < index.size(); ++d)
+      src += index[d] * steps[d];
+    value = in.data[src];
+    for (int64_t d = (int64_t)index.size() - 1; d >= 0; --d) {
+      if (++index[d] < outShape[d])
+        break;
+      index[d] = 0;
+    }
+  }
+  return out;
+}
+
+/// `in` broadcast (numpy rules) to `outShape`.
+std::vector<int64_t> broadcastTo(const IntTensor &in, ArrayRef<int64_t> outShape) {
+  SmallVector<int64_t> steps(outShape.size(), 0);
+  SmallVector<int64_t> inStrides = stridesOf(in.shape);
+  size_t offset = outShape.size() - in.shape.size();
+  for (size_t d = 0; d < in.shape.size(); ++d)
+    steps[offset + d] = in.shape[d] == 1 ? 0 : inStrides[d];
+  return gather(in, outShape, 0, steps);
+}
+
+/// Evaluates an integer or boolean tensor built from constants by the ops a
+/// mask computation uses; nullopt for anything else.
+std::optional<IntTensor> evaluateIntTensor(Value v, unsigned depth = 0) {
+  auto type = dyn_cast<RankedTensorType>(v.getType());
+  if (!type || !isa<IntegerType>(type.getElementType()) || depth > 16 ||
+      type.getNumElements() > kMaxMaskElements)
+    return std::nullopt;
+  IntTensor result{shapes::Shape(type.getShape()), {}};
+  Operation *op = v.getDefiningOp();
+  if (!op)
+    return std::nullopt;
+
+  DenseIntElementsAttr attr;
+  if (matchPattern(v, m_Constant(&attr))) {
+    bool isBool = attr.getElementType().isInteger(1);
+    for (const APInt &value : attr.getValues<APInt>())
+      result.data.push_back(isBool ? (int64_t)value.getBoolValue() : value.getSExtValue());
+    return result;
+  }
+
+  if (!isa<ReshapeOp, CastOp, BroadcastOp, NotOp, SliceOp, TransposeOp, AndOp, EqualOp, LessOp>(
+          op))
+    return std::nullopt;
+  auto operand = [&](unsigned i) { return evaluateIntTensor(op->getOperand(i), depth + 1); };
+  std::optional<IntTensor> in = operand(0);
+  if (!in)
+    return std::nullopt;
+
+  if (isa<ReshapeOp, CastOp>(op)) {
+    // Casts between integer types keep the values, except to i1 ("nonzero").
+    bool toBool = type.getElementType().isInteger(1);
+    for (int64_t value : in->data)
+      result.data.push_back(toBool ? value != 0 : value);
+    return result;
+  }
+  if (isa<BroadcastOp>(op)) {
+    result.data = broadcastTo(*in, result.shape);
+    return result;
+  }
+  if (isa<NotOp>(op)) {
+    for (int64_t value : in->data)
+      result.data.push_back(!value);
+    return result;
+  }
+  if (auto slice = dyn_cast<SliceOp>(op)) {
+    SmallVector<int64_t> inStrides = stridesOf(in->shape), steps;
+    int64_t offset = 0;
+    for (size_t d = 0; d < inStrides.size(); ++d) {
+      offset += slice.getStarts()[d] * inStrides[d];
+      steps.push_back(slice.getStrides()[d] * inStrides[d]);
+    }
+    result.data = gather(*in, result.shape, offset, steps);
+    return result;
+  }
+  if (auto transpose = dyn_cast<TransposeOp>(op)) {
+    SmallVector<int64_t> inStrides = stridesOf(in->shape), steps;
+    for (int64_t p : transpose.getPerm())
+      steps.push_back(inStrides[p]);
+    result.data = gather(*in, result.shape, 0, steps);
+    return result;
+  }
+  if (isa<AndOp, EqualOp, LessOp>(op)) {
+    std::optional<IntTensor> rhs = operand(1);
+    if (!rhs)
+      return std::nullopt;
+    std::vector<int64_t> l = broadcastTo(*in, result.shape), r = broadcastTo(*rhs, result.shape);
+    for (size_t i = 0; i < l.size(); ++i)
+      result.data.push_back(isa<AndOp>(op)     ? (l[i] && r[i])
+                            : isa<EqualOp>(op) ? (l[i] == r[i])
+                                               : (l[i] < r[i]));
+    return result;
+  }
+  return std::nullopt;
+}
+
+/// True when `mask`, broadcast to scores [..., tq, tk], allows exactly the
+/// keys j <= i + (tk - tq) for query i in every leading position (causal,
+/// aligned to the end as pmesh.attention defines it). `trueMeansVisible`
+/// says whether true entries are the visible keys (where(mask, s, -big)) or the
+/// hidden ones (where(mask, -big, s), e.g. masked_fill(triu(1), -inf)).
+bool isCausalMask(const IntTensor &mask, int64_t tq, int64_t tk, bool trueMeansVisible) {
+  int64_t rank = mask.shape.size();
+  int64_t mq = rank >= 2 ? mask.shape[rank - 2] : 1;
+  int64_t mk = rank >= 1 ? mask.shape[rank - 1] : 1;
+  if ((mq != 1 && mq != tq) || (mk != 1 && mk != tk))
+    return false;
+  int64_t leading = (int64_t)mask.data.size() / (mq * mk);
+  for (int64_t l = 0; l < leading; ++l)
+    for (int64_t i = 0; i < tq; ++i)
+      for (int64_t j = 0; j < tk; ++j) {
+        bool value = mask.data[l * mq * mk + (mq == 1 ? 0 : i) * mk + (mk == 1 ? 0 : j)] != 0;
+        bool visible = trueMeansVisible ? value : !value;
+        if (visible != (j <= i + (tk - tq)))
+          return false;
+      }
+  return true;
+}
+
+//===----------------------------------------------------------------------===//
+// The attention chain
+//===----------------------------------------------------------------------===//
+
+/// Masked entries must vanish from the softmax: exp(-1e9 - max) is 0 in any
+/// float format, while small "large" values (-1e4) would not be exact.
+constexpr double kMaxMaskFill = -1e9;
+
+/// What lies between the softmax and the q @ k^T matmul.
+struct ScoreChain {
+  MatMulOp qk;
+  double scale = 1.0;  // product of the scalar factors applied to the scores
+  Value additiveMask;  // the `+ mask` operand, if any
+  Value causalCond;    // the where condition, if any
+  bool condTrueMeansVisible = true;
+};
+
+/// Matches the scores chain from the softmax input `v` down to the matmul.
+/// Masking (where, add) comes after the scaling: a factor applied after the
+/// mask would scale the mask too, which `scale` cannot express. Every value on
+/// the chain must feed only the next step.
+bool matchScoreChain(Value v, ScoreChain &chain, bool maskingAllowed) {
+  if (!v.hasOneUse())
+    return false;
+  Operation *op = v.getDefiningOp();
+  if (auto mm = dyn_cast_or_null<MatMulOp>(op)) {
+    if (mm.getTransposeA())
+      return false;
+    if (Value bias = mm.getBias()) {
+      // An additive mask of shape [Tk] looks like a bias and may already have
+      // been folded into the matmul; it is a mask all the same, provided no
+      // factor scaled it afterwards.
+      if (chain.additiveMask || chain.scale != 1.0)
+        return false;
+      chain.additiveMask = bias;
+    }
+    chain.qk = mm;
+    return true;
+  }
+  if (auto scaling = matchScaling(op)) {
+    chain.scale *= scaling->value;
+    return matchScoreChain(scaling->other, chain, /*maskingAllowed=*/false);
+  }
+  if (!maskingAllowed)
+    return false;
+
+  if (auto where = dyn_cast_or_null<WhereOp>(op)) {
+    if (chain.causalCond)
+      return false;
+    for (bool trueMeansVisible : {true, false}) {
+      Value scores = trueMeansVisible ? where.getOnTrue() : where.getOnFalse();
+      Value fill = trueMeansVisible ? where.getOnFalse() : where.getOnTrue();
+      std::optional<double> fillValue = getSplatFloat(fill);
+      if (!fillValue || !(*fillValue <= kMaxMaskFill) || scores.getType() != where.getType())
+        continue;
+      ScoreChain saved = chain;
+      chain.causalCond = where.getCond();
+      chain.condTrueMeansVisible = trueMeansVisible;
+      if (matchScoreChain(scores, chain, /*maskingAllowed=*/true))
+        return true;
+      chain = saved;
+    }
+    return false;
+  }
+  if (auto add = dyn_cast_or_null<AddOp>(op)) {
+    if (chain.additiveMask)
+      return false;
+    // Either operand may be the scores; the other must broadcast into them.
+    for (auto [scores, mask] :
+         {std::pair(add.getLhs(), add.getRhs()), std::pair(add.getRhs(), add.getLhs())}) {
+      if (scores.getType() != add.getType())
+        continue;
+      ScoreChain saved = chain;
+      chain.additiveMask = mask;
+      if (matchScoreChain(scores, chain, /*maskingAllowed=*/true))
+        return true;
+      chain = saved;
+    }
+    return false;
+  }
+  return false;
+}
+
+/// A q or k^T operand with the scalar factors peeled off: the operand equals
+/// transpose(base, perm) * factor. Transposes are looked through only on the
+/// way to a factor (a transpose not hiding one stays part of the base).
+struct PeeledOperand {
+  Value base;
+  SmallVector<int64_t> perm;
+  double factor = 1.0;
+};
+
+PeeledOperand peelFactors(Value v) {
+  int64_t rank = cast<RankedTensorType>(v.getType()).getRank();
+  auto identity = llvm::seq<int64_t>(0, rank);
+  SmallVector<int64_t> perm(identity.begin(), identity.end());
+  PeeledOperand result{v, perm, 1.0};
+  double factor = 1.0;
+  while (v.hasOneUse()) {
+    Operation *op = v.getDefiningOp();
+    if (auto transpose = dyn_cast_or_null<TransposeOp>(op)) {
+      perm = composePerms(transpose.getPerm(), perm);
+      v = transpose.getInput();
+      continue;
+    }
+    auto scaling = matchScaling(op);
+    if (!scaling)
+      break;
+    factor *= scaling->value;
+    v = scaling->other;
+    result = {v, perm, factor};
+  }
+  return result;
+}
+
+/// softmax(scale * q @ k^T [masks]) @ v -> pmesh.attention q, k, v.
+///
+/// Rooted at the final matmul. k is rebuilt as [..., Tk, D] from whatever
+/// produced k^T (transpose_b, a swap of the last two dims, or a transpose that
+/// splits heads straight into [B, H, D, T]); only a mask that evaluates to the
+/// exact causal pattern sets `causal`, any other where stays unraised.
+struct RaiseAttention : OpRewritePattern<MatMulOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(MatMulOp pv, PatternRewriter &rewriter) const override {
+    if (pv.getBias() || pv.getTransposeA() || pv.getTransposeB())
+      return rewriter.notifyMatchFailure(pv, "not a plain p @ v");
+    auto softmax = pv.getA().getDefiningOp<SoftmaxOp>();
+    if (!softmax || !softmax->hasOneUse())
+      return rewriter.notifyMatchFailure(pv, "not softmax(...) @ v");
+    auto scoresType = cast<RankedTensorType>(softmax.getType());
+    int64_t rank = scoresType.getRank();
+    if (shapes::normalizeAxis(static_cast<int64_t>(softmax.getAxis()), rank) != rank - 1)
+      return rewriter.notifyMatchFailure(pv, "softmax is not over the keys");
+
+    ScoreChain chain;
+    if (!matchScoreChain(softmax.getInput(), chain, /*maskingAllowed=*/true))
+      return rewriter.notifyMatchFailure(pv, "softmax input is not masked, scaled q @ k^T");
+    if (chain.qk.getType() != scoresType)
+      return rewriter.notifyMatchFailure(pv, "scores are broadcast after the matmul");
+
+    // Causality, element by element.
+    int64_t tq = scoresType.getDimSize(rank - 2), tk = scoresType.getDimSize(rank - 1);
+    if (chain.causalCond) {
+      std::optional<IntTensor> cond = evaluateIntTensor(chain.causalCond);
+      if (!cond)
+        return rewriter.notifyMatchFailure(pv, "where condition is not a constant mask");
+      // With tq > tk some rows would hide every key: no causal attention.
+      if (tq > tk || !isCausalMask(*cond, tq, tk, chain.condTrueMeansVisible))
+        return rewriter.notifyMatchFailure(pv, "where mask is not causal");
+    }
+
+    PeeledOperand q = peelFactors(chain.qk.getA());
+    PeeledOperand kT = peelFactors(chain.qk.getB());
+    // The matmul reads k^T (or k itself with transpose_b); attention wants k.
+    SmallVector<int64_t> kPerm = chain.qk.getTransposeB() ? kT.perm : swapLastTwo(kT.perm);
+    double scale = chain.scale * q.factor * kT.factor;
+    if (!std::isfinite(scale) || !std::isfinite((float)scale))
+      return rewriter.notifyMatchFailure(pv, "scale is not a finite f32");
+
+    // Check the shapes before building anything: a failed pattern must leave
+    // the IR untouched.
+    std::string why;
+    auto qShape = shapes::transpose(
+        cast<RankedTensorType>(q.base.getType()).getShape(), q.perm, why);
+    auto kShape = shapes::transpose(
+        cast<RankedTensorType>(kT.base.getType()).getShape(), kPerm, why);
+    auto vType = cast<RankedTensorType>(pv.getB().getType());
+    if (!qShape || !kShape)
+      return rewriter.notifyMatchFailure(pv, why);
+    std::optional<ArrayRef<int64_t>> maskShape;
+    if (chain.additiveMask) {
+      auto maskType = cast<RankedTensorType>(chain.additiveMask.getType());
+      if (maskType.getElementType() != scoresType.getElementType())
+        return rewriter.notifyMatchFailure(pv, "mask element type differs");
+      maskShape = maskType.getShape();
+    }
+    auto outShape = shapes::attention(*qShape, *kShape, vType.getShape(), maskShape, why);
+    if (!outShape || ArrayRef<int64_t>(*outShape) != pv.getType().getShape())
+      return rewriter.notifyMatchFailure(pv, "q, k, v do not form an attention: " + why);
+    Type elt = scoresType.getElementType();
+    if (cast<RankedTensorType>(q.base.getType()).getElementType() != elt ||
+        cast<RankedTensorType>(kT.base.getType()).getElementType() != elt ||
+        vType.getElementType() != elt)
+      return rewriter.notifyMatchFailure(pv, "element types differ");
+
+    Location loc = pv.getLoc();
+    Value qValue = buildTranspose(rewriter, loc, q.base, q.perm);
+    Value kValue = buildTranspose(rewriter, loc, kT.base, kPerm);
+    rewriter.replaceOpWithNewOp<AttentionOp>(
+        pv, pv.getType(), qValue, kValue, pv.getB(), chain.additiveMask,
+        rewriter.getF32FloatAttr(static_cast<float>(scale)),
+        rewriter.getBoolAttr(static_cast<bool>(chain.causalCond)));
+    return success();
+  }
+};
+
+} // namespace
+
+void pipemesh::raise::populateRaiseAttentionPatterns(RewritePatternSet &patterns) {
+  patterns.add<RaiseAttention>(patterns.getContext());
+}
