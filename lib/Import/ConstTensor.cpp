@@ -42,6 +42,16 @@ const char *dtypeName(DType t) {
   }
 }
 
+int64_t saturateToInt64(double v) {
+  if (std::isnan(v))
+    return 0;
+  if (v >= 9223372036854775807.0)
+    return INT64_MAX;
+  if (v <= -9223372036854775808.0)
+    return INT64_MIN;
+  return (int64_t)v;
+}
+
 std::vector<int64_t> ConstTensor::ints() const {
   std::vector<int64_t> out(numel());
   for (int64_t k = 0; k < numel(); ++k)
@@ -104,7 +114,7 @@ void ConstTensor::set(int64_t k, double v) {
     return;
   }
   // float -> int conversion truncates toward zero, as ONNX Cast does.
-  i[k] = std::isfinite(v) ? wrapTo(dtype, (int64_t)v) : 0;
+  i[k] = std::isfinite(v) ? wrapTo(dtype, saturateToInt64(v)) : 0;
 }
 
 void ConstTensor::setInt(int64_t k, int64_t v) {

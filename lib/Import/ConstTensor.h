@@ -45,6 +45,10 @@ bool isFloatType(DType t);
 bool isSupportedType(DType t);
 const char *dtypeName(DType t);
 
+/// double -> int64 truncating toward zero, saturating out-of-range values and
+/// mapping NaN to 0 (a plain cast would be undefined behaviour).
+int64_t saturateToInt64(double v);
+
 struct ConstTensor {
   DType dtype = DType::F32;
   shapes::Shape shape;
@@ -54,7 +58,7 @@ struct ConstTensor {
   bool isFloat() const { return isFloatType(dtype); }
   int64_t numel() const { return shapes::numElements(shape); }
   double asDouble(int64_t k) const { return isFloat() ? f[k] : (double)i[k]; }
-  int64_t asInt(int64_t k) const { return isFloat() ? (int64_t)f[k] : i[k]; }
+  int64_t asInt(int64_t k) const { return isFloat() ? saturateToInt64(f[k]) : i[k]; }
   /// All values as int64 (shape operands: axes, starts, dims).
   std::vector<int64_t> ints() const;
 

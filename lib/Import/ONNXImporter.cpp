@@ -23,6 +23,7 @@
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
+#include "llvm/Support/MathExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 
@@ -40,6 +41,13 @@ namespace {
 /// Larger constant results are emitted as ops instead of folded, so an
 /// Expand of a mask to [B, H, T, T] cannot exhaust host memory.
 constexpr int64_t kFoldLimit = 1 << 24;
+
+/// Whether a constant of `shape` is small enough to fold (and its size does
+/// not overflow).
+bool foldable(llvm::ArrayRef<int64_t> shape) {
+  auto n = shapes::checkedNumElements(shape);
+  return n && *n <= kFoldLimit;
+}
 
 /// What a graph value is at import time.
 struct Entry {
@@ -74,29 +82,57 @@ public:
   bool has(int k) const { return k < node.input_size() && !node.input(k).empty(); }
   bool hasOutput(int k) const { return k < node.output_size() && !node.output(k).empty(); }
 
+  /// The first attribute of a wrong type read through the typed accessors
+  /// below; importNode turns it into an error once the handler returns, so a
+  /// handler never silently uses a default in its place.
+  mutable std::string attrError;
+
   const onnx::AttributeProto *attr(StringRef name) const {
     for (const auto &a : node.attribute())
       if (a.name() == name)
         return &a;
     return nullptr;
   }
-  int64_t attrInt(StringRef name, int64_t dflt) const {
+  /// The attribute if it has type `type` (or no recorded type, as in very old
+  /// models); otherwise records an error and returns null.
+  const onnx::AttributeProto *typedAttr(StringRef name,
+                                        onnx::AttributeProto::AttributeType type,
+                                        const char *what,
+                                        onnx::AttributeProto::AttributeType alt =
+                                            onnx::AttributeProto::UNDEFINED) const {
     auto *a = attr(name);
+    if (!a || a->type() == type || a->type() == onnx::AttributeProto::UNDEFINED ||
+        (alt != onnx::AttributeProto::UNDEFINED && a->type() == alt))
+      return a;
+    if (attrError.empty())
+      attrError = "attribute '" + name.str() + "' must be " + what + ", got " +
+                  onnx::AttributeProto::AttributeType_Name(a->type());
+    return nullptr;
+  }
+  int64_t attrInt(StringRef name, int64_t dflt) const {
+    auto *a = typedAttr(name, onnx::AttributeProto::INT, "an INT");
     return a ? a->i() : dflt;
   }
   double attrFloat(StringRef name, double dflt) const {
-    auto *a = attr(name);
-    return a ? a->f() : dflt;
+    // An integer literal is accepted for a float attribute (alpha = 1).
+    auto *a = typedAttr(name, onnx::AttributeProto::FLOAT, "a FLOAT", onnx::AttributeProto::INT);
+    if (!a)
+      return dflt;
+    return a->type() == onnx::AttributeProto::INT ? (double)a->i() : (double)a->f();
   }
   std::string attrString(StringRef name, StringRef dflt) const {
-    auto *a = attr(name);
+    auto *a = typedAttr(name, onnx::AttributeProto::STRING, "a STRING");
     return a ? a->s() : dflt.str();
   }
   std::optional<std::vector<int64_t>> attrInts(StringRef name) const {
-    auto *a = attr(name);
+    auto *a = typedAttr(name, onnx::AttributeProto::INTS, "a list of INTS");
     if (!a)
       return std::nullopt;
     return std::vector<int64_t>(a->ints().begin(), a->ints().end());
+  }
+  const onnx::TensorProto *attrTensor(StringRef name) const {
+    auto *a = typedAttr(name, onnx::AttributeProto::TENSOR, "a TENSOR");
+    return a ? &a->t() : nullptr;
   }
 };
 
@@ -147,12 +183,15 @@ public:
   llvm::DenseMap<Value, std::pair<Value, int64_t>> logSoftmaxInputs;
   /// Parameters read by an embedding lookup: candidates for a tied head.
   llvm::StringSet<> embeddingParams;
+  /// Symbolic dim names bound while importing the graph inputs.
+  std::map<std::string, int64_t> boundDims;
 
 private:
   LogicalResult importInitializers();
   FailureOr<SmallVector<Type>> importInputs(Block *&body);
   LogicalResult importNode(const onnx::NodeProto &node, int index);
   void restoreTiedEmbedding();
+  LogicalResult checkDeclaredOutput(const onnx::ValueInfoProto &out, const Entry &e);
   Location nodeLoc(const onnx::NodeProto &node, int index);
 };
 
@@ -191,7 +230,8 @@ FailureOr<Type> Importer::elementType(DType t, const NodeCtx *n, StringRef what)
     if (n)
       return n->fail(Twine(what) + " has element type " + dtypeName(t) +
                      ", which pmesh does not support outside constants");
-    emitError(UnknownLoc::get(ctx)) << what << " has unsupported element type " << dtypeName(t);
+    emitError(FileLineColLoc::get(b.getStringAttr(sourceName), 0, 0))
+        << what << " has unsupported element type " << dtypeName(t);
     return failure();
   }
 }
@@ -376,10 +416,16 @@ Value create(Importer &imp, NodeCtx &n, Type resultType, Args &&...args) {
 
 Type eltOf(Value v) { return cast<RankedTensorType>(v.getType()).getElementType(); }
 
+/// Whether two shapes hold the same (non-overflowing) number of elements.
+bool sameNumel(ArrayRef<int64_t> a, ArrayRef<int64_t> b) {
+  auto na = shapes::checkedNumElements(a), nb = shapes::checkedNumElements(b);
+  return na && nb && *na == *nb;
+}
+
 FailureOr<Value> reshapeTo(Importer &imp, NodeCtx &n, Value v, ArrayRef<int64_t> shape) {
   if (Importer::shapeOf(v) == shapes::Shape(shape.begin(), shape.end()))
     return v;
-  if (shapes::numElements(Importer::shapeOf(v)) != shapes::numElements(shape))
+  if (!sameNumel(Importer::shapeOf(v), shape))
     return n.fail("cannot reshape " + shapes::str(Importer::shapeOf(v)) + " to " +
                   shapes::str(shape));
   return create<pm::ReshapeOp>(imp, n, imp.tensorType(shape, eltOf(v)), v);
@@ -392,11 +438,16 @@ LogicalResult binary(Importer &imp, NodeCtx &n, BinaryFn ffn, BinaryIntFn ifn,
   const ConstTensor *ca = imp.maybeConst(n, 0), *cb = imp.maybeConst(n, 1);
   std::string why;
   if (ca && cb) {
-    DType out = compare ? DType::Bool : ca->dtype;
-    auto r = foldBinary(*ca, *cb, out, ffn, ifn, why);
-    if (!r)
+    auto shape = shapes::broadcast(ca->shape, cb->shape, why);
+    if (!shape)
       return n.fail(why);
-    if (r->numel() <= kFoldLimit) {
+    if (ca->dtype != cb->dtype && !std::is_same_v<OpT, pm::PowOp>)
+      return n.fail("operand element types differ");
+    if (foldable(*shape)) {
+      DType out = compare ? DType::Bool : ca->dtype;
+      auto r = foldBinary(*ca, *cb, out, ffn, ifn, why);
+      if (!r)
+        return n.fail(why);
       imp.setConst(n, 0, std::move(*r));
       return success();
     }
@@ -504,7 +555,7 @@ LogicalResult importReduce(Importer &imp, NodeCtx &n, bool mean) {
 
 /// Constant / value-agnostic reshape used by Reshape, Squeeze, Unsqueeze.
 LogicalResult reshapeOutput(Importer &imp, NodeCtx &n, Entry &in, ArrayRef<int64_t> shape) {
-  if (shapes::numElements(shape) != shapes::numElements(in.shape))
+  if (!sameNumel(shape, in.shape))
     return n.fail("cannot reshape " + shapes::str(in.shape) + " to " + shapes::str(shape));
   if (in.kind == Entry::Const) {
     imp.setConst(n, 0, foldReshape(*in.c, shape));
@@ -540,8 +591,8 @@ LogicalResult importReshape(Importer &imp, NodeCtx &n) {
       inferred = d;
     } else if (target[d] < 0)
       return n.fail("shape has a negative dim " + Twine(target[d]));
-    else
-      known *= target[d];
+    else if (llvm::MulOverflow(known, target[d], known))
+      return n.fail("shape " + shapes::str(target) + " has too many elements");
   }
   int64_t total = shapes::numElements((*e)->shape);
   if (inferred >= 0) {
@@ -613,9 +664,10 @@ LogicalResult importIdentity(Importer &imp, NodeCtx &n) {
     return failure();
   if (!n.hasOutput(0))
     return success();
-  if ((*e)->kind == Entry::Param) {
+  if ((*e)->kind == Entry::Param && (*e)->paramName == n.node.input(0)) {
     // Exporters deduplicate equal initial values behind Identity: each such
-    // output is a parameter of its own that starts from the same values.
+    // output is a parameter of its own that starts from the same values. (An
+    // Identity of such an output is only another name for it.)
     Entry p = **e;
     p.paramName = n.node.output(0);
     p.v = nullptr;
@@ -629,20 +681,26 @@ LogicalResult importIdentity(Importer &imp, NodeCtx &n) {
 LogicalResult importConstant(Importer &imp, NodeCtx &n) {
   ConstTensor c;
   std::string why;
-  if (auto *a = n.attr("value")) {
-    if (!readTensor(a->t(), imp.baseDir, c, why))
+  if (n.attr("value")) {
+    const onnx::TensorProto *t = n.attrTensor("value");
+    if (!t)
+      return n.fail(n.attrError);
+    if (!readTensor(*t, imp.baseDir, c, why))
       return n.fail(why);
-  } else if (auto *a = n.attr("value_float")) {
+  } else if (n.attr("value_float")) {
     c = ConstTensor::zeros(DType::F32, {});
-    c.set(0, a->f());
-  } else if (auto *a = n.attr("value_floats")) {
+    c.set(0, n.attrFloat("value_float", 0.0));
+  } else if (n.attr("value_floats")) {
+    auto *a = n.typedAttr("value_floats", onnx::AttributeProto::FLOATS, "a list of FLOATS");
+    if (!a)
+      return n.fail(n.attrError);
     c = ConstTensor::zeros(DType::F32, {(int64_t)a->floats_size()});
     for (int k = 0; k < a->floats_size(); ++k)
       c.set(k, a->floats(k));
-  } else if (auto *a = n.attr("value_int")) {
-    c = ConstTensor::scalarInt(a->i());
-  } else if (auto *a = n.attr("value_ints")) {
-    c = ConstTensor::vectorInt(std::vector<int64_t>(a->ints().begin(), a->ints().end()));
+  } else if (n.attr("value_int")) {
+    c = ConstTensor::scalarInt(n.attrInt("value_int", 0));
+  } else if (n.attr("value_ints")) {
+    c = ConstTensor::vectorInt(n.attrInts("value_ints").value_or(std::vector<int64_t>{}));
   } else if (n.attr("sparse_value") || n.attr("value_string") || n.attr("value_strings")) {
     return n.fail("sparse and string constants are not supported");
   } else {
@@ -756,6 +814,9 @@ LogicalResult importGather(Importer &imp, NodeCtx &n) {
     return failure();
   if (!eltOf(*ids).isInteger(64) && !eltOf(*ids).isInteger(32))
     return n.fail("embedding indices must be int32 or int64");
+  if (!isa<FloatType>(eltOf(*table)))
+    return n.fail("data-dependent Gather is supported only as an embedding lookup into a "
+                  "floating-point table");
   auto shape = shapes::embedding(Importer::shapeOf(*table), Importer::shapeOf(*ids), why);
   if (!shape)
     return n.fail(why);
@@ -779,33 +840,44 @@ LogicalResult importConcat(Importer &imp, NodeCtx &n) {
   }
   std::string why;
   if (allConst && !cs.empty()) {
+    for (const ConstTensor *c : cs)
+      if (c->dtype != cs[0]->dtype)
+        return n.fail("inputs differ in element type");
     auto r = foldConcat(cs, axis, why);
     if (!r)
       return n.fail(why);
     imp.setConst(n, 0, std::move(*r));
     return success();
   }
-  SmallVector<Value> ins;
+  SmallVector<Value> all;
   SmallVector<shapes::Shape> shapesIn;
   for (int k = 0; k < n.numInputs(); ++k) {
     auto v = imp.valueIn(n, k);
     if (failed(v))
       return failure();
-    // ONNX allows empty inputs in Concat; they contribute nothing.
-    if (shapes::numElements(Importer::shapeOf(*v)) == 0 && n.numInputs() > 1)
-      continue;
-    ins.push_back(*v);
+    all.push_back(*v);
     shapesIn.push_back(Importer::shapeOf(*v));
   }
   auto shape = shapes::concat(shapesIn, axis, why);
   if (!shape)
     return n.fail(why);
-  for (Value v : ins)
-    if (eltOf(v) != eltOf(ins[0]))
+  for (Value v : all)
+    if (eltOf(v) != eltOf(all[0]))
       return n.fail("inputs differ in element type");
-  Value r = ins.size() == 1 ? ins[0]
-                            : create<pm::ConcatOp>(imp, n, imp.tensorType(*shape, eltOf(ins[0])),
-                                                   ins, axis);
+  int64_t ax = *shapes::normalizeAxis(axis, shape->size());
+  // ONNX allows empty inputs in Concat; they contribute nothing.
+  SmallVector<Value> ins;
+  for (Value v : all)
+    if (shapes::numElements(Importer::shapeOf(v)) != 0)
+      ins.push_back(v);
+  Type elt = eltOf(all[0]);
+  Value r;
+  if (ins.empty())
+    r = imp.materializeConst(ConstTensor::zeros(dtypeOf(elt), *shape), n.loc);
+  else if (ins.size() == 1)
+    r = ins[0];
+  else
+    r = create<pm::ConcatOp>(imp, n, imp.tensorType(*shape, elt), ins, ax);
   imp.setValue(n, 0, r);
   return success();
 }
@@ -818,10 +890,14 @@ LogicalResult importSlice(Importer &imp, NodeCtx &n) {
   int64_t rank = in.size();
   std::vector<int64_t> starts, ends, axes, steps;
   if (n.opset < 10) {
+    if (!n.attr("starts") || !n.attr("ends"))
+      return n.fail("needs the 'starts' and 'ends' attributes below opset 10");
     starts = n.attrInts("starts").value_or(std::vector<int64_t>{});
     ends = n.attrInts("ends").value_or(std::vector<int64_t>{});
     axes = n.attrInts("axes").value_or(std::vector<int64_t>{});
   } else {
+    if (n.attr("starts") || n.attr("ends"))
+      return n.fail("'starts' and 'ends' are inputs from opset 10, not attributes");
     auto s = imp.constIn(n, 1, "starts"), en = imp.constIn(n, 2, "ends");
     if (failed(s) || failed(en))
       return failure();
@@ -850,10 +926,14 @@ LogicalResult importSlice(Importer &imp, NodeCtx &n) {
   if (axes.size() != starts.size() || steps.size() != starts.size())
     return n.fail("starts, ends, axes and steps differ in length");
   SmallVector<int64_t> lo(rank, 0), hi(in.begin(), in.end()), st(rank, 1);
+  std::vector<bool> seen(rank, false);
   for (size_t k = 0; k < axes.size(); ++k) {
     auto ax = shapes::normalizeAxis(axes[k], rank);
     if (!ax)
       return n.fail("slice axis " + Twine(axes[k]) + " out of range");
+    if (seen[*ax])
+      return n.fail("slice axis " + Twine(axes[k]) + " is repeated");
+    seen[*ax] = true;
     int64_t dim = in[*ax];
     if (steps[k] <= 0)
       return n.fail("slices with a step <= 0 are not supported");
@@ -893,9 +973,14 @@ LogicalResult importRange(Importer &imp, NodeCtx &n) {
   if ((*s)->numel() != 1 || (*l)->numel() != 1 || (*d)->numel() != 1)
     return n.fail("start, limit and delta must be scalars");
   double start = (*s)->asDouble(0), limit = (*l)->asDouble(0), delta = (*d)->asDouble(0);
+  if (!std::isfinite(start) || !std::isfinite(limit) || !std::isfinite(delta))
+    return n.fail("start, limit and delta must be finite");
   if (delta == 0)
     return n.fail("delta must not be 0");
-  int64_t count = std::max<int64_t>(0, (int64_t)std::ceil((limit - start) / delta));
+  double steps = std::ceil((limit - start) / delta);
+  if (steps > (double)kFoldLimit)
+    return n.fail("range of more than " + Twine(kFoldLimit) + " elements is too large");
+  int64_t count = std::max<int64_t>(0, (int64_t)steps);
   if (count > kFoldLimit)
     return n.fail("range of " + Twine(count) + " elements is too large");
   ConstTensor r = ConstTensor::zeros((*s)->dtype, {count});
@@ -919,14 +1004,17 @@ LogicalResult importConstantOfShape(Importer &imp, NodeCtx &n) {
       return n.fail("negative dim in shape");
   ConstTensor value = ConstTensor::zeros(DType::F32, {1});
   std::string why;
-  if (auto *a = n.attr("value"))
-    if (!readTensor(a->t(), imp.baseDir, value, why))
+  if (n.attr("value")) {
+    const onnx::TensorProto *t = n.attrTensor("value");
+    if (!t)
+      return n.fail(n.attrError);
+    if (!readTensor(*t, imp.baseDir, value, why))
       return n.fail(why);
+  }
   if (value.numel() != 1)
     return n.fail("value must hold one element");
-  if (shapes::numElements(shape) > kFoldLimit)
-    return n.fail("constant of " + Twine(shapes::numElements(shape)) +
-                  " elements is too large to fold");
+  if (!foldable(shape))
+    return n.fail("constant of shape " + shapes::str(shape) + " is too large to fold");
   imp.setConst(n, 0, foldBroadcast(foldReshape(value, {}), shape));
   return success();
 }
@@ -941,7 +1029,7 @@ LogicalResult importExpand(Importer &imp, NodeCtx &n) {
   auto shape = shapes::broadcast((*e)->shape, target, why);
   if (!shape)
     return n.fail(why);
-  if ((*e)->kind == Entry::Const && shapes::numElements(*shape) <= kFoldLimit) {
+  if ((*e)->kind == Entry::Const && foldable(*shape)) {
     imp.setConst(n, 0, foldBroadcast(*(*e)->c, *shape));
     return success();
   }
@@ -960,10 +1048,18 @@ LogicalResult importWhere(Importer &imp, NodeCtx &n) {
                     *y = imp.maybeConst(n, 2);
   std::string why;
   if (c && x && y) {
-    auto r = foldWhere(*c, *x, *y, why);
-    if (!r)
+    auto xy = shapes::broadcast(x->shape, y->shape, why);
+    auto shape = xy ? shapes::broadcast(c->shape, *xy, why) : xy;
+    if (!shape)
       return n.fail(why);
-    if (r->numel() <= kFoldLimit) {
+    if (x->dtype != y->dtype)
+      return n.fail("X and Y differ in element type");
+    if (c->dtype != DType::Bool)
+      return n.fail("condition must be bool");
+    if (foldable(*shape)) {
+      auto r = foldWhere(*c, *x, *y, why);
+      if (!r)
+        return n.fail(why);
       imp.setConst(n, 0, std::move(*r));
       return success();
     }
@@ -1002,8 +1098,9 @@ LogicalResult importNot(Importer &imp, NodeCtx &n) {
 }
 
 /// MatMul with numpy semantics for 1-D operands.
-LogicalResult emitMatMul(Importer &imp, NodeCtx &n, Value a, Value bm, Value bias, bool ta,
-                         bool tb, int outIdx) {
+/// `bias` is fused only when it is [N]; callers check.
+FailureOr<Value> emitMatMul(Importer &imp, NodeCtx &n, Value a, Value bm, Value bias, bool ta,
+                            bool tb) {
   std::string why;
   shapes::Shape sa = Importer::shapeOf(a), sb = Importer::shapeOf(bm);
   if (sa.empty() || sb.empty())
@@ -1026,8 +1123,10 @@ LogicalResult emitMatMul(Importer &imp, NodeCtx &n, Value a, Value bm, Value bia
   auto shape = shapes::matmul(Importer::shapeOf(a), Importer::shapeOf(bm), ta, tb, why);
   if (!shape)
     return n.fail(why);
-  if (bias && (Importer::shapeOf(bias).size() != 1 || Importer::shapeOf(bias)[0] != shape->back()))
-    bias = nullptr; // caller adds non-vector biases explicitly
+  if (bias && (Importer::shapeOf(bias) != shapes::Shape{shape->back()} ||
+               eltOf(bias) != eltOf(a)))
+    return n.fail("bias " + shapes::str(Importer::shapeOf(bias)) + " must be a vector of " +
+                  Twine(shape->back()) + " elements of the operands' type");
   Value r = imp.b.create<pm::MatMulOp>(n.loc, imp.tensorType(*shape, eltOf(a)), a, bm, bias, ta,
                                        tb);
   if (vecA || vecB) {
@@ -1041,15 +1140,18 @@ LogicalResult emitMatMul(Importer &imp, NodeCtx &n, Value a, Value bm, Value bia
       return failure();
     r = *rr;
   }
-  imp.setValue(n, outIdx, r);
-  return success();
+  return r;
 }
 
 LogicalResult importMatMul(Importer &imp, NodeCtx &n) {
   auto a = imp.valueIn(n, 0), bm = imp.valueIn(n, 1);
   if (failed(a) || failed(bm))
     return failure();
-  return emitMatMul(imp, n, *a, *bm, nullptr, false, false, 0);
+  auto r = emitMatMul(imp, n, *a, *bm, nullptr, false, false);
+  if (failed(r))
+    return failure();
+  imp.setValue(n, 0, *r);
+  return success();
 }
 
 Value scalarConst(Importer &imp, Location loc, double v, Type elt) {
@@ -1078,12 +1180,15 @@ LogicalResult importGemm(Importer &imp, NodeCtx &n) {
   int64_t outN = Importer::shapeOf(*bm)[tb ? 0 : 1];
   bool fuseBias = bias && alpha == 1.0 && beta == 1.0 &&
                   Importer::shapeOf(bias) == shapes::Shape{outN};
-  if (failed(emitMatMul(imp, n, *a, *bm, fuseBias ? bias : Value(), ta, tb, 0)))
+  auto mm = emitMatMul(imp, n, *a, *bm, fuseBias ? bias : Value(), ta, tb);
+  if (failed(mm))
     return failure();
-  if (fuseBias || (!bias && alpha == 1.0))
+  Value y = *mm;
+  if (fuseBias || (!bias && alpha == 1.0)) {
+    imp.setValue(n, 0, y);
     return success();
+  }
   // General form: alpha * (A @ B) + beta * C.
-  Value y = imp.values[n.node.output(0)].v;
   Type elt = eltOf(y);
   std::string why;
   if (alpha != 1.0)
@@ -1239,10 +1344,17 @@ LogicalResult importDropout(Importer &imp, NodeCtx &n) {
   auto e = imp.entry(n, 0);
   if (failed(e))
     return failure();
-  if (const ConstTensor *t = n.opset >= 12 ? imp.maybeConst(n, 2) : nullptr)
-    if (t->numel() == 1 && t->asInt(0))
+  if (n.opset >= 12 && n.has(2)) {
+    auto t = imp.constIn(n, 2, "training_mode");
+    if (failed(t))
+      return failure();
+    if ((*t)->numel() != 1 || (*t)->asInt(0))
       return n.fail("training_mode=true dropout is not supported (PipeMesh trains without "
                     "dropout)");
+  }
+  if (n.opset < 7 && n.attrInt("is_test", 0) == 0)
+    return n.fail("dropout in training mode (is_test=0) is not supported (PipeMesh trains "
+                  "without dropout)");
   imp.values[n.node.output(0)] = **e;
   imp.setPoison(n, 1, "is a Dropout mask, which is not supported");
   return success();
@@ -1440,11 +1552,12 @@ LogicalResult importMSAttention(Importer &imp, NodeCtx &n) {
       return failure();
     bias = *bv;
   }
-  if (failed(emitMatMul(imp, n, *x, *w, bias, false, false, 0)))
-    return failure();
-  Value qkv = imp.values[n.node.output(0)].v;
-  if (bias && !cast<pm::MatMulOp>(qkv.getDefiningOp()).getBias())
+  if (bias && Importer::shapeOf(bias) != shapes::Shape{3 * hidden})
     return n.fail("bias must be 1-D of size " + Twine(3 * hidden));
+  auto mm = emitMatMul(imp, n, *x, *w, bias, false, false);
+  if (failed(mm))
+    return failure();
+  Value qkv = *mm;
   auto sliceType = imp.tensorType({B, S, hidden}, eltOf(qkv));
   auto split = imp.b.create<pm::SplitOp>(n.loc, SmallVector<Type>(3, sliceType), qkv, 2,
                                          SmallVector<int64_t>(3, hidden));
@@ -1484,6 +1597,9 @@ LogicalResult importMSAttention(Importer &imp, NodeCtx &n) {
   return success();
 }
 
+/// Two's-complement wrap-around, as integer tensors behave (no UB on overflow).
+int64_t wrapInt(uint64_t v) { return (int64_t)v; }
+
 template <typename OpT> LogicalResult bin(Importer &imp, NodeCtx &n, BinaryFn f, BinaryIntFn i) {
   return binary<OpT>(imp, n, f, i);
 }
@@ -1520,28 +1636,33 @@ const std::map<std::string, Handler> &onnxHandlers() {
       {"Add",
        [](Importer &i, NodeCtx &n) {
          return bin<pm::AddOp>(i, n, [](double a, double b) { return a + b; },
-                               [](int64_t a, int64_t b) { return a + b; });
+                               [](int64_t a, int64_t b) { return wrapInt((uint64_t)a + b); });
        }},
       {"Sub",
        [](Importer &i, NodeCtx &n) {
          return bin<pm::SubOp>(i, n, [](double a, double b) { return a - b; },
-                               [](int64_t a, int64_t b) { return a - b; });
+                               [](int64_t a, int64_t b) { return wrapInt((uint64_t)a - b); });
        }},
       {"Mul",
        [](Importer &i, NodeCtx &n) {
          return bin<pm::MulOp>(i, n, [](double a, double b) { return a * b; },
-                               [](int64_t a, int64_t b) { return a * b; });
+                               [](int64_t a, int64_t b) { return wrapInt((uint64_t)a * b); });
        }},
       {"Div",
        [](Importer &i, NodeCtx &n) {
          return bin<pm::DivOp>(i, n, [](double a, double b) { return a / b; },
-                               [](int64_t a, int64_t b) { return b == 0 ? 0 : a / b; });
+                               [](int64_t a, int64_t b) -> int64_t {
+                                 // x / 0 has no defined value; INT64_MIN / -1 wraps.
+                                 if (b == 0)
+                                   return 0;
+                                 return b == -1 ? wrapInt(0 - (uint64_t)a) : a / b;
+                               });
        }},
       {"Pow",
        [](Importer &i, NodeCtx &n) {
          return bin<pm::PowOp>(i, n, [](double a, double b) { return std::pow(a, b); },
                                [](int64_t a, int64_t b) {
-                                 return (int64_t)std::pow((double)a, (double)b);
+                                 return saturateToInt64(std::pow((double)a, (double)b));
                                });
        }},
       {"Max",
@@ -1696,6 +1817,7 @@ FailureOr<SmallVector<Type>> Importer::importInputs(Block *&body) {
     types.push_back(tensorType(shape, *elt));
     names.push_back(in.name());
   }
+  boundDims = bound;
   auto func = b.create<func::FuncOp>(loc, "forward", b.getFunctionType(types, {}));
   body = func.addEntryBlock();
   for (auto [k, name] : llvm::enumerate(names)) {
@@ -1721,23 +1843,57 @@ LogicalResult Importer::importNode(const onnx::NodeProto &node, int index) {
       return n.fail("domain '" + domain + "' is not in the model's opset_import");
     n.opset = 1;
   }
-  const auto &table = domain.empty() ? onnxHandlers()
-                      : domain == "com.microsoft"
-                          ? microsoftHandlers()
-                          : *static_cast<const std::map<std::string, Handler> *>(nullptr);
   if (!domain.empty() && domain != "com.microsoft")
     return n.fail("unsupported domain");
+  const auto &table = domain.empty() ? onnxHandlers() : microsoftHandlers();
   auto it = table.find(node.op_type());
   if (it == table.end())
     return n.fail("unsupported op");
   if (domain.empty() && (n.opset < 1 || n.opset > 21))
     return n.fail("unsupported opset (PipeMesh reads opsets up to 21)");
-  return it->second(*this, n);
+  if (domain.empty()) {
+    // Ops newer than the model's opset do not exist in it.
+    static const llvm::StringMap<int64_t> since = {
+        {"Expand", 8},           {"ConstantOfShape", 9},
+        {"Where", 9},            {"Erf", 9},
+        {"Range", 11},           {"SoftmaxCrossEntropyLoss", 12},
+        {"NegativeLogLikelihoodLoss", 12}, {"LayerNormalization", 17},
+        {"Gelu", 20}};
+    auto s = since.find(node.op_type());
+    if (s != since.end() && n.opset < s->second)
+      return n.fail("ai.onnx " + node.op_type() + " exists from opset " + Twine(s->second));
+  }
+  // Every supported op has a first output; the handlers rely on it.
+  if (!n.hasOutput(0))
+    return n.fail("has no first output");
+  // ONNX graphs are in SSA form: a name is defined once.
+  llvm::StringSet<> outs;
+  for (const std::string &out : node.output())
+    if (!out.empty() && (values.count(out) || !outs.insert(out).second))
+      return n.fail("output '" + out + "' is already defined");
+  if (failed(it->second(*this, n)))
+    return failure();
+  if (!n.attrError.empty())
+    return n.fail(n.attrError);
+  return success();
 }
 
 void Importer::restoreTiedEmbedding() {
   if (opts.tieEmbeddings == TieEmbeddings::Off)
     return;
+  // The output head: a parameter that is the right-hand side of a matmul whose
+  // result the function returns (through reshapes). Only such a parameter may
+  // be tied - other [C, V] weights (an MLP with 4C == V) must never be.
+  llvm::StringSet<> heads;
+  module.walk([&](func::ReturnOp ret) {
+    for (Value v : ret.getOperands()) {
+      while (auto r = v.getDefiningOp<pm::ReshapeOp>())
+        v = r.getInput();
+      if (auto mm = v.getDefiningOp<pm::MatMulOp>())
+        if (auto g = mm.getB().getDefiningOp<pm::GetParamOp>())
+          heads.insert(g.getName());
+    }
+  });
   // A head stored as the exact transposed copy of the token embedding: [C, V]
   // against the embedding's [V, C].
   for (auto &emb : embeddingParams) {
@@ -1747,7 +1903,7 @@ void Importer::restoreTiedEmbedding() {
     auto embType = cast<RankedTensorType>(embOp.getType());
     for (auto &kv : params) {
       pm::ParamOp head = kv.second;
-      if (!head || head == embOp)
+      if (!head || head == embOp || !heads.contains(kv.getKey()))
         continue;
       auto ht = cast<RankedTensorType>(head.getType());
       if (ht.getRank() != 2 || ht.getDimSize(0) != embType.getDimSize(1) ||
@@ -1796,6 +1952,50 @@ void Importer::restoreTiedEmbedding() {
       return;
     }
   }
+}
+
+/// A graph output's declared element type and shape (where it gives them)
+/// must match what the import computed: a mismatch means the model is
+/// inconsistent or an op was imported wrongly, never something to pass on.
+LogicalResult Importer::checkDeclaredOutput(const onnx::ValueInfoProto &out, const Entry &e) {
+  if (!out.type().has_tensor_type())
+    return success();
+  const auto &tt = out.type().tensor_type();
+  auto fail = [&](const Twine &what) {
+    emitError(FileLineColLoc::get(b.getStringAttr(sourceName), 0, 0))
+        << "graph output '" << out.name() << "' " << what;
+    return failure();
+  };
+  DType declared = (DType)tt.elem_type();
+  if (declared != DType::Undefined && declared != e.dtype)
+    return fail(Twine("is declared ") + dtypeName(declared) + " but computes " +
+                dtypeName(e.dtype));
+  if (!tt.has_shape())
+    return success();
+  shapes::Shape want;
+  const auto &dims = tt.shape().dim();
+  bool known = (int64_t)dims.size() == (int64_t)e.shape.size();
+  for (int k = 0; k < dims.size() && known; ++k) {
+    if (dims[k].has_dim_value())
+      want.push_back(dims[k].dim_value());
+    else if (dims[k].has_dim_param() && boundDims.count(dims[k].dim_param()))
+      want.push_back(boundDims[dims[k].dim_param()]);
+    else
+      want.push_back(e.shape[k]); // an unnamed or unbound dim matches anything
+  }
+  if (!known || want != e.shape) {
+    std::string decl = "[";
+    for (int k = 0; k < dims.size(); ++k) {
+      if (k)
+        decl += ", ";
+      decl += dims[k].has_dim_value() ? std::to_string(dims[k].dim_value())
+              : dims[k].has_dim_param() ? dims[k].dim_param()
+                                        : "?";
+    }
+    decl += "]";
+    return fail("is declared with shape " + decl + " but computes " + shapes::str(e.shape));
+  }
+  return success();
 }
 
 OwningOpRef<ModuleOp> Importer::run() {
@@ -1848,6 +2048,8 @@ OwningOpRef<ModuleOp> Importer::run() {
       it->second.kind = Entry::Const;
     }
     if (failed(elementType(it->second.dtype, nullptr, "graph output '" + out.name() + "'")))
+      return nullptr;
+    if (failed(checkDeclaredOutput(out, it->second)))
       return nullptr;
     Value v = materialize(it->second, fileLoc);
     results.push_back(v);

@@ -2,6 +2,7 @@
 #include "ONNXModelLoader.h"
 
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MathExtras.h"
 #include "llvm/Support/Path.h"
 
 #include <google/protobuf/io/coded_stream.h>
@@ -90,6 +91,18 @@ static int64_t elementSize(DType t) {
   }
 }
 
+/// The byte size of a tensor's data from its dims and element type, without
+/// overflow.
+static bool tensorBytes(const onnx::TensorProto &t, int64_t &bytes, std::string &why) {
+  bytes = elementSize((DType)t.data_type());
+  for (int64_t d : t.dims())
+    if (d < 0 || llvm::MulOverflow(bytes, d, bytes)) {
+      why = "tensor '" + t.name() + "' has a negative or too large shape";
+      return false;
+    }
+  return true;
+}
+
 bool checkExternalData(const onnx::TensorProto &t, llvm::StringRef baseDir, std::string &why) {
   ExternalRef ref;
   if (!externalRef(t, baseDir, ref, why))
@@ -99,13 +112,18 @@ bool checkExternalData(const onnx::TensorProto &t, llvm::StringRef baseDir, std:
     why = "initializer '" + t.name() + "': external data file '" + ref.path + "' is missing";
     return false;
   }
-  int64_t numel = 1;
-  for (int64_t d : t.dims())
-    numel *= d;
-  int64_t need = ref.length >= 0 ? ref.length : numel * elementSize((DType)t.data_type());
-  if ((int64_t)size < ref.offset + need) {
+  int64_t bytes, end;
+  if (!tensorBytes(t, bytes, why))
+    return false;
+  if (ref.length >= 0 && ref.length < bytes) {
+    why = "initializer '" + t.name() + "': external data length " + std::to_string(ref.length) +
+          " is shorter than the " + std::to_string(bytes) + " bytes of its shape";
+    return false;
+  }
+  if (llvm::AddOverflow(ref.offset, bytes, end) || (int64_t)size < end) {
     why = "initializer '" + t.name() + "': external data file '" + ref.path + "' has " +
-          std::to_string(size) + " bytes, needs " + std::to_string(ref.offset + need);
+          std::to_string(size) + " bytes, needs " +
+          (end < 0 ? std::string("more") : std::to_string(end));
     return false;
   }
   return true;
@@ -210,8 +228,10 @@ bool readTensor(const onnx::TensorProto &t, llvm::StringRef baseDir, ConstTensor
     }
     shape.push_back(d);
   }
-  int64_t n = shapes::numElements(shape);
-  if (n > (int64_t)1 << 31) {
+  auto numel = shapes::checkedNumElements(shape);
+  int64_t n = numel ? *numel : -1;
+  // Values are held as 8-byte host elements: 1 GiB at most.
+  if (!numel || n > (int64_t)1 << 27) {
     why = "tensor '" + t.name() + "' is too large to fold at import time";
     return false;
   }
@@ -283,11 +303,12 @@ bool readFloat32(const onnx::TensorProto &t, llvm::StringRef baseDir, std::vecto
     why = "tensor '" + t.name() + "' is not float32";
     return false;
   }
-  int64_t n = 1;
-  for (int64_t d : t.dims())
-    n *= d;
+  int64_t nbytes;
+  if (!tensorBytes(t, nbytes, why))
+    return false;
+  int64_t n = nbytes / 4;
   std::string bytes;
-  if (!rawBytes(t, baseDir, n * 4, bytes, why))
+  if (!rawBytes(t, baseDir, nbytes, bytes, why))
     return false;
   out.resize(n);
   if (!bytes.empty() || n == 0) {

@@ -186,8 +186,10 @@ bool isCausalMask(const IntTensor &mask, int64_t tq, int64_t tk, bool trueMeansV
 // The attention chain
 //===----------------------------------------------------------------------===//
 
-/// Masked entries must vanish from the softmax: exp(-1e9 - max) is 0 in any
-/// float format, while small "large" values (-1e4) would not be exact.
+/// The causal fill must lie so far below any real score that exp(fill - max)
+/// vanishes whatever the scores are: exporters write finfo.min, -inf or -1e9.
+/// A -1e4 fill (old HF, fp16 models) only hides keys while the scores stay
+/// well above it, so it is not raised.
 constexpr double kMaxMaskFill = -1e9;
 
 /// What lies between the softmax and the q @ k^T matmul.
@@ -247,6 +249,11 @@ bool matchScoreChain(Value v, ScoreChain &chain, bool maskingAllowed) {
     return false;
   }
   if (auto add = dyn_cast_or_null<AddOp>(op)) {
+    // Known divergence: where(tril, s, finfo.min) + mask with a mask that
+    // hides every visible key of a query row (left padding) gives that row
+    // finite ties with the hidden keys, so the decomposed graph attends to
+    // future keys there, while causal attention never does. Only such rows
+    // (whose outputs are padding) differ.
     if (chain.additiveMask)
       return false;
     // Either operand may be the scores; the other must broadcast into them.

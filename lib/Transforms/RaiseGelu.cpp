@@ -85,8 +85,8 @@ public:
       return it == p.terms.end() ? 0.0 : it->second;
     };
     for (const Poly *p : {this, &expected})
-      for (auto &[m, c] : p->terms) {
-        (void)c;
+      for (const auto &term : p->terms) {
+        Monomial m = term.first;
         double want = coefficient(expected, m);
         double magnitude = want != 0.0 ? std::fabs(want) : largest;
         if (!raise::isNear(coefficient(*this, m), want, kConstantRelTol, magnitude))

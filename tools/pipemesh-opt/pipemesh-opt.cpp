@@ -7,12 +7,14 @@
 //===----------------------------------------------------------------------===//
 #include "pipemesh/Dialect/PMesh/PMesh.h"
 #include "pipemesh/Import/ONNXImporter.h"
+#include "pipemesh/Plan/Plan.h"
 #include "pipemesh/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/AsmState.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
@@ -46,6 +48,15 @@ cl::opt<bool> noRaiseOpt("no-raise",
 cl::opt<bool> shapesOnlyOpt("shapes-only",
                             cl::desc("Do not require external weight data to exist"),
                             cl::init(false), cl::cat(importCategory));
+
+cl::OptionCategory compileCategory("Compiling a plan");
+cl::opt<std::string> compileOpt(
+    "pipemesh-compile",
+    cl::desc("Run the whole pipeline and write a plan: \"batch=B seq=T [pp=1 dp=1 vpp=1 "
+             "microbatches=M schedule=1f1b labels=auto|next|same shapes-only=false]\""),
+    cl::init(""), cl::cat(compileCategory));
+cl::opt<bool> printPlanOpt("print-plan", cl::desc("Print the input plan file as text"),
+                           cl::init(false), cl::cat(compileCategory));
 
 bool isONNXPath(StringRef path) { return path.ends_with(".onnx") || path.ends_with(".onnxtxt"); }
 
@@ -114,6 +125,63 @@ std::unique_ptr<MemoryBuffer> importToBuffer(StringRef path, DialectRegistry &re
   module->print(os, OpPrintingFlags().enableDebugInfo().printGenericOpForm(false));
   return MemoryBuffer::getMemBufferCopy(text, path);
 }
+/// --pipemesh-compile: import (or parse), raise, build the training step,
+/// clean up, and write the plan to the output file.
+int compileToPlan(StringRef inputFilename, StringRef outputFilename, DialectRegistry &registry) {
+  pipemesh::plan::CompileOptions copts;
+  std::string why;
+  if (!pipemesh::plan::parseCompileOptions(compileOpt, copts, why)) {
+    errs() << "error: --pipemesh-compile: " << why << "\n";
+    return 1;
+  }
+  if (outputFilename == "-") {
+    errs() << "error: --pipemesh-compile writes a binary plan: give -o NAME.plan\n";
+    return 1;
+  }
+  auto opts = importOptionsFromFlags();
+  if (!opts)
+    return 1;
+  // batch and seq of the compile options bind the model's dynamic dims.
+  opts->batch = copts.batch;
+  opts->seq = copts.seq;
+  opts->shapesOnly |= copts.shapesOnly;
+  MLIRContext context(registry);
+  context.loadAllAvailableDialects();
+  SourceMgr sourceMgr;
+  SourceMgrDiagnosticHandler diagHandler(sourceMgr, &context);
+  OwningOpRef<ModuleOp> module;
+  if (isONNXPath(inputFilename)) {
+    module = pipemesh::importONNXFile(inputFilename, *opts, &context);
+  } else {
+    std::string errorMessage;
+    auto file = openInputFile(inputFilename, &errorMessage);
+    if (!file) {
+      errs() << "error: " << errorMessage << "\n";
+      return 1;
+    }
+    sourceMgr.AddNewSourceBuffer(std::move(file), SMLoc());
+    module = parseSourceFile<ModuleOp>(sourceMgr, &context);
+  }
+  if (!module)
+    return 1;
+  PassManager pm(&context);
+  pm.addPass(pipemesh::createPMeshRaise());
+  pm.addPass(pipemesh::createPMeshAutodiff());
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+  if (failed(pm.run(*module)))
+    return 1;
+  std::string errorMessage;
+  auto output = openOutputFile(outputFilename, &errorMessage);
+  if (!output) {
+    errs() << "error: " << errorMessage << "\n";
+    return 1;
+  }
+  if (failed(pipemesh::plan::emitPlan(*module, copts, output->os())))
+    return 1;
+  output->keep();
+  return 0;
+}
 } // namespace
 
 int main(int argc, char **argv) {
@@ -128,6 +196,17 @@ int main(int argc, char **argv) {
 
   auto [inputFilename, outputFilename] =
       registerAndParseCLIOptions(argc, argv, "PipeMesh compiler driver\n", registry);
+
+  if (printPlanOpt) {
+    std::string why;
+    if (!pipemesh::plan::printPlan(inputFilename, outs(), why)) {
+      errs() << "error: " << why << "\n";
+      return 1;
+    }
+    return 0;
+  }
+  if (!compileOpt.empty())
+    return compileToPlan(inputFilename, outputFilename, registry);
 
   std::unique_ptr<MemoryBuffer> input;
   if (isONNXPath(inputFilename)) {

@@ -17,6 +17,8 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <vector>
 #include <optional>
 #include <string>
 
@@ -50,6 +52,18 @@ mlir::OwningOpRef<mlir::ModuleOp> importONNXBuffer(llvm::StringRef bytes, bool i
                                                    llvm::StringRef baseDir,
                                                    const ImportOptions &options,
                                                    mlir::MLIRContext *context);
+
+/// Reads initializer values (float32) from an ONNX model, for writing the
+/// initial weights of a plan. Parameters never pass through the IR.
+class ONNXWeightReader {
+public:
+  virtual ~ONNXWeightReader() = default;
+  /// Opens `path` (binary or text ONNX); null with `why` on failure.
+  static std::unique_ptr<ONNXWeightReader> open(llvm::StringRef path, std::string &why);
+  /// Values of initializer `name` (external data included); false with `why`.
+  virtual bool readFloat32(llvm::StringRef name, std::vector<float> &values,
+                           std::string &why) = 0;
+};
 
 } // namespace pipemesh
 

@@ -1,0 +1,51 @@
+//===- Plan.h - compiling a module into a plan artifact ---------*- C++ -*-===//
+//
+// The plan is what pipemesh-run executes: a manifest (JSON), per-rank
+// instruction streams with arena offsets, and the initial weights as
+// safetensors, in one checksummed file. docs/plan-format.md specifies it.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PIPEMESH_PLAN_PLAN_H
+#define PIPEMESH_PLAN_PLAN_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstdint>
+#include <string>
+
+namespace pipemesh::plan {
+
+constexpr uint32_t kPlanFormatVersion = 1;
+constexpr char kPlanMagic[8] = {'P', 'M', 'P', 'L', 'A', 'N', 0, 0};
+
+/// The `--pipemesh-compile="..."` options.
+struct CompileOptions {
+  int64_t batch = 0; // micro-batch size (sequences per micro-batch per replica)
+  int64_t seq = 0;
+  int64_t pp = 1, dp = 1, vpp = 1;
+  int64_t microbatches = 1;
+  std::string schedule = "1f1b";
+  bool shapesOnly = false;
+  /// How the model's own `labels` input relates to the tokens: "next" (labels
+  /// are the next tokens), "same" (labels = input ids, shifted inside the
+  /// model, HuggingFace style) or "auto" (same when the graph slices labels).
+  std::string labels = "auto";
+};
+
+/// Parses "batch=8 seq=1024 pp=1 ..." into `opts`; false with `why`.
+bool parseCompileOptions(llvm::StringRef text, CompileOptions &opts, std::string &why);
+
+/// Writes the plan for a module that has been through pmesh-autodiff.
+mlir::LogicalResult emitPlan(mlir::ModuleOp module, const CompileOptions &opts,
+                             llvm::raw_ostream &os);
+
+/// Prints a plan file as readable text; false with `why` for a bad file.
+bool printPlan(llvm::StringRef path, llvm::raw_ostream &os, std::string &why);
+
+/// FNV-1a 64 of `bytes`, continuing from `hash`.
+uint64_t fnv1a64(llvm::StringRef bytes, uint64_t hash = 0xcbf29ce484222325ull);
+
+} // namespace pipemesh::plan
+
+#endif // PIPEMESH_PLAN_PLAN_H

@@ -1,0 +1,158 @@
+//===- PlanPrinter.cpp - a plan file as readable text ----------------------===//
+#include "pipemesh/Plan/Plan.h"
+
+#include "llvm/Support/Format.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+
+#include <cstring>
+
+namespace json = llvm::json;
+
+namespace pipemesh::plan {
+
+namespace {
+std::string shapeText(const json::Array *shape) {
+  std::string s = "[";
+  if (shape)
+    for (size_t i = 0; i < shape->size(); ++i)
+      s += (i ? "x" : "") + std::to_string((*shape)[i].getAsInteger().value_or(-1));
+  return s + "]";
+}
+
+std::string ids(const json::Array *a) {
+  std::string s;
+  if (a)
+    for (size_t i = 0; i < a->size(); ++i)
+      s += (i ? ", %" : "%") + std::to_string((*a)[i].getAsInteger().value_or(-1));
+  return s;
+}
+} // namespace
+
+bool printPlan(llvm::StringRef path, llvm::raw_ostream &os, std::string &why) {
+  auto buffer = llvm::MemoryBuffer::getFile(path, false, false);
+  if (!buffer) {
+    why = "cannot open '" + path.str() + "': " + buffer.getError().message();
+    return false;
+  }
+  llvm::StringRef bytes = (*buffer)->getBuffer();
+  if (bytes.size() < 40 || std::memcmp(bytes.data(), kPlanMagic, 8) != 0) {
+    why = "'" + path.str() + "' is not a PipeMesh plan";
+    return false;
+  }
+  uint32_t version;
+  uint64_t lm, lw, hash;
+  std::memcpy(&version, bytes.data() + 8, 4);
+  std::memcpy(&lm, bytes.data() + 16, 8);
+  std::memcpy(&lw, bytes.data() + 24, 8);
+  std::memcpy(&hash, bytes.data() + 32, 8);
+  if (version != kPlanFormatVersion) {
+    why = "plan format version " + std::to_string(version) + ", this tool reads " +
+          std::to_string(kPlanFormatVersion);
+    return false;
+  }
+  if (bytes.size() - 40 < lm || bytes.size() - 40 - lm != lw) {
+    why = "plan is truncated or has trailing bytes";
+    return false;
+  }
+  if (fnv1a64(bytes.substr(40, lm + lw)) != hash) {
+    why = "plan is damaged (checksum mismatch)";
+    return false;
+  }
+  auto parsed = json::parse(bytes.substr(40, lm));
+  if (!parsed) {
+    why = "plan manifest is not valid JSON: " + llvm::toString(parsed.takeError());
+    return false;
+  }
+  const json::Object *m = parsed->getAsObject();
+  const json::Object *model = m ? m->getObject("model") : nullptr;
+  const json::Object *par = m ? m->getObject("parallel") : nullptr;
+  const json::Array *ranks = m ? m->getArray("ranks") : nullptr;
+  if (!model || !par || !ranks) {
+    why = "plan manifest lacks model, parallel or ranks";
+    return false;
+  }
+  os << "plan format " << version << ", " << lw << " bytes of weights\n";
+  os << "model: " << model->getString("source").value_or("?")
+     << "  batch=" << model->getInteger("batch").value_or(0)
+     << " seq=" << model->getInteger("seq").value_or(0)
+     << " vocab=" << model->getInteger("vocab").value_or(0)
+     << " params=" << model->getInteger("num_params").value_or(0)
+     << " loss=" << model->getString("loss").value_or("?") << "\n";
+  os << "parallel: pp=" << par->getInteger("pp").value_or(0)
+     << " dp=" << par->getInteger("dp").value_or(0)
+     << " vpp=" << par->getInteger("vpp").value_or(0)
+     << " microbatches=" << par->getInteger("microbatches").value_or(0)
+     << " schedule=" << par->getString("schedule").value_or("?") << "\n";
+  for (const json::Value &rv : *ranks) {
+    const json::Object *r = rv.getAsObject();
+    if (!r)
+      continue;
+    const json::Array *bufs = r->getArray("buffers");
+    const json::Array *prog = r->getArray("program");
+    int64_t arena = r->getInteger("arena_bytes").value_or(0);
+    os << "\nrank " << r->getInteger("rank").value_or(-1) << ": arena " << arena << " bytes ("
+       << llvm::format("%.2f", arena / 1048576.0) << " MiB; persistent "
+       << r->getInteger("persistent_bytes").value_or(0) << ", activations "
+       << r->getInteger("activation_peak_bytes").value_or(0) << ")\n";
+    // Schedule row in PyTorch's action notation: F<j> / B<j> per micro-batch.
+    if (prog) {
+      os << "  schedule:";
+      for (const json::Value &iv : *prog) {
+        const json::Object *in = iv.getAsObject();
+        if (in && in->getString("op") == "load_microbatch")
+          os << " 0F" << in->getInteger("index").value_or(0) << " 0B"
+             << in->getInteger("index").value_or(0);
+        if (in && in->getString("op") == "adamw")
+          os << " OPT";
+      }
+      os << "\n";
+    }
+    os << "  buffers:\n";
+    if (bufs)
+      for (const json::Value &bv : *bufs) {
+        const json::Object *b = bv.getAsObject();
+        if (!b)
+          continue;
+        os << llvm::format("    %%%-4lld %-10s %-5s %-18s @%-10lld %s\n",
+                           (long long)b->getInteger("id").value_or(-1),
+                           b->getString("kind").value_or("?").str().c_str(),
+                           b->getString("dtype").value_or("?").str().c_str(),
+                           shapeText(b->getArray("shape")).c_str(),
+                           (long long)b->getInteger("offset").value_or(0),
+                           b->getString("name").value_or("").str().c_str());
+      }
+    os << "  program:\n";
+    if (prog)
+      for (auto [k, iv] : llvm::enumerate(*prog)) {
+        const json::Object *in = iv.getAsObject();
+        if (!in)
+          continue;
+        std::string op = in->getString("op").value_or("?").str();
+        os << llvm::format("    %4zu  ", k) << op;
+        if (op == "load_microbatch")
+          os << " " << in->getInteger("index").value_or(0);
+        if (op == "adamw") {
+          os << " (" << (in->getArray("params") ? in->getArray("params")->size() : 0)
+             << " parameters)\n";
+          continue;
+        }
+        if (auto *a = in->getArray("in"); a && !a->empty())
+          os << " " << ids(a);
+        if (auto *a = in->getArray("out"); a && !a->empty())
+          os << " -> " << ids(a);
+        if (auto s = in->getNumber("scale"))
+          os << " scale " << *s;
+        if (auto *attrs = in->getObject("attrs")) {
+          std::string text;
+          llvm::raw_string_ostream as(text);
+          as << json::Value(json::Object(*attrs));
+          os << " " << text;
+        }
+        os << "\n";
+      }
+  }
+  return true;
+}
+
+} // namespace pipemesh::plan

@@ -1,0 +1,435 @@
+// RUN: pipemesh-opt %s --pmesh-raise --split-input-file | FileCheck %s
+
+// Scaled dot-product attention as exporters write it: q @ k^T, scalar
+// factors, an optional causal where, an optional additive mask, softmax over
+// the keys, @ v. Shapes: B = 1, H = 2, T = 4, D = 8 unless noted.
+
+// gen_gpt2.py: heads split by reshape + transpose, k^T straight from
+// [B, T, H, D] with perm [0, 2, 3, 1], a scale multiplied after the matmul,
+// where(tril, s, finfo.min). k is rebuilt as [B, H, T, D] from the original.
+
+// CHECK-LABEL: func.func @gen_gpt2
+// CHECK-SAME: (%[[QS:[^:]*]]: tensor<1x4x2x8xf32>, %[[KS:[^:]*]]: tensor<1x4x2x8xf32>, %[[VS:[^:]*]]: tensor<1x4x2x8xf32>)
+// CHECK-NEXT: %[[Q:.*]] = pmesh.transpose %[[QS]] perm = [0, 2, 1, 3]
+// CHECK-NEXT: %[[V:.*]] = pmesh.transpose %[[VS]] perm = [0, 2, 1, 3]
+// CHECK-NEXT: %[[K:.*]] = pmesh.transpose %[[KS]] perm = [0, 2, 1, 3] : tensor<1x4x2x8xf32> -> tensor<1x2x4x8xf32>
+// The default causal = true is not printed.
+// CHECK-NEXT: %[[O:.*]] = pmesh.attention %[[Q]], %[[K]], %[[V]] {scale = 0.353553385 : f32} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+// CHECK-NEXT: return %[[O]]
+func.func @gen_gpt2(%qs: tensor<1x4x2x8xf32>, %ks: tensor<1x4x2x8xf32>, %vs: tensor<1x4x2x8xf32>)
+    -> tensor<1x2x4x8xf32> {
+  %scale = pmesh.constant dense<0.353553385> : tensor<f32>
+  %mask = pmesh.constant dense<[[[[true, false, false, false], [true, true, false, false], [true, true, true, false], [true, true, true, true]]]]> : tensor<1x1x4x4xi1>
+  %neg = pmesh.constant dense<-3.40282347E+38> : tensor<f32>
+  %q = pmesh.transpose %qs perm = [0, 2, 1, 3] : tensor<1x4x2x8xf32> -> tensor<1x2x4x8xf32>
+  %kt = pmesh.transpose %ks perm = [0, 2, 3, 1] : tensor<1x4x2x8xf32> -> tensor<1x2x8x4xf32>
+  %v = pmesh.transpose %vs perm = [0, 2, 1, 3] : tensor<1x4x2x8xf32> -> tensor<1x2x4x8xf32>
+  %s = pmesh.matmul %q, %kt : (tensor<1x2x4x8xf32>, tensor<1x2x8x4xf32>) -> tensor<1x2x4x4xf32>
+  %ss = pmesh.mul %s, %scale : (tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  %w = pmesh.where %mask, %ss, %neg : (tensor<1x1x4x4xi1>, tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  %p = pmesh.softmax %w {axis = -1 : i64} : tensor<1x2x4x4xf32>
+  %o = pmesh.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %o : tensor<1x2x4x8xf32>
+}
+
+// -----
+
+// HF GPT-2: k.transpose(-1, -2), division by sqrt(D), the causal mask sliced
+// from the [1, 1, n_ctx, n_ctx] `bias` buffer (evaluated here), then
+// `+ attention_mask` and softmax over the positive last axis.
+
+// CHECK-LABEL: func.func @hf_gpt2_sliced_mask_and_padding
+// CHECK-SAME: (%[[Q:[^:]*]]: tensor<1x2x4x8xf32>, %[[K:[^:]*]]: tensor<1x2x4x8xf32>, %[[V:[^:]*]]: tensor<1x2x4x8xf32>, %[[M:[^:]*]]: tensor<1x1x1x4xf32>)
+// CHECK-NEXT: %[[O:.*]] = pmesh.attention %[[Q]], %[[K]], %[[V]] mask %[[M]] {scale = 0.353553385 : f32} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x1x1x4xf32>) -> tensor<1x2x4x8xf32>
+// CHECK-NEXT: return %[[O]]
+func.func @hf_gpt2_sliced_mask_and_padding(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>,
+                                           %v: tensor<1x2x4x8xf32>, %m: tensor<1x1x1x4xf32>)
+    -> tensor<1x2x4x8xf32> {
+  %sqrtd = pmesh.constant dense<2.82842708> : tensor<f32>
+  %bias = pmesh.constant dense<[[[[true, false, false, false, false, false, false, false], [true, true, false, false, false, false, false, false], [true, true, true, false, false, false, false, false], [true, true, true, true, false, false, false, false], [true, true, true, true, true, false, false, false], [true, true, true, true, true, true, false, false], [true, true, true, true, true, true, true, false], [true, true, true, true, true, true, true, true]]]]> : tensor<1x1x8x8xi1>
+  %neg = pmesh.constant dense<-3.40282347E+38> : tensor<f32>
+  %kt = pmesh.transpose %k perm = [0, 1, 3, 2] : tensor<1x2x4x8xf32> -> tensor<1x2x8x4xf32>
+  %s = pmesh.matmul %q, %kt : (tensor<1x2x4x8xf32>, tensor<1x2x8x4xf32>) -> tensor<1x2x4x4xf32>
+  %sd = pmesh.div %s, %sqrtd : (tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  %mask = pmesh.slice %bias[[0, 0, 0, 0] : [1, 1, 4, 4] : [1, 1, 1, 1]] : tensor<1x1x8x8xi1> -> tensor<1x1x4x4xi1>
+  %w = pmesh.where %mask, %sd, %neg : (tensor<1x1x4x4xi1>, tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  %wm = pmesh.add %w, %m : (tensor<1x2x4x4xf32>, tensor<1x1x1x4xf32>) -> tensor<1x2x4x4xf32>
+  %p = pmesh.softmax %wm {axis = 3 : i64} : tensor<1x2x4x4xf32>
+  %o = pmesh.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %o : tensor<1x2x4x8xf32>
+}
+
+// -----
+
+// torch's scaled_dot_product_attention export: sqrt(scale) applied to q and to
+// k^T separately (both folded into `scale`), an additive mask in front of the
+// scores and no causal where.
+
+// CHECK-LABEL: func.func @torch_sdpa_split_scale
+// CHECK-SAME: (%[[Q:[^:]*]]: tensor<1x2x4x8xf32>, %[[K:[^:]*]]: tensor<1x2x4x8xf32>, %[[V:[^:]*]]: tensor<1x2x4x8xf32>, %[[M:[^:]*]]: tensor<4x4xf32>)
+// CHECK-NEXT: %[[O:.*]] = pmesh.attention %[[Q]], %[[K]], %[[V]] mask %[[M]] {causal = false, scale = 0.353553{{[0-9]*}} : f32}
+// CHECK-NEXT: return %[[O]]
+func.func @torch_sdpa_split_scale(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>,
+                                  %v: tensor<1x2x4x8xf32>, %m: tensor<4x4xf32>)
+    -> tensor<1x2x4x8xf32> {
+  %c = pmesh.constant dense<0.594603539> : tensor<1xf32>
+  %qs = pmesh.mul %q, %c : (tensor<1x2x4x8xf32>, tensor<1xf32>) -> tensor<1x2x4x8xf32>
+  %kt = pmesh.transpose %k perm = [0, 1, 3, 2] : tensor<1x2x4x8xf32> -> tensor<1x2x8x4xf32>
+  %kts = pmesh.mul %c, %kt : (tensor<1xf32>, tensor<1x2x8x4xf32>) -> tensor<1x2x8x4xf32>
+  %s = pmesh.matmul %qs, %kts : (tensor<1x2x4x8xf32>, tensor<1x2x8x4xf32>) -> tensor<1x2x4x4xf32>
+  %sm = pmesh.add %m, %s : (tensor<4x4xf32>, tensor<1x2x4x4xf32>) -> tensor<1x2x4x4xf32>
+  %p = pmesh.softmax %sm {axis = -1 : i64} : tensor<1x2x4x4xf32>
+  %o = pmesh.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %o : tensor<1x2x4x8xf32>
+}
+
+// -----
+
+// No mask at all, k read through transpose_b, several factors (a mul and a
+// div) on the scores: causal = false, scale = 0.5 / 4.
+
+// CHECK-LABEL: func.func @transpose_b_unmasked
+// CHECK-SAME: (%[[Q:[^:]*]]: tensor<2x4x8xf32>, %[[K:[^:]*]]: tensor<2x6x8xf32>, %[[V:[^:]*]]: tensor<2x6x3xf32>)
+// CHECK-NEXT: %[[O:.*]] = pmesh.attention %[[Q]], %[[K]], %[[V]] {causal = false, scale = 1.250000e-01 : f32} : (tensor<2x4x8xf32>, tensor<2x6x8xf32>, tensor<2x6x3xf32>) -> tensor<2x4x3xf32>
+// CHECK-NEXT: return %[[O]]
+func.func @transpose_b_unmasked(%q: tensor<2x4x8xf32>, %k: tensor<2x6x8xf32>, %v: tensor<2x6x3xf32>)
+    -> tensor<2x4x3xf32> {
+  %half = pmesh.constant dense<0.5> : tensor<f32>
+  %four = pmesh.constant dense<4.0> : tensor<f32>
+  %s = pmesh.matmul %q, %k {transpose_b = true} : (tensor<2x4x8xf32>, tensor<2x6x8xf32>) -> tensor<2x4x6xf32>
+  %s1 = pmesh.mul %half, %s : (tensor<f32>, tensor<2x4x6xf32>) -> tensor<2x4x6xf32>
+  %s2 = pmesh.div %s1, %four : (tensor<2x4x6xf32>, tensor<f32>) -> tensor<2x4x6xf32>
+  %p = pmesh.softmax %s2 {axis = 2 : i64} : tensor<2x4x6xf32>
+  %o = pmesh.matmul %p, %v : (tensor<2x4x6xf32>, tensor<2x6x3xf32>) -> tensor<2x4x3xf32>
+  return %o : tensor<2x4x3xf32>
+}
+
+// -----
+
+// masked_fill(triu(ones, 1), -inf): the condition marks the hidden keys, the
+// fill is on the true side, the mask is [T, T].
+
+// CHECK-LABEL: func.func @masked_fill_triu_neg_inf
+// CHECK-SAME: (%[[Q:[^:]*]]: tensor<1x2x4x8xf32>, %[[K:[^:]*]]: tensor<1x2x4x8xf32>, %[[V:[^:]*]]: tensor<1x2x4x8xf32>)
+// CHECK-NEXT: %[[O:.*]] = pmesh.attention %[[Q]], %[[K]], %[[V]] {scale = 1.000000e+00 : f32}
+// CHECK-NEXT: return %[[O]]
+func.func @masked_fill_triu_neg_inf(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>,
+                                    %v: tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32> {
+  %upper = pmesh.constant dense<[[false, true, true, true], [false, false, true, true], [false, false, false, true], [false, false, false, false]]> : tensor<4x4xi1>
+  %ninf = pmesh.constant dense<0xFF800000> : tensor<f32>
+  %s = pmesh.matmul %q, %k {transpose_b = true} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x4xf32>
+  %w = pmesh.where %upper, %ninf, %s : (tensor<4x4xi1>, tensor<f32>, tensor<1x2x4x4xf32>) -> tensor<1x2x4x4xf32>
+  %p = pmesh.softmax %w {axis = -1 : i64} : tensor<1x2x4x4xf32>
+  %o = pmesh.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %o : tensor<1x2x4x8xf32>
+}
+
+// -----
+
+// Fewer queries than keys (Tq = 2, Tk = 4): the causal mask is aligned to the
+// end, mask[i][j] = j <= i + 2.
+
+// CHECK-LABEL: func.func @causal_aligned_to_end
+// CHECK-SAME: (%[[Q:[^:]*]]: tensor<1x2x2x8xf32>, %[[K:[^:]*]]: tensor<1x2x4x8xf32>, %[[V:[^:]*]]: tensor<1x2x4x8xf32>)
+// CHECK-NEXT: %[[O:.*]] = pmesh.attention %[[Q]], %[[K]], %[[V]] {scale = 1.000000e+00 : f32} : (tensor<1x2x2x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x2x8xf32>
+// CHECK-NEXT: return %[[O]]
+func.func @causal_aligned_to_end(%q: tensor<1x2x2x8xf32>, %k: tensor<1x2x4x8xf32>,
+                                 %v: tensor<1x2x4x8xf32>) -> tensor<1x2x2x8xf32> {
+  %mask = pmesh.constant dense<[[true, true, true, false], [true, true, true, true]]> : tensor<2x4xi1>
+  %neg = pmesh.constant dense<-1.0e+09> : tensor<f32>
+  %s = pmesh.matmul %q, %k {transpose_b = true} : (tensor<1x2x2x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x2x4xf32>
+  %w = pmesh.where %mask, %s, %neg : (tensor<2x4xi1>, tensor<1x2x2x4xf32>, tensor<f32>) -> tensor<1x2x2x4xf32>
+  %p = pmesh.softmax %w {axis = -1 : i64} : tensor<1x2x2x4xf32>
+  %o = pmesh.matmul %p, %v : (tensor<1x2x2x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x2x8xf32>
+  return %o : tensor<1x2x2x8xf32>
+}
+
+// -----
+
+// gen_gpt2.py --causal-mask=computed: not(less(rows, cols)) of the folded
+// position ids, unsqueezed to [1, 1, T, T]; evaluated at compile time.
+
+// CHECK-LABEL: func.func @computed_mask
+// CHECK-SAME: (%[[Q:[^:]*]]: tensor<1x2x4x8xf32>, %[[K:[^:]*]]: tensor<1x2x4x8xf32>, %[[V:[^:]*]]: tensor<1x2x4x8xf32>)
+// CHECK-NEXT: %[[O:.*]] = pmesh.attention %[[Q]], %[[K]], %[[V]] {scale = 1.000000e+00 : f32}
+// CHECK-NEXT: return %[[O]]
+func.func @computed_mask(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>,
+                         %v: tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32> {
+  %rows = pmesh.constant dense<[[0], [1], [2], [3]]> : tensor<4x1xi64>
+  %cols = pmesh.constant dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>
+  %neg = pmesh.constant dense<-3.40282347E+38> : tensor<f32>
+  %lt = pmesh.less %rows, %cols : (tensor<4x1xi64>, tensor<1x4xi64>) -> tensor<4x4xi1>
+  %allowed = pmesh.not %lt : tensor<4x4xi1>
+  %mask = pmesh.reshape %allowed : tensor<4x4xi1> -> tensor<1x1x4x4xi1>
+  %s = pmesh.matmul %q, %k {transpose_b = true} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x4xf32>
+  %w = pmesh.where %mask, %s, %neg : (tensor<1x1x4x4xi1>, tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  %p = pmesh.softmax %w {axis = -1 : i64} : tensor<1x2x4x4xf32>
+  %o = pmesh.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %o : tensor<1x2x4x8xf32>
+}
+
+// -----
+
+// A mask expression through transpose, broadcast, cast and and: the upper
+// triangle transposed is the lower one.
+
+// CHECK-LABEL: func.func @composed_mask_expression
+// CHECK-SAME: (%[[Q:[^:]*]]: tensor<1x2x4x8xf32>, %[[K:[^:]*]]: tensor<1x2x4x8xf32>, %[[V:[^:]*]]: tensor<1x2x4x8xf32>)
+// CHECK-NEXT: %[[O:.*]] = pmesh.attention %[[Q]], %[[K]], %[[V]] {scale = 1.000000e+00 : f32}
+// CHECK-NEXT: return %[[O]]
+func.func @composed_mask_expression(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>,
+                                    %v: tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32> {
+  %upper = pmesh.constant dense<[[true, true, true, true], [false, true, true, true], [false, false, true, true], [false, false, false, true]]> : tensor<4x4xi1>
+  %one = pmesh.constant dense<1> : tensor<1xi64>
+  %neg = pmesh.constant dense<-3.40282347E+38> : tensor<f32>
+  %lower = pmesh.transpose %upper perm = [1, 0] : tensor<4x4xi1> -> tensor<4x4xi1>
+  %lower4 = pmesh.broadcast %lower : tensor<4x4xi1> -> tensor<1x1x4x4xi1>
+  %true = pmesh.cast %one : tensor<1xi64> -> tensor<1xi1>
+  %mask = pmesh.and %lower4, %true : (tensor<1x1x4x4xi1>, tensor<1xi1>) -> tensor<1x1x4x4xi1>
+  %s = pmesh.matmul %q, %k {transpose_b = true} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x4xf32>
+  %w = pmesh.where %mask, %s, %neg : (tensor<1x1x4x4xi1>, tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  %p = pmesh.softmax %w {axis = -1 : i64} : tensor<1x2x4x4xf32>
+  %o = pmesh.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %o : tensor<1x2x4x8xf32>
+}
+
+// -----
+
+// Negative: the same expression without the transpose is the anti-causal
+// (upper) mask.
+
+// CHECK-LABEL: func.func @composed_mask_expression_upper
+// CHECK-NOT: pmesh.attention
+// CHECK: pmesh.where
+func.func @composed_mask_expression_upper(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>,
+                                          %v: tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32> {
+  %upper = pmesh.constant dense<[[true, true, true, true], [false, true, true, true], [false, false, true, true], [false, false, false, true]]> : tensor<4x4xi1>
+  %one = pmesh.constant dense<1> : tensor<1xi64>
+  %neg = pmesh.constant dense<-3.40282347E+38> : tensor<f32>
+  %upper4 = pmesh.broadcast %upper : tensor<4x4xi1> -> tensor<1x1x4x4xi1>
+  %true = pmesh.cast %one : tensor<1xi64> -> tensor<1xi1>
+  %mask = pmesh.and %upper4, %true : (tensor<1x1x4x4xi1>, tensor<1xi1>) -> tensor<1x1x4x4xi1>
+  %s = pmesh.matmul %q, %k {transpose_b = true} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x4xf32>
+  %w = pmesh.where %mask, %s, %neg : (tensor<1x1x4x4xi1>, tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  %p = pmesh.softmax %w {axis = -1 : i64} : tensor<1x2x4x4xf32>
+  %o = pmesh.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %o : tensor<1x2x4x8xf32>
+}
+
+// -----
+
+// A [Tk] additive mask added straight to the matmul is first folded in as a
+// matmul bias; it is the attention mask all the same (the scale sits on q).
+
+// CHECK-LABEL: func.func @key_padding_mask_as_bias
+// CHECK-SAME: (%[[Q:[^:]*]]: tensor<1x2x4x8xf32>, %[[K:[^:]*]]: tensor<1x2x4x8xf32>, %[[V:[^:]*]]: tensor<1x2x4x8xf32>, %[[M:[^:]*]]: tensor<4xf32>)
+// CHECK-NEXT: %[[O:.*]] = pmesh.attention %[[Q]], %[[K]], %[[V]] mask %[[M]] {causal = false, scale = 2.500000e-01 : f32}
+// CHECK-NEXT: return %[[O]]
+func.func @key_padding_mask_as_bias(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>,
+                                    %v: tensor<1x2x4x8xf32>, %m: tensor<4xf32>)
+    -> tensor<1x2x4x8xf32> {
+  %c = pmesh.constant dense<0.25> : tensor<f32>
+  %qs = pmesh.mul %q, %c : (tensor<1x2x4x8xf32>, tensor<f32>) -> tensor<1x2x4x8xf32>
+  %s = pmesh.matmul %qs, %k {transpose_b = true} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x4xf32>
+  %sm = pmesh.add %s, %m : (tensor<1x2x4x4xf32>, tensor<4xf32>) -> tensor<1x2x4x4xf32>
+  %p = pmesh.softmax %sm {axis = -1 : i64} : tensor<1x2x4x4xf32>
+  %o = pmesh.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %o : tensor<1x2x4x8xf32>
+}
+
+// -----
+
+// k^T has another user: attention gets its own [B, H, T, D] view of k and the
+// original transpose stays for that user.
+
+// CHECK-LABEL: func.func @key_transpose_shared
+// CHECK-SAME: (%[[Q:[^:]*]]: tensor<1x2x4x8xf32>, %[[KS:[^:]*]]: tensor<1x4x2x8xf32>, %[[V:[^:]*]]: tensor<1x2x4x8xf32>)
+// CHECK-NEXT: %[[KT:.*]] = pmesh.transpose %[[KS]] perm = [0, 2, 3, 1]
+// CHECK-NEXT: %[[K:.*]] = pmesh.transpose %[[KS]] perm = [0, 2, 1, 3]
+// CHECK-NEXT: %[[O:.*]] = pmesh.attention %[[Q]], %[[K]], %[[V]] {causal = false, scale = 1.000000e+00 : f32}
+// CHECK-NEXT: return %[[O]], %[[KT]]
+func.func @key_transpose_shared(%q: tensor<1x2x4x8xf32>, %ks: tensor<1x4x2x8xf32>, %v: tensor<1x2x4x8xf32>)
+    -> (tensor<1x2x4x8xf32>, tensor<1x2x8x4xf32>) {
+  %kt = pmesh.transpose %ks perm = [0, 2, 3, 1] : tensor<1x4x2x8xf32> -> tensor<1x2x8x4xf32>
+  %s = pmesh.matmul %q, %kt : (tensor<1x2x4x8xf32>, tensor<1x2x8x4xf32>) -> tensor<1x2x4x4xf32>
+  %p = pmesh.softmax %s {axis = -1 : i64} : tensor<1x2x4x4xf32>
+  %o = pmesh.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %o, %kt : tensor<1x2x4x8xf32>, tensor<1x2x8x4xf32>
+}
+
+// -----
+
+// Negative: a constant mask that is not causal (key 1 hidden from query 3)
+// must not become causal = true; the where stays and nothing is raised.
+
+// CHECK-LABEL: func.func @non_causal_constant_mask
+// CHECK-NOT: pmesh.attention
+// CHECK: pmesh.where
+// CHECK: pmesh.softmax
+func.func @non_causal_constant_mask(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>,
+                                    %v: tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32> {
+  %mask = pmesh.constant dense<[[true, false, false, false], [true, true, false, false], [true, true, true, false], [true, false, true, true]]> : tensor<4x4xi1>
+  %neg = pmesh.constant dense<-3.40282347E+38> : tensor<f32>
+  %s = pmesh.matmul %q, %k {transpose_b = true} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x4xf32>
+  %w = pmesh.where %mask, %s, %neg : (tensor<4x4xi1>, tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  %p = pmesh.softmax %w {axis = -1 : i64} : tensor<1x2x4x4xf32>
+  %o = pmesh.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %o : tensor<1x2x4x8xf32>
+}
+
+// -----
+
+// Negative: the upper triangle including the diagonal on the visible side is
+// the anti-causal mask.
+
+// CHECK-LABEL: func.func @upper_triangular_mask
+// CHECK-NOT: pmesh.attention
+// CHECK: pmesh.where
+func.func @upper_triangular_mask(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>,
+                                 %v: tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32> {
+  %mask = pmesh.constant dense<[[true, true, true, true], [false, true, true, true], [false, false, true, true], [false, false, false, true]]> : tensor<4x4xi1>
+  %neg = pmesh.constant dense<-3.40282347E+38> : tensor<f32>
+  %s = pmesh.matmul %q, %k {transpose_b = true} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x4xf32>
+  %w = pmesh.where %mask, %s, %neg : (tensor<4x4xi1>, tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  %p = pmesh.softmax %w {axis = -1 : i64} : tensor<1x2x4x4xf32>
+  %o = pmesh.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %o : tensor<1x2x4x8xf32>
+}
+
+// -----
+
+// Negative: a mask that is not a compile-time constant.
+
+// CHECK-LABEL: func.func @runtime_mask
+// CHECK-NOT: pmesh.attention
+// CHECK: pmesh.where
+func.func @runtime_mask(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>,
+                        %v: tensor<1x2x4x8xf32>, %mask: tensor<4x4xi1>) -> tensor<1x2x4x8xf32> {
+  %neg = pmesh.constant dense<-3.40282347E+38> : tensor<f32>
+  %s = pmesh.matmul %q, %k {transpose_b = true} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x4xf32>
+  %w = pmesh.where %mask, %s, %neg : (tensor<4x4xi1>, tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  %p = pmesh.softmax %w {axis = -1 : i64} : tensor<1x2x4x4xf32>
+  %o = pmesh.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %o : tensor<1x2x4x8xf32>
+}
+
+// -----
+
+// Negative: -1e4 does not hide a key exactly.
+
+// CHECK-LABEL: func.func @fill_not_negative_enough
+// CHECK-NOT: pmesh.attention
+// CHECK: pmesh.where
+func.func @fill_not_negative_enough(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>,
+                                    %v: tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32> {
+  %mask = pmesh.constant dense<[[true, false, false, false], [true, true, false, false], [true, true, true, false], [true, true, true, true]]> : tensor<4x4xi1>
+  %neg = pmesh.constant dense<-1.0e+04> : tensor<f32>
+  %s = pmesh.matmul %q, %k {transpose_b = true} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x4xf32>
+  %w = pmesh.where %mask, %s, %neg : (tensor<4x4xi1>, tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  %p = pmesh.softmax %w {axis = -1 : i64} : tensor<1x2x4x4xf32>
+  %o = pmesh.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %o : tensor<1x2x4x8xf32>
+}
+
+// -----
+
+// Negative: the probabilities are also returned (e.g. output_attentions).
+
+// CHECK-LABEL: func.func @probabilities_have_other_use
+// CHECK-NOT: pmesh.attention
+// CHECK: pmesh.softmax
+func.func @probabilities_have_other_use(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>,
+                                        %v: tensor<1x2x4x8xf32>)
+    -> (tensor<1x2x4x8xf32>, tensor<1x2x4x4xf32>) {
+  %s = pmesh.matmul %q, %k {transpose_b = true} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x4xf32>
+  %p = pmesh.softmax %s {axis = -1 : i64} : tensor<1x2x4x4xf32>
+  %o = pmesh.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %o, %p : tensor<1x2x4x8xf32>, tensor<1x2x4x4xf32>
+}
+
+// -----
+
+// Negative: the scaled scores are also returned.
+
+// CHECK-LABEL: func.func @scores_have_other_use
+// CHECK-NOT: pmesh.attention
+// CHECK: pmesh.softmax
+func.func @scores_have_other_use(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>,
+                                 %v: tensor<1x2x4x8xf32>)
+    -> (tensor<1x2x4x8xf32>, tensor<1x2x4x4xf32>) {
+  %c = pmesh.constant dense<0.125> : tensor<f32>
+  %s = pmesh.matmul %q, %k {transpose_b = true} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x4xf32>
+  %ss = pmesh.mul %s, %c : (tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  %p = pmesh.softmax %ss {axis = -1 : i64} : tensor<1x2x4x4xf32>
+  %o = pmesh.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %o, %ss : tensor<1x2x4x8xf32>, tensor<1x2x4x4xf32>
+}
+
+// -----
+
+// Negative: softmax over the queries is no attention.
+
+// CHECK-LABEL: func.func @softmax_over_queries
+// CHECK-NOT: pmesh.attention
+// CHECK: pmesh.softmax
+func.func @softmax_over_queries(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>,
+                                %v: tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32> {
+  %s = pmesh.matmul %q, %k {transpose_b = true} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x4xf32>
+  %p = pmesh.softmax %s {axis = 2 : i64} : tensor<1x2x4x4xf32>
+  %o = pmesh.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %o : tensor<1x2x4x8xf32>
+}
+
+// -----
+
+// Negative: a factor applied after the additive mask would scale the mask
+// too, which `scale` cannot express.
+
+// CHECK-LABEL: func.func @scale_after_mask
+// CHECK-NOT: pmesh.attention
+// CHECK: pmesh.softmax
+func.func @scale_after_mask(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>,
+                            %v: tensor<1x2x4x8xf32>, %m: tensor<1x1x4x4xf32>) -> tensor<1x2x4x8xf32> {
+  %c = pmesh.constant dense<0.125> : tensor<f32>
+  %s = pmesh.matmul %q, %k {transpose_b = true} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x4xf32>
+  %sm = pmesh.add %s, %m : (tensor<1x2x4x4xf32>, tensor<1x1x4x4xf32>) -> tensor<1x2x4x4xf32>
+  %ss = pmesh.mul %sm, %c : (tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  %p = pmesh.softmax %ss {axis = -1 : i64} : tensor<1x2x4x4xf32>
+  %o = pmesh.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %o : tensor<1x2x4x8xf32>
+}
+
+// -----
+
+// Negative: with more queries than keys a causal mask hides every key from
+// the first queries; pmesh.attention does not define that.
+
+// CHECK-LABEL: func.func @more_queries_than_keys
+// CHECK-NOT: pmesh.attention
+// CHECK: pmesh.where
+func.func @more_queries_than_keys(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x2x8xf32>,
+                                  %v: tensor<1x2x2x8xf32>) -> tensor<1x2x4x8xf32> {
+  %mask = pmesh.constant dense<[[false, false], [false, false], [true, false], [true, true]]> : tensor<4x2xi1>
+  %neg = pmesh.constant dense<-3.40282347E+38> : tensor<f32>
+  %s = pmesh.matmul %q, %k {transpose_b = true} : (tensor<1x2x4x8xf32>, tensor<1x2x2x8xf32>) -> tensor<1x2x4x2xf32>
+  %w = pmesh.where %mask, %s, %neg : (tensor<4x2xi1>, tensor<1x2x4x2xf32>, tensor<f32>) -> tensor<1x2x4x2xf32>
+  %p = pmesh.softmax %w {axis = -1 : i64} : tensor<1x2x4x2xf32>
+  %o = pmesh.matmul %p, %v : (tensor<1x2x4x2xf32>, tensor<1x2x2x8xf32>) -> tensor<1x2x4x8xf32>
+  return %o : tensor<1x2x4x8xf32>
+}
+
+// -----
+
+// Negative: k shared by all heads (a broadcasting matmul) is not the
+// pmesh.attention contract (q, k, v with equal leading dims).
+
+// CHECK-LABEL: func.func @broadcast_key
+// CHECK-NOT: pmesh.attention
+// CHECK: pmesh.softmax
+func.func @broadcast_key(%q: tensor<1x2x4x8xf32>, %k: tensor<1x1x4x8xf32>,
+                         %v: tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32> {
+  %s = pmesh.matmul %q, %k {transpose_b = true} : (tensor<1x2x4x8xf32>, tensor<1x1x4x8xf32>) -> tensor<1x2x4x4xf32>
+  %p = pmesh.softmax %s {axis = -1 : i64} : tensor<1x2x4x4xf32>
+  %o = pmesh.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %o : tensor<1x2x4x8xf32>
+}
