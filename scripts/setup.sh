@@ -8,7 +8,7 @@ PACKAGES=(
   llvm-19-dev llvm-19-tools libmlir-19-dev mlir-19-tools
   libonnx-dev libprotobuf-dev protobuf-compiler python3-onnx
   libopenmpi-dev openmpi-bin
-  libopenblas-dev
+  libopenblas-dev libgtest-dev
   nlohmann-json3-dev
   python3-numpy python3-torch
   clang-14 libclang-rt-14-dev

@@ -1,0 +1,97 @@
+//===- Executor.h - interprets one rank's program ---------------*- C++ -*-===//
+//
+// The executor binds every instruction once, up front: it looks the op up in
+// the op table (one binder per op name, runtime/lib/exec/*Ops.cpp), checks
+// operand counts, element types and shapes, derives the kernel arguments
+// (sizes, strides, broadcasts) from the buffer table and returns a thunk that
+// only calls kernels. An unknown op or a malformed instruction is an Error
+// naming the instruction before any step runs. runStep() then calls the
+// thunks in order; an error while running (a token id out of range, a
+// communication timeout) names the rank, the instruction and the op.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PIPEMESH_RUNTIME_EXECUTOR_H
+#define PIPEMESH_RUNTIME_EXECUTOR_H
+
+#include "pipemesh/runtime/Arena.h"
+#include "pipemesh/runtime/Plan.h"
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace pipemesh::rt {
+
+class Communicator;
+class Sampler;
+
+/// AdamW hyper-parameters (PyTorch's defaults) and global-norm clipping
+/// (0 = off). `lr` is the base rate; StepState::lr is this step's.
+struct OptimizerConfig {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weightDecay = 0.01, gradClip = 0;
+};
+
+/// What the control instructions of one step read and write.
+struct StepState {
+  int64_t step = 0;     ///< 0-based step being run
+  double lr = 0;        ///< this step's learning rate (after warmup / schedule)
+  double loss = 0;      ///< this rank's sum of `loss` instructions' scale * loss
+  double gradNorm = 0;  ///< global gradient norm before clipping (set by adamw)
+  bool optimizerRan = false;
+};
+
+/// Sees every micro-batch the loader fills (pipemesh-run --dump-data).
+using MicrobatchObserver =
+    std::function<void(int64_t step, int64_t microbatch, int64_t dpRank, const int64_t *tokens,
+                       const int64_t *targets, int64_t count)>;
+
+/// Everything a bound instruction may reach.
+struct ExecEnv {
+  const Plan &plan;
+  const RankPlan &rank;
+  Arena &arena;
+  const Sampler *sampler = nullptr;
+  Communicator *comm = nullptr;
+  OptimizerConfig opt;
+  StepState state;
+  MicrobatchObserver observer;
+
+  ExecEnv(const Plan &plan, const RankPlan &rank, Arena &arena)
+      : plan(plan), rank(rank), arena(arena) {}
+};
+
+/// What kind of time an instruction spends (for the per-rank split in the log).
+enum class InstrClass { Compute, Comm, Control };
+
+using Thunk = std::function<void()>;
+
+struct BoundInstruction {
+  const Instruction *inst = nullptr;
+  InstrClass cls = InstrClass::Compute;
+  Thunk run;
+};
+
+struct StepTimings {
+  double computeMs = 0, commMs = 0, controlMs = 0;
+};
+
+class Executor {
+public:
+  /// Binds the rank's whole program; Error on the first bad instruction.
+  explicit Executor(ExecEnv &env);
+  /// Runs the program once (one training step).
+  void runStep();
+  const StepTimings &timings() const { return lastTimings; }
+  /// Op names the executor knows (kernel and control instructions).
+  static std::vector<std::string> knownOps();
+
+private:
+  ExecEnv &env;
+  std::vector<BoundInstruction> program;
+  StepTimings lastTimings;
+};
+
+} // namespace pipemesh::rt
+
+#endif // PIPEMESH_RUNTIME_EXECUTOR_H

@@ -1,0 +1,125 @@
+//===- Plan.h - the plan artifact as the runtime sees it --------*- C++ -*-===//
+//
+// docs/plan-format.md specifies the file. readPlan() checks the container
+// (magic, version, lengths, FNV-1a 64 checksum), parses the manifest with
+// nlohmann::json into these structs (every missing or mistyped field is an
+// Error naming its JSON path) and the safetensors weights blob, and validates
+// the buffer table (shapes against bytes, offsets inside the arena and
+// aligned, persistent buffers overlapping nothing).
+//
+//===----------------------------------------------------------------------===//
+#ifndef PIPEMESH_RUNTIME_PLAN_H
+#define PIPEMESH_RUNTIME_PLAN_H
+
+#include "pipemesh/runtime/DType.h"
+#include "pipemesh/runtime/MappedFile.h"
+#include "pipemesh/runtime/Safetensors.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace pipemesh::rt {
+
+constexpr char kPlanMagic[8] = {'P', 'M', 'P', 'L', 'A', 'N', 0, 0};
+constexpr uint32_t kPlanVersion = 1;
+constexpr uint64_t kPlanHeaderBytes = 40;
+constexpr uint64_t kArenaAlignment = 64;
+
+enum class BufferKind { Input, Activation, Param, Grad, AdamM, AdamV, Constant };
+const char *bufferKindName(BufferKind k);
+
+struct BufferInfo {
+  int64_t id = -1;
+  std::string name;
+  Dims shape;
+  DType dtype = DType::F32;
+  uint64_t offset = 0, bytes = 0;
+  BufferKind kind = BufferKind::Activation;
+  std::string param; ///< the parameter of a param/grad/adam_m/adam_v buffer
+  std::string data;  ///< a constant's safetensors entry in the weights blob
+  /// First element of the (flattened) parameter a param/grad/moment buffer
+  /// holds: 0 unless the buffer is a shard (ZeRO). A shard that runs past the
+  /// parameter's end is padded with zeros.
+  int64_t elemOffset = 0;
+  int64_t numel = 0;
+  /// Lives across steps (params, moments, constants) or across micro-batches
+  /// (gradients): may share memory with no other buffer.
+  bool persistent() const;
+};
+
+struct Instruction {
+  size_t index = 0; ///< position in the rank's program (0-based)
+  std::string op;
+  std::vector<int64_t> in, out;
+  nlohmann::json attrs; ///< the "attrs" object (empty object when absent)
+  nlohmann::json json;  ///< the whole instruction (control instructions' fields)
+};
+
+struct RankPlan {
+  int64_t rank = 0, ppRank = 0, dpRank = 0;
+  uint64_t arenaBytes = 0;
+  std::vector<BufferInfo> buffers;
+  std::vector<Instruction> program;
+  /// The buffer with this id; Error when there is none.
+  const BufferInfo &buffer(int64_t id) const;
+
+private:
+  friend struct PlanParser;
+  std::unordered_map<int64_t, size_t> byId;
+};
+
+struct ParamInfo {
+  std::string name;
+  std::string source; ///< ONNX initializer holding the initial values
+  Dims shape;
+  bool decay = false;
+  /// ONNX initializers that store this parameter transposed (an exporter's
+  /// folded copy of a tied embedding); --export-onnx rewrites them too.
+  std::vector<std::string> transposedCopies;
+};
+
+struct ModelInfo {
+  std::string source;
+  int64_t batch = 0, seq = 0, vocab = 0, numParams = 0;
+  double flopsPerStep = 0;
+  std::string loss;
+};
+
+struct ParallelInfo {
+  int64_t pp = 1, dp = 1, vpp = 1, microbatches = 1, worldSize = 1;
+  /// Sequences per step: dp * microbatches * batch.
+};
+
+struct Plan {
+  std::string path;
+  uint32_t version = 0;
+  uint64_t checksum = 0; ///< the container's FNV-1a 64 (identifies the plan)
+  ModelInfo model;
+  ParallelInfo parallel;
+  std::string tokensInput, targetsInput;
+  std::vector<ParamInfo> params;
+  std::vector<RankPlan> ranks;
+  nlohmann::json manifest;
+
+  std::shared_ptr<MappedFile> file; ///< keeps `weights` valid
+  Safetensors weights;
+
+  /// The program of global rank `r`; Error when the plan has none.
+  const RankPlan &rank(int64_t r) const;
+  const ParamInfo *findParam(const std::string &name) const;
+  int64_t globalBatch() const { return parallel.dp * parallel.microbatches * model.batch; }
+};
+
+/// Reads and validates a plan file. Errors: "not a PipeMesh plan", "plan
+/// format version N, this runtime reads 1", truncated, "damaged" (checksum),
+/// missing or malformed manifest fields, invalid buffer tables.
+Plan readPlan(const std::string &path);
+
+} // namespace pipemesh::rt
+
+#endif // PIPEMESH_RUNTIME_PLAN_H

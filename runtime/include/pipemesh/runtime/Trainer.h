@@ -1,0 +1,87 @@
+//===- Trainer.h - one pipemesh-run training job ----------------*- C++ -*-===//
+//
+// Ties the pieces together in the order failures should surface: read the
+// plan, check the world size against it (before any work), check the
+// backend, load and validate the data, allocate the arena and load the
+// initial weights, bind the program, restore a checkpoint; then run the
+// steps, logging on global rank 0 and checkpointing when asked.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PIPEMESH_RUNTIME_TRAINER_H
+#define PIPEMESH_RUNTIME_TRAINER_H
+
+#include "pipemesh/runtime/Arena.h"
+#include "pipemesh/runtime/Executor.h"
+#include "pipemesh/runtime/LrSchedule.h"
+#include "pipemesh/runtime/Plan.h"
+#include "pipemesh/runtime/Sampler.h"
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace pipemesh::rt {
+
+class Communicator;
+
+struct RunOptions {
+  std::string planPath;
+  std::optional<std::string> dataPath;
+  int64_t steps = 0;
+  std::string logJson;
+  OptimizerConfig opt;
+  int64_t warmupSteps = 0;
+  LrScheduleKind schedule = LrScheduleKind::Constant;
+  double minLr = 0;
+  std::string checkpointDir;
+  int64_t checkpointEvery = 0;
+  bool resume = false;
+  std::string backend = "cpu";
+  std::optional<uint64_t> shuffleSeed;
+  uint64_t seed = 0;
+  std::optional<int64_t> stopAtStep; ///< stop after this many completed steps
+  std::string dumpData;              ///< debug: JSON lines of every micro-batch
+  std::string blasInfo;              ///< for the banner
+};
+
+/// A parameter's trained values, as --export-onnx needs them.
+struct TrainedParam {
+  const ParamInfo *info;
+  const float *data;
+};
+
+class Trainer {
+public:
+  Trainer(const RunOptions &opts, Communicator &comm, std::ostream &log);
+  ~Trainer();
+  /// Runs the remaining steps.
+  void run();
+  const Plan &plan() const { return planData; }
+  /// Every parameter held whole by this rank (Error naming the first that is
+  /// not: with pp/dp > 1, export needs a gather that does not exist yet).
+  std::vector<TrainedParam> trainedParams() const;
+
+private:
+  void banner();
+  const RunOptions &opts;
+  Communicator &comm;
+  std::ostream &log;
+  Plan planData;
+  const RankPlan *rankPlan = nullptr;
+  std::unique_ptr<Arena> arena;
+  std::shared_ptr<TokenData> data;
+  std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<ExecEnv> env;
+  std::unique_ptr<Executor> executor;
+  LrSchedule schedule;
+  int64_t startStep = 0;
+  uint64_t rngState = 0;
+  std::string resumedFrom;
+};
+
+} // namespace pipemesh::rt
+
+#endif // PIPEMESH_RUNTIME_TRAINER_H

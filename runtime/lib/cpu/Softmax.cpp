@@ -1,0 +1,113 @@
+//===- Softmax.cpp - softmax, log-softmax and their gradients ---------------===//
+//
+// Row-wise over the last `cols` elements, rows in parallel:
+//   softmax:      y = exp(x - max) / sum(exp(x - max))
+//   log_softmax:  y = x - max - log(sum(exp(x - max)))
+//   softmax_grad:     dx = y * (dy - sum(dy * y))
+//   log_softmax_grad: dx = dy - exp(y) * sum(dy)
+// Sums accumulate in double. A row that is entirely -inf gives softmax 0 and
+// log_softmax -inf (PyTorch gives NaN there).
+//
+//===----------------------------------------------------------------------===//
+
+#include "KernelUtil.h"
+
+namespace pipemesh::rt::cpu {
+using namespace detail;
+
+namespace {
+
+/// Largest element (NaNs are skipped here, but they reach the sum and the output).
+template <typename T> T rowMax(const T *x, int64_t n) {
+  T m = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : m)
+  for (int64_t j = 0; j < n; ++j)
+    m = std::max(m, x[j]);
+  return m;
+}
+
+} // namespace
+
+template <typename T> void softmax(const T *x, T *y, int64_t rows, int64_t cols) {
+#pragma omp parallel for schedule(static) if (rows * cols > kParallelGrain)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T *xr = x + r * cols;
+    T *yr = y + r * cols;
+    const T m = rowMax(xr, cols);
+    if (m == -std::numeric_limits<T>::infinity()) {
+      std::fill(yr, yr + cols, T(0));
+      continue;
+    }
+    Acc sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < cols; ++j) {
+      yr[j] = fastExp(xr[j] - m);
+      sum += Acc(yr[j]);
+    }
+    const T inv = T(1.0 / sum);
+    for (int64_t j = 0; j < cols; ++j)
+      yr[j] *= inv;
+  }
+}
+
+template <typename T> void logSoftmax(const T *x, T *y, int64_t rows, int64_t cols) {
+#pragma omp parallel for schedule(static) if (rows * cols > kParallelGrain)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T *xr = x + r * cols;
+    T *yr = y + r * cols;
+    const T m = rowMax(xr, cols);
+    if (m == -std::numeric_limits<T>::infinity()) {
+      std::fill(yr, yr + cols, m);
+      continue;
+    }
+    Acc sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < cols; ++j)
+      sum += Acc(fastExp(xr[j] - m));
+    const T shift = T(Acc(m) + std::log(sum));
+    for (int64_t j = 0; j < cols; ++j)
+      yr[j] = xr[j] - shift;
+  }
+}
+
+template <typename T> void softmaxGrad(const T *dy, const T *y, T *dx, int64_t rows, int64_t cols) {
+#pragma omp parallel for schedule(static) if (rows * cols > kParallelGrain)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T *dyr = dy + r * cols, *yr = y + r * cols;
+    T *dxr = dx + r * cols;
+    Acc dot = 0;
+#pragma omp simd reduction(+ : dot)
+    for (int64_t j = 0; j < cols; ++j)
+      dot += Acc(dyr[j]) * Acc(yr[j]);
+    const T d = T(dot);
+    for (int64_t j = 0; j < cols; ++j)
+      dxr[j] = yr[j] * (dyr[j] - d);
+  }
+}
+
+template <typename T>
+void logSoftmaxGrad(const T *dy, const T *y, T *dx, int64_t rows, int64_t cols) {
+#pragma omp parallel for schedule(static) if (rows * cols > kParallelGrain)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T *dyr = dy + r * cols, *yr = y + r * cols;
+    T *dxr = dx + r * cols;
+    Acc sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < cols; ++j)
+      sum += Acc(dyr[j]);
+    const T s = T(sum);
+    for (int64_t j = 0; j < cols; ++j)
+      dxr[j] = dyr[j] - fastExp(yr[j]) * s;
+  }
+}
+
+#define PIPEMESH_INSTANTIATE(T)                                                                    \
+  template void softmax<T>(const T *, T *, int64_t, int64_t);                                      \
+  template void logSoftmax<T>(const T *, T *, int64_t, int64_t);                                   \
+  template void softmaxGrad<T>(const T *, const T *, T *, int64_t, int64_t);                       \
+  template void logSoftmaxGrad<T>(const T *, const T *, T *, int64_t, int64_t);
+PIPEMESH_INSTANTIATE(float)
+PIPEMESH_INSTANTIATE(double)
+#undef PIPEMESH_INSTANTIATE
+
+} // namespace pipemesh::rt::cpu

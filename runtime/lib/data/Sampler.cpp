@@ -1,0 +1,56 @@
+//===- Sampler.cpp - canonical sampling -------------------------------------===//
+#include "pipemesh/runtime/Sampler.h"
+
+#include "pipemesh/runtime/Error.h"
+#include "pipemesh/runtime/SplitMix64.h"
+
+#include <numeric>
+#include <utility>
+
+namespace pipemesh::rt {
+
+std::vector<int64_t> shufflePermutation(int64_t n, uint64_t seed) {
+  std::vector<int64_t> perm(n);
+  std::iota(perm.begin(), perm.end(), 0);
+  SplitMix64 rng(seed);
+  for (int64_t i = n - 1; i >= 1; --i) {
+    int64_t j = (int64_t)(rng.next() % (uint64_t)(i + 1));
+    std::swap(perm[i], perm[j]);
+  }
+  return perm;
+}
+
+Sampler::Sampler(std::shared_ptr<const TokenData> data, int64_t seq, int64_t batch, int64_t dp,
+                 int64_t microbatches, std::optional<uint64_t> shuffleSeed)
+    : tokens(std::move(data)), T(seq), B(batch), dp(dp), M(microbatches) {
+  G = dp * M * B;
+  int64_t n = tokens->size();
+  windows = n > 0 ? (n - 1) / T : 0;
+  if (windows < 1)
+    fail(tokens->origin(), " has ", n, " tokens: too few for one sequence of ", T,
+         " tokens plus its shifted target (need at least ", T + 1, ")");
+  if (shuffleSeed)
+    perm = shufflePermutation(windows, *shuffleSeed);
+}
+
+int64_t Sampler::window(int64_t step, int64_t k) const {
+  // (s*G + k) mod W without overflow for any step count.
+  uint64_t W = (uint64_t)windows;
+  uint64_t w = ((uint64_t)step % W * ((uint64_t)G % W) % W + (uint64_t)k % W) % W;
+  return perm.empty() ? (int64_t)w : perm[w];
+}
+
+void Sampler::fill(int64_t step, int64_t microbatch, int64_t dpRank, int64_t *inputs,
+                   int64_t *targets) const {
+  const uint16_t *t = tokens->tokens();
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t k = (microbatch * dp + dpRank) * B + b;
+    int64_t start = window(step, k) * T;
+    for (int64_t i = 0; i < T; ++i) {
+      inputs[b * T + i] = t[start + i];
+      targets[b * T + i] = t[start + i + 1];
+    }
+  }
+}
+
+} // namespace pipemesh::rt

@@ -1,0 +1,174 @@
+//===- ControlOps.cpp - load_microbatch, zero, accumulate, loss, adamw ------===//
+//
+// The instructions that are not kernels (docs/plan-format.md, "Control
+// instructions"). They read and write ExecEnv::state: the step, its learning
+// rate, the accumulated loss and the gradient norm.
+//
+//===----------------------------------------------------------------------===//
+#include "OpContext.h"
+#include "OpUtils.h"
+
+#include "pipemesh/runtime/Communicator.h"
+#include "pipemesh/runtime/CpuKernels.h"
+#include "pipemesh/runtime/Sampler.h"
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+namespace pipemesh::rt {
+namespace {
+
+Thunk bindLoadMicrobatch(OpContext &c) {
+  c.cls = InstrClass::Control;
+  c.expectCounts(0, 0, 2, 2);
+  const Plan &plan = c.env.plan;
+  int64_t j = (int64_t)c.field("index");
+  if (j < 0 || j >= plan.parallel.microbatches)
+    c.error("micro-batch index ", j, " is outside [0, ", plan.parallel.microbatches, ")");
+  TensorRef tok = c.out(0), tgt = c.out(1);
+  c.expectIndex(tok, "the tokens");
+  c.expectIndex(tgt, "the targets");
+  int64_t n = plan.model.batch * plan.model.seq;
+  if (tok.numel != n || tgt.numel != n)
+    c.error("tokens ", shapeStr(tok.shape), " and targets ", shapeStr(tgt.shape), " must hold batch x seq = ",
+            plan.model.batch, "x", plan.model.seq, " ids");
+  auto a = std::make_shared<std::vector<int64_t>>(n), b = std::make_shared<std::vector<int64_t>>(n);
+  ExecEnv *env = &c.env;
+  int64_t dpRank = c.env.rank.dpRank;
+  return [env, j, dpRank, tok, tgt, a, b, n] {
+    if (!env->sampler)
+      fail("no data loader is attached");
+    env->sampler->fill(env->state.step, j, dpRank, a->data(), b->data());
+    if (env->observer)
+      env->observer(env->state.step, j, dpRank, a->data(), b->data(), n);
+    ops::convert(a->data(), DType::I64, tok.data, tok.dtype, n);
+    ops::convert(b->data(), DType::I64, tgt.data, tgt.dtype, n);
+  };
+}
+
+Thunk bindZero(OpContext &c) {
+  c.cls = InstrClass::Control;
+  c.expectCounts(0, 0, 1, SIZE_MAX);
+  std::vector<TensorRef> ts;
+  for (size_t i = 0; i < c.numOut(); ++i)
+    ts.push_back(c.out(i));
+  return [ts] {
+    for (const TensorRef &t : ts)
+      std::memset(t.data, 0, t.bytes());
+  };
+}
+
+Thunk bindAccumulate(OpContext &c) {
+  // dst += scale * src, pairwise over "in" and "out".
+  if (c.numIn() == 0 || c.numIn() != c.numOut())
+    c.error("needs as many sources (in) as destinations (out), has ", c.numIn(), " and ",
+            c.numOut());
+  float scale = (float)c.field("scale", 1.0);
+  std::vector<std::pair<TensorRef, TensorRef>> pairs;
+  for (size_t i = 0; i < c.numIn(); ++i) {
+    TensorRef s = c.in(i), d = c.out(i);
+    c.expectFloat(s, "source");
+    c.expectFloat(d, "destination");
+    if (s.numel != d.numel)
+      c.error("source ", shapeStr(s.shape), " and destination ", shapeStr(d.shape),
+              " differ in size");
+    pairs.emplace_back(s, d);
+  }
+  return [pairs, scale] {
+    for (const auto &[s, d] : pairs) {
+      const float *x = s.as<float>();
+      float *y = d.as<float>();
+      const int64_t n = s.numel;
+      if (scale == 1.0f) {
+        for (int64_t i = 0; i < n; ++i)
+          y[i] += x[i];
+      } else {
+        for (int64_t i = 0; i < n; ++i)
+          y[i] += scale * x[i];
+      }
+    }
+  };
+}
+
+Thunk bindLoss(OpContext &c) {
+  c.cls = InstrClass::Control;
+  c.expectCounts(1, 1, 0, 0);
+  TensorRef l = c.in(0);
+  c.expectFloat(l, "the loss");
+  if (l.numel != 1)
+    c.error("the loss ", shapeStr(l.shape), " must be a scalar");
+  double scale = c.field("scale", 1.0);
+  ExecEnv *env = &c.env;
+  return [env, l, scale] { env->state.loss += scale * (double)l.as<float>()[0]; };
+}
+
+struct AdamParam {
+  TensorRef p, g, m, v;
+  bool decay;
+};
+
+Thunk bindAdamW(OpContext &c) {
+  auto it = c.inst.json.find("params");
+  if (it == c.inst.json.end() || !it->is_array())
+    c.error("needs a \"params\" array of {param, grad, m, v, decay}");
+  std::vector<AdamParam> ps;
+  for (size_t i = 0; i < it->size(); ++i) {
+    const auto &e = (*it)[i];
+    auto id = [&](const char *key) -> TensorRef {
+      if (!e.is_object() || !e.contains(key) || !e[key].is_number_integer())
+        c.error("params[", i, "] needs an integer buffer id \"", key, "\"");
+      TensorRef t = c.env.arena.tensor(e[key].get<int64_t>());
+      c.expectFloat(t, std::string("params[") + std::to_string(i) + "]." + key);
+      return t;
+    };
+    AdamParam a{id("param"), id("grad"), id("m"), id("v"), false};
+    if (a.g.numel != a.p.numel || a.m.numel != a.p.numel || a.v.numel != a.p.numel)
+      c.error("params[", i, "]: param, grad, m and v differ in size");
+    if (e.contains("decay")) {
+      if (!e["decay"].is_boolean())
+        c.error("params[", i, "].decay must be true or false");
+      a.decay = e["decay"].get<bool>();
+    } else {
+      a.decay = a.p.rank() >= 2;
+    }
+    ps.push_back(a);
+  }
+  ExecEnv *env = &c.env;
+  return [env, ps] {
+    // Global gradient norm before clipping (PyTorch clip_grad_norm_):
+    // coef = max_norm / (norm + 1e-6), applied when below 1.
+    double sq = 0;
+    for (const AdamParam &a : ps)
+      sq += cpu::sumSquares<float>(a.g.as<float>(), a.g.numel);
+    if (env->comm)
+      env->comm->allreduceSum(&sq, 1, "squared gradient norm");
+    double norm = std::sqrt(sq);
+    double gradScale = 1.0;
+    const OptimizerConfig &o = env->opt;
+    if (o.gradClip > 0) {
+      double coef = o.gradClip / (norm + 1e-6);
+      if (coef < 1.0)
+        gradScale = coef;
+    }
+    int64_t step = env->state.step + 1;
+    for (const AdamParam &a : ps)
+      cpu::adamw<float>(a.p.as<float>(), a.g.as<float>(), a.m.as<float>(), a.v.as<float>(),
+                        a.p.numel, env->state.lr, o.beta1, o.beta2, o.eps,
+                        a.decay ? o.weightDecay : 0.0, step, gradScale);
+    env->state.gradNorm = norm;
+    env->state.optimizerRan = true;
+  };
+}
+
+} // namespace
+
+void registerControlOps(OpTable &t) {
+  t["load_microbatch"] = bindLoadMicrobatch;
+  t["zero"] = bindZero;
+  t["accumulate"] = bindAccumulate;
+  t["loss"] = bindLoss;
+  t["adamw"] = bindAdamW;
+}
+
+} // namespace pipemesh::rt

@@ -1,0 +1,82 @@
+//===- OpContext.h - what an op binder sees (private) ------------*- C++ -*-===//
+//
+// Each *Ops.cpp file registers one binder per op name. A binder checks the
+// instruction against the buffer table through an OpContext and returns the
+// thunk that runs it. Errors thrown here (and from thunks) carry no
+// instruction prefix: the executor adds "rank R, instruction I (op): ".
+//
+//===----------------------------------------------------------------------===//
+#ifndef PIPEMESH_RUNTIME_LIB_EXEC_OPCONTEXT_H
+#define PIPEMESH_RUNTIME_LIB_EXEC_OPCONTEXT_H
+
+#include "pipemesh/runtime/Error.h"
+#include "pipemesh/runtime/Executor.h"
+
+#include <map>
+#include <optional>
+#include <string>
+
+namespace pipemesh::rt {
+
+class OpContext {
+public:
+  OpContext(ExecEnv &env, const Instruction &inst) : env(env), inst(inst) {}
+
+  ExecEnv &env;
+  const Instruction &inst;
+  InstrClass cls = InstrClass::Compute;
+
+  size_t numIn() const { return inst.in.size(); }
+  size_t numOut() const { return inst.out.size(); }
+  TensorRef in(size_t i) const;
+  TensorRef out(size_t i) const;
+  /// Error unless minIn <= #in <= maxIn and minOut <= #out <= maxOut.
+  void expectCounts(size_t minIn, size_t maxIn, size_t minOut, size_t maxOut) const;
+  /// Error unless `t` has element type `want`; `role` names it ("input 0").
+  void expectDType(const TensorRef &t, DType want, const std::string &role) const;
+  void expectFloat(const TensorRef &t, const std::string &role) const {
+    expectDType(t, DType::F32, role);
+  }
+  void expectIndex(const TensorRef &t, const std::string &role) const;
+  void expectShape(const TensorRef &t, const Dims &want, const std::string &role) const;
+
+  bool has(const char *name) const { return inst.attrs.contains(name); }
+  double f64(const char *name, std::optional<double> dflt = std::nullopt) const;
+  int64_t i64(const char *name, std::optional<int64_t> dflt = std::nullopt) const;
+  bool boolean(const char *name, std::optional<bool> dflt = std::nullopt) const;
+  std::string str(const char *name, std::optional<std::string> dflt = std::nullopt) const;
+  Dims ints(const char *name) const;
+
+  /// A non-negative axis for a tensor of `rank` dims (Error when out of range).
+  int64_t axis(int64_t axis, int64_t rank, const char *what = "axis") const;
+  /// A numeric field of a control instruction (outside "attrs").
+  double field(const char *name, std::optional<double> dflt = std::nullopt) const;
+
+  template <typename... Args> [[noreturn]] void error(Args &&...args) const {
+    fail(std::forward<Args>(args)...);
+  }
+
+private:
+  const nlohmann::json &attr(const char *name) const;
+};
+
+using OpBinder = Thunk (*)(OpContext &);
+using OpTable = std::map<std::string, OpBinder>;
+
+void registerElementwiseOps(OpTable &t);
+void registerReduceOps(OpTable &t);
+void registerMatmulOp(OpTable &t);
+void registerNormOps(OpTable &t);
+void registerActivationOps(OpTable &t);
+void registerAttentionOps(OpTable &t);
+void registerEmbeddingOps(OpTable &t);
+void registerLossOps(OpTable &t);
+void registerShapeOps(OpTable &t);
+void registerControlOps(OpTable &t);
+
+/// Every op, built once.
+const OpTable &opTable();
+
+} // namespace pipemesh::rt
+
+#endif // PIPEMESH_RUNTIME_LIB_EXEC_OPCONTEXT_H

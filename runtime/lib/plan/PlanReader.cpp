@@ -1,0 +1,380 @@
+//===- PlanReader.cpp - reads and validates a plan file -------------------===//
+//
+// Container first (magic, version, lengths, checksum: cheap checks in the
+// order that gives the most useful message), then the manifest JSON, then the
+// weights blob, then the cross-checks of the buffer tables.
+//
+//===----------------------------------------------------------------------===//
+#include "pipemesh/runtime/Plan.h"
+
+#include "pipemesh/runtime/Checksum.h"
+#include "pipemesh/runtime/Error.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace pipemesh::rt {
+
+const char *bufferKindName(BufferKind k) {
+  switch (k) {
+  case BufferKind::Input:
+    return "input";
+  case BufferKind::Activation:
+    return "activation";
+  case BufferKind::Param:
+    return "param";
+  case BufferKind::Grad:
+    return "grad";
+  case BufferKind::AdamM:
+    return "adam_m";
+  case BufferKind::AdamV:
+    return "adam_v";
+  case BufferKind::Constant:
+    return "constant";
+  }
+  return "?";
+}
+
+bool BufferInfo::persistent() const {
+  return kind == BufferKind::Param || kind == BufferKind::Grad || kind == BufferKind::AdamM ||
+         kind == BufferKind::AdamV || kind == BufferKind::Constant;
+}
+
+const BufferInfo &RankPlan::buffer(int64_t id) const {
+  auto it = byId.find(id);
+  if (it == byId.end())
+    fail("rank ", rank, " has no buffer ", id);
+  return buffers[it->second];
+}
+
+const RankPlan &Plan::rank(int64_t r) const {
+  for (const RankPlan &rp : ranks)
+    if (rp.rank == r)
+      return rp;
+  fail("plan '", path, "' has no program for rank ", r);
+}
+
+const ParamInfo *Plan::findParam(const std::string &name) const {
+  for (const ParamInfo &p : params)
+    if (p.name == name)
+      return &p;
+  return nullptr;
+}
+
+/// Typed access to manifest fields; every error names the JSON path.
+struct PlanParser {
+  const std::string &file;
+
+  [[noreturn]] void bad(const std::string &where, const std::string &why) const {
+    fail("plan '", file, "': manifest field '", where, "' ", why);
+  }
+  const nlohmann::json &field(const nlohmann::json &obj, const std::string &where,
+                              const char *key) const {
+    if (!obj.is_object())
+      bad(where, "is not an object");
+    auto it = obj.find(key);
+    if (it == obj.end())
+      bad(where.empty() ? key : where + "." + key, "is missing");
+    return *it;
+  }
+  static std::string join(const std::string &where, const char *key) {
+    return where.empty() ? key : where + "." + key;
+  }
+  int64_t integer(const nlohmann::json &obj, const std::string &where, const char *key) const {
+    const auto &v = field(obj, where, key);
+    if (!v.is_number_integer())
+      bad(join(where, key), "must be an integer, got " + v.dump());
+    return v.get<int64_t>();
+  }
+  int64_t integerOr(const nlohmann::json &obj, const std::string &where, const char *key,
+                    int64_t dflt) const {
+    return obj.contains(key) ? integer(obj, where, key) : dflt;
+  }
+  double number(const nlohmann::json &obj, const std::string &where, const char *key) const {
+    const auto &v = field(obj, where, key);
+    if (!v.is_number())
+      bad(join(where, key), "must be a number, got " + v.dump());
+    return v.get<double>();
+  }
+  std::string string(const nlohmann::json &obj, const std::string &where, const char *key) const {
+    const auto &v = field(obj, where, key);
+    if (!v.is_string())
+      bad(join(where, key), "must be a string, got " + v.dump());
+    return v.get<std::string>();
+  }
+  std::string stringOr(const nlohmann::json &obj, const std::string &where, const char *key,
+                       const std::string &dflt) const {
+    return obj.contains(key) ? string(obj, where, key) : dflt;
+  }
+  bool boolean(const nlohmann::json &obj, const std::string &where, const char *key) const {
+    const auto &v = field(obj, where, key);
+    if (!v.is_boolean())
+      bad(join(where, key), "must be true or false, got " + v.dump());
+    return v.get<bool>();
+  }
+  const nlohmann::json &array(const nlohmann::json &obj, const std::string &where,
+                              const char *key) const {
+    const auto &v = field(obj, where, key);
+    if (!v.is_array())
+      bad(join(where, key), "must be an array");
+    return v;
+  }
+  std::vector<int64_t> ints(const nlohmann::json &obj, const std::string &where, const char *key,
+                            bool optional = false) const {
+    std::vector<int64_t> out;
+    if (optional && !obj.contains(key))
+      return out;
+    for (const auto &d : array(obj, where, key)) {
+      if (!d.is_number_integer())
+        bad(join(where, key), "must hold integers, got " + d.dump());
+      out.push_back(d.get<int64_t>());
+    }
+    return out;
+  }
+
+  void parseModel(const nlohmann::json &m, Plan &p) const {
+    const auto &model = field(m, "", "model");
+    p.model.source = stringOr(model, "model", "source", "");
+    p.model.batch = integer(model, "model", "batch");
+    p.model.seq = integer(model, "model", "seq");
+    p.model.vocab = integer(model, "model", "vocab");
+    p.model.numParams = integerOr(model, "model", "num_params", 0);
+    p.model.flopsPerStep = model.contains("flops_per_step") ? number(model, "model", "flops_per_step") : 0;
+    p.model.loss = stringOr(model, "model", "loss", "");
+    if (p.model.batch <= 0 || p.model.seq <= 0 || p.model.vocab <= 0)
+      bad("model", "needs positive batch, seq and vocab");
+    const auto &par = field(m, "", "parallel");
+    p.parallel.pp = integer(par, "parallel", "pp");
+    p.parallel.dp = integer(par, "parallel", "dp");
+    p.parallel.vpp = integerOr(par, "parallel", "vpp", 1);
+    p.parallel.microbatches = integer(par, "parallel", "microbatches");
+    p.parallel.worldSize = integer(par, "parallel", "world_size");
+    if (p.parallel.pp <= 0 || p.parallel.dp <= 0 || p.parallel.vpp <= 0 ||
+        p.parallel.microbatches <= 0 || p.parallel.worldSize <= 0)
+      bad("parallel", "needs positive pp, dp, vpp, microbatches and world_size");
+    if (m.contains("inputs")) {
+      const auto &in = m["inputs"];
+      p.tokensInput = stringOr(in, "inputs", "tokens", "");
+      p.targetsInput = stringOr(in, "inputs", "targets", "");
+    }
+  }
+
+  void parseParams(const nlohmann::json &m, Plan &p) const {
+    const auto &params = array(m, "", "params");
+    for (size_t i = 0; i < params.size(); ++i) {
+      std::string where = "params[" + std::to_string(i) + "]";
+      ParamInfo pi;
+      pi.name = string(params[i], where, "name");
+      pi.source = stringOr(params[i], where, "source", pi.name);
+      pi.shape = ints(params[i], where, "shape");
+      pi.decay = params[i].contains("decay") ? boolean(params[i], where, "decay")
+                                            : pi.shape.size() >= 2;
+      if (params[i].contains("transposed_copies"))
+        for (const auto &c : array(params[i], where, "transposed_copies"))
+          pi.transposedCopies.push_back(c.get<std::string>());
+      if (p.findParam(pi.name))
+        bad(where + ".name", "repeats parameter '" + pi.name + "'");
+      p.params.push_back(std::move(pi));
+    }
+  }
+
+  static std::optional<BufferKind> parseKind(const std::string &s) {
+    for (BufferKind k : {BufferKind::Input, BufferKind::Activation, BufferKind::Param,
+                         BufferKind::Grad, BufferKind::AdamM, BufferKind::AdamV,
+                         BufferKind::Constant})
+      if (s == bufferKindName(k))
+        return k;
+    return std::nullopt;
+  }
+
+  void parseRank(const nlohmann::json &r, const std::string &where, Plan &p, RankPlan &rp) const {
+    rp.rank = integer(r, where, "rank");
+    rp.arenaBytes = (uint64_t)integer(r, where, "arena_bytes");
+    const int64_t dp = p.parallel.dp;
+    rp.dpRank = integerOr(r, where, "dp_rank", rp.rank % dp);
+    rp.ppRank = integerOr(r, where, "pp_rank", rp.rank / dp);
+    const auto &bufs = array(r, where, "buffers");
+    for (size_t i = 0; i < bufs.size(); ++i) {
+      std::string bw = where + ".buffers[" + std::to_string(i) + "]";
+      const auto &b = bufs[i];
+      BufferInfo bi;
+      bi.id = integer(b, bw, "id");
+      bi.name = stringOr(b, bw, "name", "");
+      bi.shape = ints(b, bw, "shape");
+      std::string dt = string(b, bw, "dtype");
+      auto t = parseDType(dt);
+      if (!t)
+        bad(bw + ".dtype", "'" + dt + "' is not one of f32, f64, i64, i32, i1");
+      bi.dtype = *t;
+      int64_t off = integer(b, bw, "offset"), bytes = integer(b, bw, "bytes");
+      if (off < 0 || bytes < 0)
+        bad(bw, "has a negative offset or size");
+      bi.offset = (uint64_t)off;
+      bi.bytes = (uint64_t)bytes;
+      std::string kind = string(b, bw, "kind");
+      auto k = parseKind(kind);
+      if (!k)
+        bad(bw + ".kind", "'" + kind +
+                              "' is not one of input, activation, param, grad, adam_m, adam_v, "
+                              "constant");
+      bi.kind = *k;
+      bi.param = stringOr(b, bw, "param", "");
+      bi.data = stringOr(b, bw, "data", "");
+      bi.elemOffset = integerOr(b, bw, "elem_offset", 0);
+      for (int64_t d : bi.shape)
+        if (d < 0)
+          bad(bw + ".shape", "has a negative dimension");
+      bi.numel = numElements(bi.shape);
+      std::string label = "buffer " + std::to_string(bi.id) +
+                          (bi.name.empty() ? "" : " '" + bi.name + "'") + " of rank " +
+                          std::to_string(rp.rank);
+      if (bi.bytes != (uint64_t)bi.numel * dtypeSize(bi.dtype))
+        fail("plan '", file, "': ", label, " has ", bi.bytes, " bytes but shape ",
+             shapeStr(bi.shape), " of ", dtypeName(bi.dtype), " needs ",
+             (uint64_t)bi.numel * dtypeSize(bi.dtype));
+      if (bi.offset % kArenaAlignment)
+        fail("plan '", file, "': ", label, " is at offset ", bi.offset,
+             ", not a multiple of ", kArenaAlignment);
+      if (bi.offset > rp.arenaBytes || bi.bytes > rp.arenaBytes - bi.offset)
+        fail("plan '", file, "': ", label, " [", bi.offset, ", ", bi.offset + bi.bytes,
+             ") lies outside the ", rp.arenaBytes, "-byte arena");
+      bool needsParam = bi.kind == BufferKind::Param || bi.kind == BufferKind::Grad ||
+                        bi.kind == BufferKind::AdamM || bi.kind == BufferKind::AdamV;
+      if (needsParam) {
+        if (bi.param.empty())
+          bad(bw + ".param", "is missing (a " + kind + " buffer names its parameter)");
+        const ParamInfo *pi = p.findParam(bi.param);
+        if (!pi)
+          bad(bw + ".param", "names '" + bi.param + "', which is not in the params table");
+        if (bi.dtype != DType::F32)
+          fail("plan '", file, "': ", label, " (", kind, ") must be f32");
+        int64_t pn = numElements(pi->shape);
+        if (bi.elemOffset < 0 || (bi.elemOffset == 0 && bi.numel != pn && bi.numel > pn) ||
+            (bi.elemOffset > 0 && bi.elemOffset >= pn))
+          fail("plan '", file, "': ", label, " holds elements [", bi.elemOffset, ", ",
+               bi.elemOffset + bi.numel, ") of parameter '", bi.param, "' of shape ",
+               shapeStr(pi->shape), " (", pn, " elements)");
+        if (bi.elemOffset == 0 && bi.numel == pn && bi.shape != pi->shape)
+          fail("plan '", file, "': ", label, " has shape ", shapeStr(bi.shape), " but parameter '",
+               bi.param, "' has shape ", shapeStr(pi->shape));
+      }
+      if (bi.kind == BufferKind::Constant && bi.data.empty())
+        bad(bw + ".data", "is missing (a constant names its safetensors entry)");
+      if (rp.byId.count(bi.id))
+        bad(bw + ".id", "repeats buffer id " + std::to_string(bi.id));
+      rp.byId[bi.id] = rp.buffers.size();
+      rp.buffers.push_back(std::move(bi));
+    }
+    checkOverlaps(rp);
+    const auto &prog = array(r, where, "program");
+    for (size_t i = 0; i < prog.size(); ++i) {
+      std::string iw = where + ".program[" + std::to_string(i) + "]";
+      Instruction ins;
+      ins.index = i;
+      ins.op = string(prog[i], iw, "op");
+      ins.in = ints(prog[i], iw, "in", /*optional=*/true);
+      ins.out = ints(prog[i], iw, "out", /*optional=*/true);
+      ins.attrs = prog[i].contains("attrs") ? prog[i]["attrs"] : nlohmann::json::object();
+      if (!ins.attrs.is_object())
+        bad(iw + ".attrs", "must be an object");
+      for (int64_t id : ins.in)
+        if (!rp.byId.count(id))
+          bad(iw + ".in", "names buffer " + std::to_string(id) + ", which rank " +
+                              std::to_string(rp.rank) + " does not have");
+      for (int64_t id : ins.out)
+        if (!rp.byId.count(id))
+          bad(iw + ".out", "names buffer " + std::to_string(id) + ", which rank " +
+                               std::to_string(rp.rank) + " does not have");
+      ins.json = prog[i];
+      rp.program.push_back(std::move(ins));
+    }
+  }
+
+  /// Persistent buffers must not share bytes with any other buffer.
+  void checkOverlaps(const RankPlan &rp) const {
+    std::vector<const BufferInfo *> byOffset;
+    for (const BufferInfo &b : rp.buffers)
+      if (b.bytes)
+        byOffset.push_back(&b);
+    std::sort(byOffset.begin(), byOffset.end(),
+              [](const BufferInfo *a, const BufferInfo *b) { return a->offset < b->offset; });
+    for (size_t i = 0; i < byOffset.size(); ++i) {
+      const BufferInfo *a = byOffset[i];
+      for (size_t j = i + 1; j < byOffset.size() && byOffset[j]->offset < a->offset + a->bytes;
+           ++j) {
+        const BufferInfo *b = byOffset[j];
+        if (a->persistent() || b->persistent())
+          fail("plan '", file, "': rank ", rp.rank, ": ", bufferKindName(a->kind), " buffer ",
+               a->id, " '", a->name, "' [", a->offset, ", ", a->offset + a->bytes, ") and ",
+               bufferKindName(b->kind), " buffer ", b->id, " '", b->name, "' [", b->offset,
+               ", ", b->offset + b->bytes, ") overlap, but a ", bufferKindName(a->persistent() ? a->kind : b->kind),
+               " buffer must keep its memory");
+      }
+    }
+  }
+};
+
+static uint32_t readU32(const uint8_t *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static uint64_t readU64(const uint8_t *p) { return (uint64_t)readU32(p) | (uint64_t)readU32(p + 4) << 32; }
+
+Plan readPlan(const std::string &path) {
+  Plan p;
+  p.path = path;
+  p.file = MappedFile::open(path, "plan");
+  const uint8_t *d = p.file->data();
+  uint64_t size = p.file->size();
+  if (size < 8 || std::memcmp(d, kPlanMagic, 8) != 0)
+    fail("'", path, "' is not a PipeMesh plan (bad magic; expected \"PMPLAN\\0\\0\")");
+  if (size < kPlanHeaderBytes)
+    fail("plan '", path, "' is truncated: ", size, " bytes, the header alone is ", kPlanHeaderBytes);
+  p.version = readU32(d + 8);
+  if (p.version != kPlanVersion)
+    fail("plan '", path, "' has plan format version ", p.version, ", this runtime reads ",
+         kPlanVersion, " (recompile it with a matching pipemesh-opt)");
+  uint64_t L = readU64(d + 16), W = readU64(d + 24), sum = readU64(d + 32);
+  uint64_t body = size - kPlanHeaderBytes;
+  if (L > body || W > body - L)
+    fail("plan '", path, "' is truncated: the header announces ", L, " manifest + ", W,
+         " weight bytes but only ", body, " follow");
+  if (L + W != body)
+    fail("plan '", path, "' is damaged: ", body - L - W, " unexpected bytes after the weights");
+  uint64_t actual = fnv1a64(d + kPlanHeaderBytes, L + W);
+  if (actual != sum)
+    fail("plan '", path, "' is damaged: checksum ", hex64(actual), " does not match the ",
+         hex64(sum), " in its header");
+  p.checksum = sum;
+
+  try {
+    p.manifest = nlohmann::json::parse(d + kPlanHeaderBytes, d + kPlanHeaderBytes + L);
+  } catch (const nlohmann::json::exception &e) {
+    fail("plan '", path, "': manifest is not valid JSON: ", e.what());
+  }
+  PlanParser P{path};
+  const auto &m = p.manifest;
+  if (!m.is_object())
+    fail("plan '", path, "': manifest is not a JSON object");
+  std::string format = P.string(m, "", "format");
+  if (format != "pipemesh-plan")
+    P.bad("format", "is '" + format + "', expected 'pipemesh-plan'");
+  int64_t mv = P.integer(m, "", "version");
+  if (mv != kPlanVersion)
+    fail("plan '", path, "' has plan format version ", mv, " in its manifest, this runtime reads ",
+         kPlanVersion);
+  P.parseModel(m, p);
+  P.parseParams(m, p);
+  p.weights = Safetensors::parse(d + kPlanHeaderBytes + L, W, "plan '" + path + "' weights");
+  const auto &ranks = P.array(m, "", "ranks");
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    RankPlan rp;
+    P.parseRank(ranks[i], "ranks[" + std::to_string(i) + "]", p, rp);
+    for (const RankPlan &o : p.ranks)
+      if (o.rank == rp.rank)
+        P.bad("ranks[" + std::to_string(i) + "].rank", "repeats rank " + std::to_string(rp.rank));
+    p.ranks.push_back(std::move(rp));
+  }
+  return p;
+}
+
+} // namespace pipemesh::rt

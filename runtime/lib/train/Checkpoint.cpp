@@ -1,0 +1,286 @@
+//===- Checkpoint.cpp - atomic, checksummed checkpoints ---------------------===//
+#include "pipemesh/runtime/Checkpoint.h"
+
+#include "pipemesh/runtime/Checksum.h"
+#include "pipemesh/runtime/Communicator.h"
+#include "pipemesh/runtime/Error.h"
+#include "pipemesh/runtime/MappedFile.h"
+#include "pipemesh/runtime/Safetensors.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <unistd.h>
+
+namespace fs = std::filesystem;
+
+namespace pipemesh::rt {
+namespace {
+
+constexpr const char *kFormat = "pipemesh-checkpoint";
+constexpr int kVersion = 1;
+
+void fsyncPath(const fs::path &p, bool directory) {
+  int fd = ::open(p.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+  if (fd < 0)
+    fail("checkpoint: cannot open '", p.string(), "' to sync it: ", std::strerror(errno));
+  int rc = ::fsync(fd);
+  int e = errno;
+  ::close(fd);
+  if (rc != 0)
+    fail("checkpoint: fsync of '", p.string(), "' failed: ", std::strerror(e));
+}
+
+void renameOrFail(const fs::path &from, const fs::path &to) {
+  if (::rename(from.c_str(), to.c_str()) != 0)
+    fail("checkpoint: cannot rename '", from.string(), "' to '", to.string(),
+         "': ", std::strerror(errno));
+}
+
+/// Writes `text` to `path` atomically: temp file, fsync, rename.
+void writeTextAtomically(const fs::path &path, const std::string &text) {
+  fs::path tmp = path;
+  tmp += ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    fail("checkpoint: cannot create '", tmp.string(), "': ", std::strerror(errno));
+  const char *p = text.data();
+  size_t n = text.size();
+  while (n) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w < 0) {
+      int e = errno;
+      ::close(fd);
+      fail("checkpoint: cannot write '", tmp.string(), "': ", std::strerror(e));
+    }
+    p += w;
+    n -= (size_t)w;
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0)
+    fail("checkpoint: cannot sync '", tmp.string(), "': ", std::strerror(errno));
+  renameOrFail(tmp, path);
+}
+
+/// Name of a persistent buffer's tensor in a checkpoint file.
+std::string tensorName(const BufferInfo &b) {
+  std::string n = std::string(bufferKindName(b.kind)) + "/" + b.param;
+  if (b.elemOffset)
+    n += "@" + std::to_string(b.elemOffset);
+  return n;
+}
+
+bool checkpointed(const BufferInfo &b) {
+  return b.kind == BufferKind::Param || b.kind == BufferKind::AdamM || b.kind == BufferKind::AdamV;
+}
+
+/// Runs `f` on this rank; every rank learns whether all succeeded, and the
+/// ranks that did not fail report that a peer did.
+template <typename F> void collectively(Communicator &comm, const char *what, F &&f) {
+  std::string err;
+  try {
+    f();
+  } catch (const Error &e) {
+    err = e.what();
+  } catch (const std::exception &e) {
+    err = concat("checkpoint: ", what, ": ", e.what());
+  }
+  bool all = comm.allOk(err.empty(), what);
+  if (!err.empty())
+    throw Error(err);
+  if (!all)
+    fail("checkpoint: another rank failed during the ", what);
+}
+
+} // namespace
+
+std::string writeCheckpoint(const std::string &dir, const CheckpointState &state,
+                            const Plan &plan, const RankPlan &rank, const Arena &arena,
+                            Communicator &comm) {
+  const std::string stepName = "step-" + std::to_string(state.step);
+  const fs::path D(dir), tmp = D / ("." + stepName + ".tmp"), final = D / stepName;
+
+  collectively(comm, "checkpoint directory setup", [&] {
+    if (comm.rank() != 0)
+      return;
+    fs::create_directories(D);
+    fs::remove_all(tmp);
+    fs::create_directory(tmp);
+  });
+
+  uint64_t info[2] = {0, 0}; // checksum, bytes
+  const std::string fileName = "rank-" + std::to_string(rank.rank) + ".safetensors";
+  collectively(comm, "checkpoint file write", [&] {
+    SafetensorsWriter w;
+    for (const BufferInfo &b : rank.buffers)
+      if (checkpointed(b)) {
+        TensorRef t = arena.tensor(b);
+        w.add(tensorName(b), "F32", b.shape, t.data, t.bytes());
+      }
+    w.setMetadata("format", kFormat);
+    w.setMetadata("step", std::to_string(state.step));
+    w.setMetadata("rank", std::to_string(rank.rank));
+    w.setMetadata("rng_state", hex64(state.rngState));
+    w.setMetadata("plan_checksum", hex64(plan.checksum));
+    fs::path part = tmp / (fileName + ".tmp");
+    int fd = ::open(part.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+      fail("checkpoint: cannot create '", part.string(), "': ", std::strerror(errno));
+    try {
+      info[0] = w.write(fd, "checkpoint file '" + part.string() + "'");
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+    info[1] = w.size();
+    if (::fsync(fd) != 0 || ::close(fd) != 0)
+      fail("checkpoint: cannot sync '", part.string(), "': ", std::strerror(errno));
+    renameOrFail(part, tmp / fileName);
+  });
+
+  std::vector<uint64_t> all = comm.gather(info, 2, "checkpoint checksums");
+  collectively(comm, "checkpoint commit", [&] {
+    if (comm.rank() != 0)
+      return;
+    nlohmann::json m;
+    m["format"] = kFormat;
+    m["version"] = kVersion;
+    m["step"] = state.step;
+    m["plan"] = {{"path", plan.path}, {"checksum", hex64(plan.checksum)}};
+    m["world_size"] = comm.size();
+    m["rng_state"] = hex64(state.rngState);
+    m["run"] = state.run;
+    nlohmann::json files = nlohmann::json::array();
+    for (int r = 0; r < comm.size(); ++r)
+      files.push_back({{"rank", r},
+                       {"file", "rank-" + std::to_string(r) + ".safetensors"},
+                       {"bytes", all[2 * r + 1]},
+                       {"fnv1a64", hex64(all[2 * r])}});
+    m["files"] = files;
+    writeTextAtomically(tmp / "manifest.json", m.dump(2) + "\n");
+    fsyncPath(tmp, true);
+    fs::path old;
+    if (fs::exists(final)) {
+      old = D / ("." + stepName + ".old");
+      fs::remove_all(old);
+      renameOrFail(final, old);
+    }
+    renameOrFail(tmp, final);
+    fsyncPath(D, true);
+    if (!old.empty())
+      fs::remove_all(old);
+    writeTextAtomically(D / "latest", stepName + "\n");
+    fsyncPath(D, true);
+  });
+  return final.string();
+}
+
+std::optional<std::string> findLatestCheckpoint(const std::string &dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    return std::nullopt;
+  int64_t best = -1;
+  std::string bestPath;
+  for (const auto &e : fs::directory_iterator(dir, ec)) {
+    std::string name = e.path().filename().string();
+    if (name.rfind("step-", 0) != 0 || !e.is_directory())
+      continue;
+    std::string num = name.substr(5);
+    if (num.empty() || num.find_first_not_of("0123456789") != std::string::npos)
+      continue;
+    if (!fs::exists(e.path() / "manifest.json"))
+      continue;
+    int64_t s = std::stoll(num);
+    if (s > best) {
+      best = s;
+      bestPath = e.path().string();
+    }
+  }
+  if (best < 0)
+    return std::nullopt;
+  return bestPath;
+}
+
+CheckpointState loadCheckpoint(const std::string &dir, const Plan &plan, const RankPlan &rank,
+                               Arena &arena, Communicator &comm, std::string &loadedFrom) {
+  CheckpointState st;
+  collectively(comm, "checkpoint load", [&] {
+    auto found = findLatestCheckpoint(dir);
+    if (!found)
+      fail("--resume: no complete checkpoint in '", dir, "' (expected ", dir,
+           "/step-<s>/manifest.json)");
+    loadedFrom = *found;
+    fs::path S(*found);
+    nlohmann::json m;
+    {
+      std::ifstream in(S / "manifest.json");
+      std::stringstream ss;
+      ss << in.rdbuf();
+      try {
+        m = nlohmann::json::parse(ss.str());
+      } catch (const nlohmann::json::exception &e) {
+        fail("checkpoint '", S.string(), "': manifest.json is damaged: ", e.what());
+      }
+    }
+    auto need = [&](const char *key) -> const nlohmann::json & {
+      if (!m.is_object() || !m.contains(key))
+        fail("checkpoint '", S.string(), "': manifest.json has no '", key, "'");
+      return m[key];
+    };
+    if (need("format") != kFormat || need("version") != kVersion)
+      fail("checkpoint '", S.string(), "' is not a version ", kVersion, " PipeMesh checkpoint");
+    uint64_t planSum = 0;
+    if (!need("plan").contains("checksum") ||
+        !parseHex64(m["plan"]["checksum"].get<std::string>(), planSum))
+      fail("checkpoint '", S.string(), "': manifest.json has no plan checksum");
+    if (planSum != plan.checksum)
+      fail("checkpoint '", S.string(), "' was written for another plan (checksum ",
+           hex64(planSum), ", this plan '", plan.path, "' has ", hex64(plan.checksum), ")");
+    if (need("world_size").get<int64_t>() != comm.size())
+      fail("checkpoint '", S.string(), "' was written by ", m["world_size"].get<int64_t>(),
+           " ranks, this job has ", comm.size());
+    st.step = need("step").get<int64_t>();
+    if (!parseHex64(need("rng_state").get<std::string>(), st.rngState))
+      fail("checkpoint '", S.string(), "': bad rng_state");
+    st.run = m.value("run", nlohmann::json::object());
+    const nlohmann::json *entry = nullptr;
+    for (const auto &f : need("files"))
+      if (f.value("rank", -1) == rank.rank)
+        entry = &f;
+    if (!entry)
+      fail("checkpoint '", S.string(), "' lists no file for rank ", rank.rank);
+    fs::path file = S / (*entry)["file"].get<std::string>();
+    uint64_t wantSum = 0;
+    if (!parseHex64((*entry)["fnv1a64"].get<std::string>(), wantSum))
+      fail("checkpoint '", S.string(), "': bad checksum for rank ", rank.rank);
+    auto mf = MappedFile::open(file.string(), "checkpoint file");
+    uint64_t wantBytes = (*entry)["bytes"].get<uint64_t>();
+    if (mf->size() != wantBytes)
+      fail("checkpoint file '", file.string(), "' is damaged: ", mf->size(),
+           " bytes, the manifest says ", wantBytes);
+    uint64_t sum = fnv1a64(mf->data(), mf->size());
+    if (sum != wantSum)
+      fail("checkpoint file '", file.string(), "' is damaged: checksum ", hex64(sum),
+           " does not match the manifest's ", hex64(wantSum));
+    Safetensors t = Safetensors::parse(mf->data(), mf->size(), "checkpoint file '" + file.string() + "'");
+    for (const BufferInfo &b : rank.buffers) {
+      if (!checkpointed(b))
+        continue;
+      std::string name = tensorName(b);
+      const SafetensorsEntry *e = t.find(name);
+      if (!e)
+        fail("checkpoint file '", file.string(), "' has no tensor '", name, "'");
+      if (e->dtype != "F32" || e->bytes != b.bytes)
+        fail("checkpoint file '", file.string(), "': tensor '", name, "' is ", e->dtype, " ",
+             shapeStr(e->shape), ", the plan's buffer is f32 ", shapeStr(b.shape));
+      std::memcpy(arena.tensor(b).data, e->data, b.bytes);
+    }
+  });
+  return st;
+}
+
+} // namespace pipemesh::rt

@@ -1,0 +1,212 @@
+//===- Trainer.cpp - one pipemesh-run training job ---------------------------===//
+#include "pipemesh/runtime/Trainer.h"
+
+#include "pipemesh/runtime/Checkpoint.h"
+#include "pipemesh/runtime/Checksum.h"
+#include "pipemesh/runtime/Communicator.h"
+#include "pipemesh/runtime/Error.h"
+#include "pipemesh/runtime/SplitMix64.h"
+#include "pipemesh/runtime/StepLog.h"
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+
+namespace pipemesh::rt {
+
+Trainer::Trainer(const RunOptions &o, Communicator &comm, std::ostream &log)
+    : opts(o), comm(comm), log(log) {
+  planData = readPlan(o.planPath);
+  const Plan &p = planData;
+  if (p.parallel.worldSize != comm.size())
+    throw UniformError(concat("plan '", p.path, "' is compiled for world size ", p.parallel.worldSize, " (pp=",
+         p.parallel.pp, " dp=", p.parallel.dp, ") but this job has ", comm.size(),
+         comm.size() == 1 ? " process" : " processes", ": run it with mpirun -np ",
+         p.parallel.worldSize));
+  if ((int64_t)p.ranks.size() != p.parallel.worldSize)
+    fail("plan '", p.path, "' has ", p.ranks.size(), " rank programs for world size ",
+         p.parallel.worldSize);
+  rankPlan = &p.rank(comm.rank());
+  if (o.backend != "cpu")
+    fail("backend '", o.backend, "' is not available in this build (available: cpu)");
+  if (o.steps <= 0)
+    fail("--steps must be positive (got ", o.steps, ")");
+
+  data = o.dataPath ? TokenData::loadShard(*o.dataPath, p.model.vocab)
+                    : TokenData::defaultCorpus(p.model.vocab);
+  sampler = std::make_unique<Sampler>(data, p.model.seq, p.model.batch, p.parallel.dp,
+                                      p.parallel.microbatches, o.shuffleSeed);
+
+  arena = std::make_unique<Arena>(*rankPlan);
+  arena->loadInitialValues(p);
+  env = std::make_unique<ExecEnv>(p, *rankPlan, *arena);
+  env->sampler = sampler.get();
+  env->comm = &comm;
+  env->opt = o.opt;
+  executor = std::make_unique<Executor>(*env);
+
+  schedule.lr = o.opt.lr;
+  schedule.warmupSteps = o.warmupSteps;
+  schedule.kind = o.schedule;
+  schedule.minLr = o.minLr;
+  schedule.totalSteps = o.steps;
+  rngState = SplitMix64(o.seed).state;
+
+  if (o.resume) {
+    if (o.checkpointDir.empty())
+      fail("--resume needs --checkpoint-dir");
+    CheckpointState st = loadCheckpoint(o.checkpointDir, p, *rankPlan, *arena, comm, resumedFrom);
+    startStep = st.step;
+    rngState = st.rngState;
+    if (comm.rank() == 0) {
+      auto differs = [&](const char *key, const nlohmann::json &now) {
+        if (st.run.contains(key) && st.run[key] != now)
+          log << "pipemesh-run: warning: the checkpoint was written with " << key << " = "
+              << st.run[key].dump() << ", this run uses " << now.dump()
+              << ": the trajectory will differ from an uninterrupted run\n";
+      };
+      differs("steps", o.steps);
+      differs("shuffle", o.shuffleSeed ? nlohmann::json(*o.shuffleSeed) : nlohmann::json());
+      differs("data", data->origin());
+      differs("lr", o.opt.lr);
+      differs("lr_schedule", lrScheduleName(o.schedule));
+      differs("warmup_steps", o.warmupSteps);
+    }
+  }
+  banner();
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::banner() {
+  if (comm.rank() != 0)
+    return;
+  const Plan &p = planData;
+  log << "pipemesh-run: plan " << p.path << " (" << p.params.size() << " parameters, "
+      << p.model.numParams << " values; batch " << p.model.batch << " x seq " << p.model.seq
+      << ", " << p.parallel.microbatches << " micro-batches, pp " << p.parallel.pp << " dp "
+      << p.parallel.dp << ")\n";
+  log << "pipemesh-run: " << comm.size() << (comm.size() == 1 ? " rank" : " ranks") << " via "
+      << comm.name() << "; rank 0 arena " << rankPlan->arenaBytes << " bytes; backend cpu";
+  if (!opts.blasInfo.empty())
+    log << " (" << opts.blasInfo << ")";
+  log << "\n";
+  log << "pipemesh-run: data " << data->origin() << " (" << data->size() << " tokens, "
+      << sampler->numWindows() << " windows of " << p.model.seq << ")"
+      << (opts.shuffleSeed ? ", shuffled with seed " + std::to_string(*opts.shuffleSeed) : "")
+      << "\n";
+  if (!resumedFrom.empty())
+    log << "pipemesh-run: resumed from " << resumedFrom << " at step " << startStep << "\n";
+  log.flush();
+}
+
+void Trainer::run() {
+  const Plan &p = planData;
+  std::unique_ptr<JsonLog> jsonLog;
+  if (comm.rank() == 0 && !opts.logJson.empty())
+    jsonLog = std::make_unique<JsonLog>(opts.logJson);
+  std::unique_ptr<std::ofstream> dump;
+  if (!opts.dumpData.empty()) {
+    std::string path = opts.dumpData;
+    if (comm.size() > 1)
+      path += ".rank-" + std::to_string(comm.rank());
+    dump = std::make_unique<std::ofstream>(path);
+    if (!*dump)
+      fail("cannot open --dump-data file '", path, "'");
+    std::ofstream *out = dump.get();
+    env->observer = [out](int64_t step, int64_t mb, int64_t dpRank, const int64_t *tok,
+                          const int64_t *tgt, int64_t n) {
+      nlohmann::json j = {{"step", step}, {"microbatch", mb}, {"dp_rank", dpRank},
+                          {"tokens", std::vector<int64_t>(tok, tok + n)},
+                          {"targets", std::vector<int64_t>(tgt, tgt + n)}};
+      *out << j.dump() << "\n";
+    };
+  }
+  if (startStep >= opts.steps && comm.rank() == 0)
+    log << "pipemesh-run: nothing to do: the checkpoint is at step " << startStep
+        << " and --steps is " << opts.steps << "\n";
+
+  const double tokensPerStep = (double)p.globalBatch() * (double)p.model.seq;
+  using clock = std::chrono::steady_clock;
+  for (int64_t s = startStep; s < opts.steps; ++s) {
+    if (opts.stopAtStep && s >= *opts.stopAtStep) {
+      if (comm.rank() == 0)
+        log << "pipemesh-run: stopping after step " << s << " (--stop-at-step)\n";
+      break;
+    }
+    StepState &st = env->state;
+    st = StepState();
+    st.step = s;
+    st.lr = schedule.at(s);
+    auto t0 = clock::now();
+    executor->runStep();
+    double loss = st.loss;
+    comm.allreduceSum(&loss, 1, "step loss");
+    double ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+    const StepTimings &t = executor->timings();
+    double mine[3] = {t.computeMs + t.controlMs, t.commMs, 0.0};
+    std::vector<double> all = comm.gather(mine, 3, "per-rank timings");
+    if (comm.rank() == 0) {
+      StepRecord r;
+      r.step = s;
+      r.steps = opts.steps;
+      r.loss = loss;
+      r.lr = st.lr;
+      r.gradNorm = st.gradNorm;
+      r.hasGradNorm = st.optimizerRan;
+      r.ms = ms;
+      r.tokensPerS = ms > 0 ? tokensPerStep / (ms / 1000.0) : 0;
+      for (int k = 0; k < comm.size(); ++k)
+        r.ranks.push_back({all[3 * k], all[3 * k + 1], all[3 * k + 2]});
+      log << progressLine(r) << "\n";
+      log.flush();
+      if (jsonLog)
+        jsonLog->write(r);
+    }
+    int64_t done = s + 1;
+    bool due = !opts.checkpointDir.empty() &&
+               ((opts.checkpointEvery > 0 && done % opts.checkpointEvery == 0) ||
+                done == opts.steps);
+    if (due) {
+      CheckpointState cs;
+      cs.step = done;
+      cs.rngState = rngState;
+      cs.run = {{"steps", opts.steps},
+                {"data", data->origin()},
+                {"shuffle", opts.shuffleSeed ? nlohmann::json(*opts.shuffleSeed) : nlohmann::json()},
+                {"lr", opts.opt.lr},
+                {"lr_schedule", lrScheduleName(opts.schedule)},
+                {"warmup_steps", opts.warmupSteps},
+                {"min_lr", opts.minLr},
+                {"beta1", opts.opt.beta1},
+                {"beta2", opts.opt.beta2},
+                {"eps", opts.opt.eps},
+                {"weight_decay", opts.opt.weightDecay},
+                {"grad_clip", opts.opt.gradClip},
+                {"seed", opts.seed}};
+      std::string where = writeCheckpoint(opts.checkpointDir, cs, p, *rankPlan, *arena, comm);
+      if (comm.rank() == 0)
+        log << "pipemesh-run: checkpoint " << where << "\n";
+    }
+  }
+}
+
+std::vector<TrainedParam> Trainer::trainedParams() const {
+  std::vector<TrainedParam> out;
+  for (const ParamInfo &pi : planData.params) {
+    const BufferInfo *whole = nullptr;
+    for (const BufferInfo &b : rankPlan->buffers)
+      if (b.kind == BufferKind::Param && b.param == pi.name && b.elemOffset == 0 &&
+          b.numel == numElements(pi.shape))
+        whole = &b;
+    if (!whole)
+      fail("--export-onnx: rank ", rankPlan->rank, " does not hold parameter '", pi.name,
+           "' whole (exporting a pipeline- or ZeRO-3-sharded plan is not supported yet)");
+    out.push_back({&pi, static_cast<const float *>(arena->tensor(*whole).data)});
+  }
+  return out;
+}
+
+} // namespace pipemesh::rt

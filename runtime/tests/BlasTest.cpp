@@ -1,0 +1,68 @@
+//===- BlasTest.cpp - configureBlas never overrides a set core type ---------===//
+//
+// The re-execution itself is tested end to end by runtime.configureBlas.reexec
+// (BlasProbe.cpp).
+//
+//===----------------------------------------------------------------------===//
+
+#include "pipemesh/runtime/CpuKernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+namespace pipemesh::rt::cpu::test {
+namespace {
+
+/// Arguments handed to configureBlas: if it ever re-executed this binary, the
+/// new process would run only ReexecSentinel, which fails.
+char arg0[] = "pipemesh-cpu-kernels-test";
+char arg1[] = "--gtest_filter=ReexecSentinel.*";
+char *fakeArgv[] = {arg0, arg1, nullptr};
+
+TEST(ReexecSentinel, NotReexecuted) {
+  // Passes in a normal run; fails only in a process configureBlas re-executed.
+  EXPECT_EQ(std::getenv("PIPEMESH_BLAS_REEXEC"), nullptr)
+      << "configureBlas re-executed the test binary";
+}
+
+TEST(ConfigureBlas, KeepsAnOpenblasCoretypeThatIsSet) {
+  for (const char *value : {"Prescott", "Haswell"}) {
+    ASSERT_EQ(setenv("OPENBLAS_CORETYPE", value, 1), 0);
+    unsetenv("PIPEMESH_BLAS_REEXEC");
+    const std::string line = configureBlas(2, fakeArgv);
+    EXPECT_STREQ(std::getenv("OPENBLAS_CORETYPE"), value);
+    EXPECT_EQ(std::getenv("PIPEMESH_BLAS_REEXEC"), nullptr);
+    EXPECT_NE(line.find(std::string("OPENBLAS_CORETYPE=") + value), std::string::npos) << line;
+    EXPECT_NE(line.find("from the environment"), std::string::npos) << line;
+  }
+  unsetenv("OPENBLAS_CORETYPE");
+}
+
+TEST(ConfigureBlas, MarkerPreventsASecondReexecution) {
+  unsetenv("OPENBLAS_CORETYPE");
+  ASSERT_EQ(setenv("PIPEMESH_BLAS_REEXEC", "1", 1), 0);
+  const std::string line = configureBlas(2, fakeArgv);
+  EXPECT_EQ(std::getenv("OPENBLAS_CORETYPE"), nullptr);
+  EXPECT_NE(line.find("OpenBLAS core"), std::string::npos) << line;
+  unsetenv("PIPEMESH_BLAS_REEXEC");
+}
+
+TEST(ConfigureBlas, PreferredCore) {
+  // Generic or older cores are upgraded to what the CPU can run.
+  EXPECT_EQ(preferredBlasCore("Prescott", true, true), "SkylakeX");
+  EXPECT_EQ(preferredBlasCore("Prescott", false, true), "Haswell");
+  EXPECT_EQ(preferredBlasCore("Sandybridge", false, true), "Haswell");
+  EXPECT_EQ(preferredBlasCore("Haswell", true, true), "SkylakeX");
+  EXPECT_EQ(preferredBlasCore("Zen", true, true), "SkylakeX"); // Zen 4
+  // Already suitable, or nothing better available.
+  EXPECT_EQ(preferredBlasCore("SkylakeX", true, true), "");
+  EXPECT_EQ(preferredBlasCore("COOPERLAKE", true, true), "");
+  EXPECT_EQ(preferredBlasCore("SapphireRapids", true, true), "");
+  EXPECT_EQ(preferredBlasCore("Haswell", false, true), "");
+  EXPECT_EQ(preferredBlasCore("Zen", false, true), "");
+  EXPECT_EQ(preferredBlasCore("Prescott", false, false), "");
+}
+
+} // namespace
+} // namespace pipemesh::rt::cpu::test

@@ -1,0 +1,94 @@
+"""Shared helpers of the pipemesh-run tests (run with /usr/bin/python3).
+
+The binary comes from the PIPEMESH_RUN environment variable (ctest sets it
+to the built target) or defaults to build/bin/pipemesh-run.
+"""
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
+sys.path.insert(0, os.path.join(REPO, "runtime", "tools"))
+
+import make_test_plan as mtp  # noqa: E402
+
+PIPEMESH_RUN = os.environ.get("PIPEMESH_RUN", os.path.join(REPO, "build", "bin", "pipemesh-run"))
+
+# Open MPI as root in containers and more ranks than cores in CI.
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_rmaps_base_oversubscribe": "1", "OPENBLAS_NUM_THREADS": "1",
+           "OMP_NUM_THREADS": "1"}
+
+
+def run(args, np_=None, timeout=300, env=None):
+    """Runs pipemesh-run (under mpirun -np np_ when given); returns CompletedProcess."""
+    cmd = [PIPEMESH_RUN] + [str(a) for a in args]
+    e = dict(os.environ)
+    e.update(MPI_ENV)
+    if env:
+        e.update(env)
+    if np_ is not None:
+        cmd = ["mpirun", "-np", str(np_), "--oversubscribe", "--allow-run-as-root"] + cmd
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e)
+
+
+def write_shard(path, tokens):
+    tokens = np.asarray(tokens, dtype=np.uint16)
+    header = np.zeros(256, np.int32)
+    header[0], header[1], header[2] = 20240520, 1, len(tokens)
+    with open(path, "wb") as f:
+        f.write(header.tobytes())
+        f.write(tokens.tobytes())
+
+
+def read_shard(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    header = np.frombuffer(data[:1024], np.int32)
+    assert header[0] == 20240520 and header[1] == 1
+    return np.frombuffer(data[1024:], np.uint16)[: header[2]].astype(np.int64)
+
+
+def read_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def read_log(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+class TempDirTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="pipemesh-run-test-")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def check_ok(self, r):
+        self.assertEqual(r.returncode, 0, f"pipemesh-run failed:\n{r.stdout}\n{r.stderr}")
+        return r
+
+    def check_fails(self, r, *needles):
+        self.assertNotEqual(r.returncode, 0, f"pipemesh-run should have failed:\n{r.stdout}\n{r.stderr}")
+        self.assertIn("pipemesh-run: error:", r.stderr)
+        for n in needles:
+            self.assertIn(n, r.stderr)
+        self.assertNotIn("Segmentation", r.stderr)
+        return r
+
+
+def main():
+    unittest.main(verbosity=2)

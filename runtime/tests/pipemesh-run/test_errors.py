@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""Bad inputs give one clear error line and a non-zero exit, never a crash or a
+hang: damaged plans (magic, version, truncation, checksum, manifest fields,
+buffer tables, unknown ops, malformed instructions), bad data (missing file,
+bad header, short file, tokens outside the vocabulary), a world size that
+does not match the plan, token ids out of an embedding table's range, and bad
+command lines.
+"""
+import copy
+import json
+
+import numpy as np
+
+import common
+from common import mtp
+
+
+def tiny():
+    b, _ = mtp.build_tiny_gpt(batch=2, seq=8, vocab=256, embd=16, heads=2)
+    return b
+
+
+class PlanErrors(common.TempDirTest):
+    def write(self, name, corrupt=None, manifest=None, builder=None):
+        b = builder or tiny()
+        path = self.path(name)
+        mtp.write_plan(path, manifest if manifest is not None else b.manifest(), b.weights,
+                       corrupt=corrupt)
+        return path
+
+    def test_missing_plan(self):
+        self.check_fails(common.run([self.path("nope.plan"), "--steps", 1]), "cannot open")
+
+    def test_bad_magic(self):
+        self.check_fails(common.run([self.write("m.plan", "magic"), "--steps", 1]),
+                         "is not a PipeMesh plan")
+
+    def test_wrong_version(self):
+        self.check_fails(common.run([self.write("v.plan", "version"), "--steps", 1]),
+                         "plan format version 2, this runtime reads 1")
+
+    def test_truncated(self):
+        self.check_fails(common.run([self.write("t.plan", "truncate"), "--steps", 1]), "truncated")
+        path = self.path("short.plan")
+        with open(path, "wb") as f:
+            f.write(mtp.MAGIC + b"\x01\x00\x00\x00")
+        self.check_fails(common.run([path, "--steps", 1]), "truncated")
+
+    def test_damaged_checksum(self):
+        self.check_fails(common.run([self.write("c.plan", "checksum"), "--steps", 1]),
+                         "is damaged: checksum")
+
+    def test_missing_manifest_field(self):
+        b = tiny()
+        m = b.manifest()
+        del m["ranks"][0]["arena_bytes"]
+        self.check_fails(common.run([self.write("f.plan", manifest=m, builder=b), "--steps", 1]),
+                         "manifest field 'ranks[0].arena_bytes' is missing")
+        m = b.manifest()
+        del m["model"]["vocab"]
+        self.check_fails(common.run([self.write("g.plan", manifest=m, builder=b), "--steps", 1]),
+                         "manifest field 'model.vocab' is missing")
+
+    def test_buffer_outside_arena(self):
+        b = tiny()
+        m = b.manifest()
+        m["ranks"][0]["arena_bytes"] -= 64
+        self.check_fails(common.run([self.write("a.plan", manifest=m, builder=b), "--steps", 1]),
+                         "lies outside the")
+
+    def test_persistent_overlap(self):
+        b = tiny()
+        m = b.manifest()
+        bufs = m["ranks"][0]["buffers"]
+        act = next(x for x in bufs if x["kind"] == "activation")
+        param = next(x for x in bufs if x["kind"] == "param")
+        act["offset"] = param["offset"]
+        self.check_fails(common.run([self.write("o.plan", manifest=m, builder=b), "--steps", 1]),
+                         "overlap")
+
+    def test_unknown_op(self):
+        b = tiny()
+        m = b.manifest()
+        m["ranks"][0]["program"].insert(3, {"op": "frobnicate", "in": [0], "out": [1]})
+        self.check_fails(common.run([self.write("u.plan", manifest=m, builder=b), "--steps", 1]),
+                         "instruction 3 (frobnicate): unknown op 'frobnicate'")
+
+    def test_malformed_instruction(self):
+        b = tiny()
+        m = b.manifest()
+        prog = m["ranks"][0]["program"]
+        i = next(k for k, x in enumerate(prog) if x["op"] == "matmul")
+        prog[i]["in"] = list(reversed(prog[i]["in"][:2]))
+        r = self.check_fails(common.run([self.write("x.plan", manifest=m, builder=b), "--steps", 1]),
+                             f"instruction {i} (matmul)")
+        self.assertNotIn("step 1/", r.stdout, "the error must come before any step runs")
+
+    def test_embedding_id_out_of_range(self):
+        # A table of 10 rows in a model whose vocabulary (and data) reaches 256.
+        b = mtp.Builder(batch=1, seq=4, vocab=256)
+        table = b.param("table", np.ones((10, 4), np.float32))
+        ids = b.input("input_ids", [1, 4])
+        tgt = b.input("targets", [1, 4])
+        b.control("load_microbatch", index=0, out=[ids, tgt])
+        b.op("embedding", [table, ids], [1, 4, 4])
+        path = self.path("e.plan")
+        mtp.write_plan(path, b.manifest(), b.weights)
+        data = self.path("d.bin")
+        common.write_shard(data, [3, 5, 200, 7, 1, 2])
+        self.check_fails(common.run([path, "--data", data, "--steps", 1]),
+                         "instruction 1 (embedding)", "token id 200 at position 2",
+                         "out of range [0, 10)")
+
+
+class DataErrors(common.TempDirTest):
+    def setUp(self):
+        super().setUp()
+        b = tiny()
+        self.plan = self.path("p.plan")
+        mtp.write_plan(self.plan, b.manifest(), b.weights)
+
+    def test_missing_data_file(self):
+        self.check_fails(common.run([self.plan, "--data", self.path("none.bin"), "--steps", 1]),
+                         "data file", "none.bin", "cannot open")
+
+    def test_tokens_outside_vocabulary(self):
+        data = self.path("big.bin")
+        common.write_shard(data, [1, 2, 3, 255, 256, 9] * 10)
+        self.check_fails(common.run([self.plan, "--data", data, "--steps", 1]),
+                         "token 256 at position 4", "outside the plan's vocabulary of 256")
+
+    def test_bad_header(self):
+        data = self.path("bad.bin")
+        with open(data, "wb") as f:
+            f.write(np.array([12345, 1, 4] + [0] * 253, np.int32).tobytes() + b"\0" * 8)
+        self.check_fails(common.run([self.plan, "--data", data, "--steps", 1]), "bad header: magic 12345")
+        with open(data, "wb") as f:
+            f.write(b"tiny")
+        self.check_fails(common.run([self.plan, "--data", data, "--steps", 1]), "too short")
+
+    def test_short_file(self):
+        data = self.path("short.bin")
+        common.write_shard(data, list(range(100)))
+        raw = common.read_bytes(data)
+        with open(data, "wb") as f:
+            f.write(raw[:-10])
+        self.check_fails(common.run([self.plan, "--data", data, "--steps", 1]),
+                         "is short: the header announces 100 tokens")
+
+    def test_too_few_tokens(self):
+        data = self.path("few.bin")
+        common.write_shard(data, [1, 2, 3])
+        self.check_fails(common.run([self.plan, "--data", data, "--steps", 1]), "too few")
+
+    def test_default_corpus_vocab_too_small(self):
+        b, _ = mtp.build_zoo()  # vocab 64 < the corpus's bytes
+        path = self.path("z.plan")
+        mtp.write_plan(path, b.manifest(), b.weights)
+        self.check_fails(common.run([path, "--steps", 1]), "default corpus", "vocabulary has only 64")
+
+
+class WorldSize(common.TempDirTest):
+    def test_plan_needs_more_ranks(self):
+        b = tiny()
+        m = b.manifest()
+        m["parallel"]["world_size"] = 2
+        m["parallel"]["dp"] = 2
+        r1 = copy.deepcopy(m["ranks"][0])
+        r1["rank"] = 1
+        m["ranks"].append(r1)
+        path = self.path("w2.plan")
+        mtp.write_plan(path, m, b.weights)
+        self.check_fails(common.run([path, "--steps", 1]),
+                         "compiled for world size 2", "this job has 1 process")
+
+    def test_job_has_more_ranks(self):
+        b = tiny()
+        path = self.path("w1.plan")
+        mtp.write_plan(path, b.manifest(), b.weights)
+        r = self.check_fails(common.run([path, "--steps", 1], np_=2, timeout=120),
+                             "compiled for world size 1", "this job has 2 processes")
+        self.assertNotIn("step 1/", r.stdout)
+
+
+class CommandLine(common.TempDirTest):
+    def test_bad_flags(self):
+        b = tiny()
+        path = self.path("p.plan")
+        mtp.write_plan(path, b.manifest(), b.weights)
+        cases = [([path], "--steps N is required"),
+                 ([path, "--steps", "x"], "--steps expects an integer"),
+                 ([path, "--steps", 1, "--lr-schedule", "linear"], "constant or cosine"),
+                 ([path, "--steps", 1, "--bogus"], "unknown option '--bogus'"),
+                 ([path, "--steps", 1, "--resume"], "--resume needs --checkpoint-dir"),
+                 ([path, "--steps", 1, "--backend", "cuda"], "backend 'cuda' is not available")]
+        for args, needle in cases:
+            self.check_fails(common.run(args), needle)
+
+
+if __name__ == "__main__":
+    common.main()

@@ -1,0 +1,175 @@
+//===- Options.cpp - pipemesh-run's command line ----------------------------===//
+#include "Options.h"
+
+#include "pipemesh/runtime/Error.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <map>
+
+namespace pipemesh::run {
+
+using rt::fail;
+
+const char *usage() {
+  return R"(usage: pipemesh-run NAME.plan --steps N [options]
+       mpirun -np WORLD pipemesh-run NAME.plan --steps N [options]
+
+Trains the plan pipemesh-opt compiled. One process per rank of the plan.
+
+data
+  --data FILE              llm.c token shard (uint16 tokens, 1024-byte header);
+                           without it: the embedded default corpus (byte-level text)
+  --shuffle SEED           permute the sequence windows (splitmix64 Fisher-Yates)
+  --seed S                 seed of the runtime RNG (saved in checkpoints; default 0)
+optimizer (AdamW, PyTorch semantics and defaults)
+  --lr X (1e-3)  --beta1 X (0.9)  --beta2 X (0.999)  --eps X (1e-8)  --weight-decay X (0.01)
+  --grad-clip X            global-norm clipping threshold (0 = off, the default)
+  --warmup-steps N         linear warmup: lr*(s+1)/N for steps s < N (default 0)
+  --lr-schedule constant|cosine   after warmup (default constant)
+  --min-lr X               floor of the cosine schedule (default 0)
+run
+  --steps N                total number of steps (also what the schedule spans)
+  --log-json FILE          one JSON object per step (rank 0)
+  --checkpoint-dir D       write D/step-<s>/ checkpoints (atomic, checksummed)
+  --checkpoint-every K     every K steps (and after the last step)
+  --resume                 continue from the newest checkpoint in --checkpoint-dir
+  --stop-at-step S         stop after S completed steps, as if interrupted
+  --export-onnx OUT.onnx   write the trained weights into a copy of the source model
+  --onnx-source PATH       the source model, when the plan's model.source moved
+  --backend cpu            compute backend (cpu; cuda is not in this build)
+  --comm-timeout SEC       a peer silent this long fails the job (default 300)
+debugging
+  --dump-data FILE         JSON lines of every micro-batch loaded (per rank)
+  --write-default-corpus FILE   write the embedded corpus as a token shard and exit
+  --help, --version
+)";
+}
+
+static double parseDouble(const std::string &opt, const std::string &v) {
+  char *end = nullptr;
+  errno = 0;
+  double d = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end || errno || !std::isfinite(d))
+    fail(opt, " expects a number, got '", v, "'");
+  return d;
+}
+
+static int64_t parseInt(const std::string &opt, const std::string &v, int64_t min) {
+  char *end = nullptr;
+  errno = 0;
+  long long n = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end || errno)
+    fail(opt, " expects an integer, got '", v, "'");
+  if (n < min)
+    fail(opt, " must be at least ", min, ", got ", n);
+  return n;
+}
+
+static uint64_t parseU64(const std::string &opt, const std::string &v) {
+  char *end = nullptr;
+  errno = 0;
+  unsigned long long n = std::strtoull(v.c_str(), &end, 0);
+  if (v.empty() || *end || errno || v[0] == '-')
+    fail(opt, " expects a non-negative integer, got '", v, "'");
+  return n;
+}
+
+CommandLine parseCommandLine(int argc, char **argv) {
+  CommandLine c;
+  rt::RunOptions &r = c.run;
+  bool haveSteps = false;
+  using Handler = std::function<void(const std::string &, const std::string &)>;
+  std::map<std::string, Handler> valued = {
+      {"--data", [&](auto &, auto &v) { r.dataPath = v; }},
+      {"--steps", [&](auto &o, auto &v) { r.steps = parseInt(o, v, 1); haveSteps = true; }},
+      {"--log-json", [&](auto &, auto &v) { r.logJson = v; }},
+      {"--lr", [&](auto &o, auto &v) { r.opt.lr = parseDouble(o, v); }},
+      {"--beta1", [&](auto &o, auto &v) { r.opt.beta1 = parseDouble(o, v); }},
+      {"--beta2", [&](auto &o, auto &v) { r.opt.beta2 = parseDouble(o, v); }},
+      {"--eps", [&](auto &o, auto &v) { r.opt.eps = parseDouble(o, v); }},
+      {"--weight-decay", [&](auto &o, auto &v) { r.opt.weightDecay = parseDouble(o, v); }},
+      {"--grad-clip", [&](auto &o, auto &v) { r.opt.gradClip = parseDouble(o, v); }},
+      {"--warmup-steps", [&](auto &o, auto &v) { r.warmupSteps = parseInt(o, v, 0); }},
+      {"--lr-schedule",
+       [&](auto &o, auto &v) {
+         auto k = rt::parseLrSchedule(v);
+         if (!k)
+           fail(o, " must be constant or cosine, got '", v, "'");
+         r.schedule = *k;
+       }},
+      {"--min-lr", [&](auto &o, auto &v) { r.minLr = parseDouble(o, v); }},
+      {"--checkpoint-dir", [&](auto &, auto &v) { r.checkpointDir = v; }},
+      {"--checkpoint-every", [&](auto &o, auto &v) { r.checkpointEvery = parseInt(o, v, 0); }},
+      {"--export-onnx", [&](auto &, auto &v) { c.exportOnnx = v; }},
+      {"--onnx-source", [&](auto &, auto &v) { c.onnxSource = v; }},
+      {"--backend", [&](auto &, auto &v) { r.backend = v; }},
+      {"--shuffle", [&](auto &o, auto &v) { r.shuffleSeed = parseU64(o, v); }},
+      {"--seed", [&](auto &o, auto &v) { r.seed = parseU64(o, v); }},
+      {"--stop-at-step", [&](auto &o, auto &v) { r.stopAtStep = parseInt(o, v, 0); }},
+      {"--comm-timeout",
+       [&](auto &o, auto &v) {
+         c.commTimeout = parseDouble(o, v);
+         if (c.commTimeout <= 0)
+           fail(o, " must be positive");
+       }},
+      {"--dump-data", [&](auto &, auto &v) { r.dumpData = v; }},
+      {"--write-default-corpus", [&](auto &, auto &v) { c.writeDefaultCorpus = v; }},
+  };
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      c.help = true;
+      continue;
+    }
+    if (a == "--version") {
+      c.version = true;
+      continue;
+    }
+    if (a == "--resume") {
+      r.resume = true;
+      continue;
+    }
+    if (a.rfind("--", 0) == 0) {
+      std::string name = a, value;
+      bool inlineValue = false;
+      if (size_t eq = a.find('='); eq != std::string::npos) {
+        name = a.substr(0, eq);
+        value = a.substr(eq + 1);
+        inlineValue = true;
+      }
+      auto it = valued.find(name);
+      if (it == valued.end())
+        fail("unknown option '", name, "' (see --help)");
+      if (!inlineValue) {
+        if (i + 1 >= argc)
+          fail(name, " needs a value");
+        value = argv[++i];
+      }
+      it->second(name, value);
+      continue;
+    }
+    if (!r.planPath.empty())
+      fail("unexpected argument '", a, "' (one plan file only)");
+    r.planPath = a;
+  }
+  if (c.help || c.version || !c.writeDefaultCorpus.empty())
+    return c;
+  if (r.planPath.empty())
+    fail("no plan file given (see --help)");
+  if (!haveSteps)
+    fail("--steps N is required");
+  if (r.resume && r.checkpointDir.empty())
+    fail("--resume needs --checkpoint-dir");
+  if (r.checkpointEvery > 0 && r.checkpointDir.empty())
+    fail("--checkpoint-every needs --checkpoint-dir");
+  if (r.opt.lr < 0 || r.minLr < 0 || r.opt.eps < 0 || r.opt.weightDecay < 0 || r.opt.gradClip < 0)
+    fail("learning rates, eps, weight decay and grad clip must not be negative");
+  if (r.opt.beta1 < 0 || r.opt.beta1 >= 1 || r.opt.beta2 < 0 || r.opt.beta2 >= 1)
+    fail("--beta1 and --beta2 must lie in [0, 1)");
+  return c;
+}
+
+} // namespace pipemesh::run

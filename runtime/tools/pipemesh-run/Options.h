@@ -1,0 +1,26 @@
+//===- Options.h - pipemesh-run's command line ------------------*- C++ -*-===//
+#ifndef PIPEMESH_RUN_OPTIONS_H
+#define PIPEMESH_RUN_OPTIONS_H
+
+#include "pipemesh/runtime/Trainer.h"
+
+#include <string>
+
+namespace pipemesh::run {
+
+struct CommandLine {
+  rt::RunOptions run;
+  std::string exportOnnx;
+  std::string onnxSource;
+  std::string writeDefaultCorpus;
+  double commTimeout = 300;
+  bool help = false, version = false;
+};
+
+/// Parses argv; throws rt::Error with a message for the user on bad input.
+CommandLine parseCommandLine(int argc, char **argv);
+const char *usage();
+
+} // namespace pipemesh::run
+
+#endif // PIPEMESH_RUN_OPTIONS_H

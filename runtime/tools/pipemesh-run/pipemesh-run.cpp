@@ -1,0 +1,107 @@
+//===- pipemesh-run.cpp - runs a PipeMesh training plan ---------------------===//
+//
+//   mpirun -np WORLD pipemesh-run NAME.plan --steps N [--data FILE] [...]
+//
+// Every failure is one line "pipemesh-run: error: ..." on stderr and a
+// non-zero exit; with more than one rank the failing rank ends the job
+// (MPI_Abort) so that no peer waits forever.
+//
+//===----------------------------------------------------------------------===//
+#include "Options.h"
+
+#include "pipemesh/runtime/Communicator.h"
+#include "pipemesh/runtime/CpuKernels.h"
+#include "pipemesh/runtime/DefaultCorpus.h"
+#include "pipemesh/runtime/Error.h"
+#include "pipemesh/runtime/OnnxExport.h"
+#include "pipemesh/runtime/TokenData.h"
+#include "pipemesh/runtime/Trainer.h"
+
+#include <cstdio>
+#include <iostream>
+
+using namespace pipemesh;
+
+static int reportError(const std::string &msg, rt::Communicator *comm) {
+  std::cout.flush();
+  if (comm && comm->size() > 1)
+    std::fprintf(stderr, "pipemesh-run: error: rank %d: %s\n", comm->rank(), msg.c_str());
+  else
+    std::fprintf(stderr, "pipemesh-run: error: %s\n", msg.c_str());
+  std::fflush(stderr);
+  if (comm && comm->size() > 1)
+    comm->abort(1);
+  rt::finalizeMpi();
+  return 1;
+}
+
+int main(int argc, char **argv) {
+  // First: may re-execute the program with OPENBLAS_CORETYPE set.
+  std::string blas = rt::cpu::configureBlas(argc, argv);
+
+  run::CommandLine cl;
+  try {
+    cl = run::parseCommandLine(argc, argv);
+  } catch (const rt::Error &e) {
+    std::fprintf(stderr, "pipemesh-run: error: %s\n", e.what());
+    return 2;
+  }
+  if (cl.help) {
+    std::fputs(run::usage(), stdout);
+    return 0;
+  }
+  if (cl.version) {
+    std::printf("pipemesh-run (PipeMesh) plan format 1\n");
+    return 0;
+  }
+  if (!cl.writeDefaultCorpus.empty()) {
+    try {
+      rt::writeShard(cl.writeDefaultCorpus, rt::defaultCorpusTokens());
+    } catch (const rt::Error &e) {
+      std::fprintf(stderr, "pipemesh-run: error: %s\n", e.what());
+      return 1;
+    }
+    return 0;
+  }
+
+  std::unique_ptr<rt::Communicator> comm = rt::createMpiCommunicator(&argc, &argv);
+  comm->timeoutSeconds = cl.commTimeout;
+  cl.run.blasInfo = blas;
+  try {
+    rt::Trainer trainer(cl.run, *comm, std::cout);
+    trainer.run();
+    if (!cl.exportOnnx.empty()) {
+      std::vector<rt::TrainedParam> params = trainer.trainedParams();
+      if (comm->rank() == 0) {
+        const rt::Plan &plan = trainer.plan();
+        std::string source = cl.onnxSource.empty()
+                                 ? rt::resolveModelSource(plan.model.source, plan.path)
+                                 : cl.onnxSource;
+        std::vector<rt::ExportParam> ep;
+        for (const rt::TrainedParam &p : params)
+          ep.push_back({p.info->name, p.info->source, p.info->shape, p.data,
+                        p.info->transposedCopies});
+        rt::ExportSummary s = rt::exportOnnx(source, cl.exportOnnx, ep);
+        std::cout << "pipemesh-run: exported " << ep.size() << " trained parameters to "
+                  << cl.exportOnnx << " (from " << source << ": " << s.written
+                  << " initializers rewritten, " << s.split << " deduplicated ones split, "
+                  << s.transposed << " transposed copies"
+                  << (s.externalData ? ", external data" : "") << ")\n";
+      }
+      comm->barrier("ONNX export");
+    }
+  } catch (const rt::UniformError &e) {
+    std::cout.flush();
+    if (comm->rank() == 0)
+      std::fprintf(stderr, "pipemesh-run: error: %s\n", e.what());
+    rt::finalizeMpi();
+    return 1;
+  } catch (const rt::Error &e) {
+    return reportError(e.what(), comm.get());
+  } catch (const std::exception &e) {
+    return reportError(std::string("internal error: ") + e.what(), comm.get());
+  }
+  std::cout.flush();
+  rt::finalizeMpi();
+  return 0;
+}
