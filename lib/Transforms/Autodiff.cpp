@@ -122,8 +122,12 @@ struct PMeshAutodiffPass : pipemesh::impl::PMeshAutodiffBase<PMeshAutodiffPass> 
       loss = ce;
     } else {
       loss = map.lookup(fwdReturn.getOperand(*choice.lossIndex));
-      if (loss.getType() != lossType)
-        loss = b.create<pm::CastOp>(loc, lossType, loss);
+      if (loss.getType() != lossType) {
+        // Part of the forward program, so the backward differentiates it too.
+        auto cast = b.create<pm::CastOp>(loc, lossType, loss);
+        forwardOps.push_back(cast);
+        loss = cast;
+      }
     }
 
     // Which values depend on a parameter (and so need gradients).

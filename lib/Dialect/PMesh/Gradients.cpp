@@ -156,7 +156,9 @@ LogicalResult MaxOp::buildGradients(OpBuilder &b, ArrayRef<Value> dys, ArrayRef<
     return success();
   Location loc = getLoc();
   // Where both are equal the gradient goes to lhs (any subgradient is valid).
-  Value lhsB = b.create<BroadcastOp>(loc, getResult().getType(), getLhs());
+  Value lhsB = getLhs();
+  if (lhsB.getType() != getResult().getType())
+    lhsB = b.create<BroadcastOp>(loc, getResult().getType(), lhsB);
   Value eq = b.create<EqualOp>(loc, RankedTensorType::get(shapeOf(getResult()), b.getI1Type()),
                                getResult(), lhsB);
   Value zero = scalarConstant(b, loc, eltOf(getLhs()), 0.0);
@@ -372,8 +374,13 @@ LogicalResult LayerNormOp::buildGradients(OpBuilder &b, ArrayRef<Value> dys, Arr
     grads[0] = op.getDx();
   if (need[1])
     grads[1] = unbroadcast(b, loc, op.getDscale(), shapeOf(getScale()));
-  if (getBias() && need[2])
-    grads[2] = unbroadcast(b, loc, op.getDbias(), shapeOf(getBias()));
+  if (getBias() && need[2]) {
+    // dbias has the scale's shape; a bias of another (broadcast) shape sums dy
+    // itself.
+    grads[2] = getBias().getType() == getScale().getType()
+                   ? op.getDbias()
+                   : unbroadcast(b, loc, dys[0], shapeOf(getBias()));
+  }
   return success();
 }
 
