@@ -4,9 +4,15 @@
 Every case is a small hand-written pmesh module, random inputs, and the expected results
 written with NumPy straight from PMeshOps.td's descriptions (broadcasting, attention's
 end-aligned causal mask and additive mask, cross_entropy's ignore_index and reductions,
-layer_norm over trailing dims, matmul transposes and batch broadcasting, ...). A few cases
-check that bad inputs and unknown ops are errors (non-zero exit, a message naming them), and
-one reads parameters from a small ONNX file (inline, typed and external data).
+layer_norm over trailing dims, matmul transposes and batch broadcasting, ...), and for the
+gradient ops of PMeshTrainOps.td from their summaries (layer_norm_grad incl. a broadcast
+scale, both gelu_grad forms, softmax/log_softmax_grad, attention_grad with causal + mask and
+Tq < Tk, embedding_grad with repeated ids, cross_entropy_grad in every reduction,
+slice_grad). A few cases check that bad inputs and unknown ops are errors (non-zero exit, a
+message naming them), one reads parameters from a small ONNX file (inline, typed and
+external data), and one checks the gradient-oracle flags (pmesh.accumulate_grad and
+--grads-dir, --param-override, --params-dir, --perturb-param, --fd-probes, --results-f64,
+--exact-float-casts) and their errors.
 
     check_interp_ops.py --interp build/bin/pmesh-interp [--only SUBSTRING] [-v]
 
@@ -324,11 +330,141 @@ def shape_cases():
           "mask": np.array([[1, 0, 1], [0, 0, 1]], bool)})
 
 
+def sum_to(a, shape):
+    """Sums `a` down to `shape` (the reverse of numpy broadcasting)."""
+    a = np.asarray(a)
+    lead = a.ndim - len(shape)
+    a = a.sum(tuple(range(lead))) if lead else a
+    axes = tuple(d for d, n in enumerate(shape) if n == 1 and a.shape[d] != 1)
+    return a.sum(axes, keepdims=True) if axes else a
+
+
+def np_softmax_masked(s):
+    """Softmax over the last axis where -inf entries get probability 0."""
+    e = np.exp(s - s.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def grad_cases():
+    """The gradient ops of PMeshTrainOps.td against NumPy written from their summaries."""
+    dy, x, g = rand(2, 3, 8), rand(2, 3, 8) * 2 + 1, rand(8)
+    g2 = rand(3, 1)
+    def ln_grad(dy, x, scale, eps, axis):
+        dy, x = f64(dy), f64(x)
+        axes = tuple(range(axis % x.ndim, x.ndim))
+        mean = x.mean(axes, keepdims=True)
+        rstd = 1 / np.sqrt(((x - mean) ** 2).mean(axes, keepdims=True) + eps)
+        xhat = (x - mean) * rstd
+        gg = dy * f64(scale)
+        dx = rstd * (gg - gg.mean(axes, keepdims=True)
+                     - xhat * (gg * xhat).mean(axes, keepdims=True))
+        return dx, sum_to(dy * xhat, scale.shape), sum_to(dy, scale.shape)
+    a = ln_grad(dy, x, g, float(np.float32(1e-5)), -1)
+    b = ln_grad(dy, x, g2, float(np.float32(1e-3)), 1)
+    tx = t_of(x)
+    case("layer_norm_grad", {"dy": dy, "x": x, "g": g, "g2": g2},
+         [("dx", tx), ("dg", t_of(g)), ("db", t_of(g)),
+          ("dx2", tx), ("dg2", t_of(g2)), ("db2", t_of(g2))], f"""
+  %dx, %dg, %db = pmesh.layer_norm_grad %dy, %x, %g : ({tx}, {tx}, {t_of(g)}) -> ({tx}, {t_of(g)}, {t_of(g)})
+  %dx2, %dg2, %db2 = pmesh.layer_norm_grad %dy, %x, %g2 {{axis = 1 : i64, epsilon = 1.0e-03 : f32}} : ({tx}, {tx}, {t_of(g2)}) -> ({tx}, {t_of(g2)}, {t_of(g2)})
+  return %dx, %dg, %db, %dx2, %dg2, %db2 : {tx}, {t_of(g)}, {t_of(g)}, {tx}, {t_of(g2)}, {t_of(g2)}""",
+         {"dx": a[0], "dg": a[1], "db": a[2], "dx2": b[0], "dg2": b[1], "db2": b[2]})
+
+    dy, x = rand(4, 5), rand(4, 5) * 3
+    c = np.sqrt(2 / np.pi)
+    u = c * (f64(x) + 0.044715 * f64(x) ** 3)
+    tanh_d = 0.5 * (1 + np.tanh(u)) + 0.5 * f64(x) * (1 - np.tanh(u) ** 2) * c * (
+        1 + 3 * 0.044715 * f64(x) ** 2)
+    erf_d = 0.5 * (1 + erf(f64(x) / np.sqrt(2))) + f64(x) * np.exp(-f64(x) ** 2 / 2) / np.sqrt(
+        2 * np.pi)
+    case("gelu_grad", {"dy": dy, "x": x}, [("tanh", t_of(x)), ("erf", t_of(x))], f"""
+  %t = pmesh.gelu_grad %dy, %x {{approximate = "tanh"}} : {t_of(x)}
+  %e = pmesh.gelu_grad %dy, %x : {t_of(x)}
+  return %t, %e : {t_of(x)}, {t_of(x)}""",
+         {"tanh": f64(dy) * tanh_d, "erf": f64(dy) * erf_d})
+
+    dy, y = rand(2, 3, 4), np_softmax(f64(rand(2, 3, 4)), 1).astype(np.float32)
+    ly = np.log(np_softmax(f64(rand(2, 3, 4)), -1)).astype(np.float32)
+    case("softmax_grad", {"dy": dy, "y": y, "ly": ly}, [("s", t_of(y)), ("l", t_of(y))], f"""
+  %s = pmesh.softmax_grad %dy, %y {{axis = 1 : i64}} : {t_of(y)}
+  %l = pmesh.log_softmax_grad %dy, %ly : {t_of(y)}
+  return %s, %l : {t_of(y)}, {t_of(y)}""",
+         {"s": f64(y) * (f64(dy) - (f64(dy) * y).sum(1, keepdims=True)),
+          "l": f64(dy) - np.exp(f64(ly)) * f64(dy).sum(-1, keepdims=True)})
+
+    q, k, v = rand(2, 2, 3, 4), rand(2, 2, 5, 4), rand(2, 2, 5, 6)
+    do = rand(2, 2, 3, 6)
+    pad = np.zeros((2, 1, 1, 5), np.float32)
+    pad[1, 0, 0, 3] = MIN32
+    def att_grad(do, q, k, v, mask, scale, causal):
+        q, k, v, do = f64(q), f64(k), f64(v), f64(do)
+        s = scale * q @ np.swapaxes(k, -1, -2) + (0 if mask is None else f64(mask))
+        tq, tk = s.shape[-2:]
+        if causal:
+            hidden = np.arange(tk)[None, :] > np.arange(tq)[:, None] + (tk - tq)
+            s = np.where(hidden, -np.inf, s)
+        p = np_softmax_masked(s)
+        dv = np.swapaxes(p, -1, -2) @ do
+        dp = do @ np.swapaxes(v, -1, -2)
+        ds = p * (dp - (dp * p).sum(-1, keepdims=True))
+        return scale * ds @ k, scale * np.swapaxes(ds, -1, -2) @ q, dv
+    a = att_grad(do, q, k, v, pad, float(np.float32(0.3)), True)
+    b = att_grad(do, q, k, v, None, 0.5, False)
+    sig = f"({t_of(do)}, {t_of(q)}, {t_of(k)}, {t_of(v)}"
+    res = f"({t_of(q)}, {t_of(k)}, {t_of(v)})"
+    case("attention_grad", {"do": do, "q": q, "k": k, "v": v, "pad": pad},
+         [("dq", t_of(q)), ("dk", t_of(k)), ("dv", t_of(v)),
+          ("dq2", t_of(q)), ("dk2", t_of(k)), ("dv2", t_of(v))], f"""
+  %dq, %dk, %dv = pmesh.attention_grad %do, %q, %k, %v mask %pad {{scale = 0.3 : f32}} : {sig}, {t_of(pad)}) -> {res}
+  %dq2, %dk2, %dv2 = pmesh.attention_grad %do, %q, %k, %v {{scale = 0.5 : f32, causal = false}} : {sig}) -> {res}
+  return %dq, %dk, %dv, %dq2, %dk2, %dv2 : {t_of(q)}, {t_of(k)}, {t_of(v)}, {t_of(q)}, {t_of(k)}, {t_of(v)}""",
+         {"dq": a[0], "dk": a[1], "dv": a[2], "dq2": b[0], "dk2": b[1], "dv2": b[2]})
+
+    dy = rand(2, 3, 4)
+    ids = np.array([[0, 4, 2], [4, 4, -1]], np.int64)
+    want = np.zeros((5, 4))
+    np.add.at(want, ids % 5, f64(dy))
+    case("embedding_grad", {"dy": dy, "ids": ids}, [("dt", ttype((5, 4)))], f"""
+  %dt = pmesh.embedding_grad %dy, %ids : ({t_of(dy)}, {t_of(ids)}) -> {ttype((5, 4))}
+  return %dt : {ttype((5, 4))}""", {"dt": want})
+
+    # cross_entropy_grad: every reduction (mean divides by the counted targets), the
+    # default ignore_index and a custom one.
+    lg = rand(2, 3, 5) * 2
+    t = np.array([[1, -100, 4], [0, 2, -100]], np.int64)
+    t4 = np.array([[1, 3, 4], [0, 2, 4]], np.int64)
+    dn, dm = rand(2, 3), np.array(1.7, np.float32)
+
+    def ce_grad(targets, ignore, per_row):
+        valid = targets != ignore
+        onehot = np.eye(5)[np.where(valid, targets, 0)]
+        return (np_softmax(f64(lg), -1) - onehot) * valid[..., None] * per_row
+
+    lt, tt = t_of(lg), t_of(t)
+    case("cross_entropy_grad", {"lg": lg, "t": t, "t4": t4, "dn": dn, "dm": dm},
+         [("mean", lt), ("sum", lt), ("none", lt), ("ign4", lt)], f"""
+  %m = pmesh.cross_entropy_grad %dm, %lg, %t : (tensor<f32>, {lt}, {tt}) -> {lt}
+  %s = pmesh.cross_entropy_grad %dm, %lg, %t {{reduction = "sum"}} : (tensor<f32>, {lt}, {tt}) -> {lt}
+  %n = pmesh.cross_entropy_grad %dn, %lg, %t {{reduction = "none"}} : ({t_of(dn)}, {lt}, {tt}) -> {lt}
+  %i = pmesh.cross_entropy_grad %dm, %lg, %t4 {{ignore_index = 4 : i64}} : (tensor<f32>, {lt}, {tt}) -> {lt}
+  return %m, %s, %n, %i : {lt}, {lt}, {lt}, {lt}""",
+         {"mean": ce_grad(t, -100, float(dm) / 4), "sum": ce_grad(t, -100, float(dm)),
+          "none": ce_grad(t, -100, f64(dn)[..., None]), "ign4": ce_grad(t4, 4, float(dm) / 4)})
+
+    dy = rand(2, 2, 2)
+    want = np.zeros((2, 3, 4))
+    want[0:2, 1:3, 0:4:3] = dy
+    case("slice_grad", {"dy": dy}, [("dx", ttype((2, 3, 4)))], f"""
+  %dx = pmesh.slice_grad %dy[[0, 1, 0] : [2, 3, 4] : [1, 1, 3]] : {t_of(dy)} -> {ttype((2, 3, 4))}
+  return %dx : {ttype((2, 3, 4))}""", {"dx": want})
+
+
 def build_cases():
     elementwise_cases()
     reduction_cases()
     nn_cases()
     shape_cases()
+    grad_cases()
 
 
 # --- running ----------------------------------------------------------------------------
@@ -490,6 +626,113 @@ def params_case(args, root):
     return 0 if ok else 1
 
 
+def train_flags_case(args, root):
+    """The gradient-oracle flags: pmesh.accumulate_grad summed per parameter and written
+    as float64 by --grads-dir; parameters from float64 files (--param-override,
+    --params-dir); --perturb-param; --fd-probes / --fd-out; --results-f64;
+    --exact-float-casts; and their errors."""
+    if args.only not in "train-flags":
+        return 0
+    workdir = os.path.join(root, "train-flags")
+    os.makedirs(workdir, exist_ok=True)
+    x = rand(2, 3)
+    w = RNG.standard_normal((2, 3))  # float64 values no float32 holds
+    b = RNG.standard_normal(3)
+    t, tb = t_of(x), "tensor<3xf32>"
+    text = f"""module {{
+  pmesh.param @w : {t}
+  pmesh.param @b : {tb}
+  pmesh.param @unused : {tb}
+  func.func @train_step(%x: {t} {{pmesh.name = "x"}}) -> (tensor<f32> {{pmesh.name = "loss"}}) {{
+    %w = pmesh.get_param @w : {t}
+    %b = pmesh.get_param @b : {tb}
+    %m = pmesh.mul %x, %w : ({t}, {t}) -> {t}
+    %a = pmesh.add %m, %b : ({t}, {tb}) -> {t}
+    %s = pmesh.reduce_sum %a axes = [0, 1] {{keepdims = false}} : {t} -> tensor<f32>
+    pmesh.accumulate_grad @w, %x : {t}
+    pmesh.accumulate_grad @w, %x : {t}
+    %g = pmesh.constant dense<2.0> : {tb}
+    pmesh.accumulate_grad @b, %g : {tb}
+    return %s : tensor<f32>
+  }}
+  func.func @roundtrip() -> ({t} {{pmesh.name = "y"}}) {{
+    %w = pmesh.get_param @w : {t}
+    %h = pmesh.cast %w : {t} -> {ttype((2, 3)).replace("f32", "f16")}
+    %y = pmesh.cast %h : {ttype((2, 3)).replace("f32", "f16")} -> {t}
+    return %y : {t}
+  }}
+}}
+"""
+    pdir = os.path.join(workdir, "params")
+    os.makedirs(pdir, exist_ok=True)
+    w_file = os.path.join(workdir, "w64.bin")
+    w.astype("<f8").tofile(w_file)
+    b.astype("<f8").tofile(os.path.join(pdir, "b.bin"))
+    gdir, out = os.path.join(workdir, "grads"), os.path.join(workdir, "out")
+    probes, fd_out = os.path.join(workdir, "probes.txt"), os.path.join(workdir, "fd.txt")
+    with open(probes, "w") as f:
+        f.write("# param index delta\nw 4 0.25\n\nb 1 -0.5\n")
+    base = ["--func", "train_step", "--params-dir", pdir, "--param-override", f"w={w_file}"]
+    loss = float((f64(x) * w + b).sum())
+    problems = []
+
+    def loss_of(run_dir):
+        return float(np.fromfile(os.path.join(run_dir, "loss.bin"), "<f8")[0])
+
+    r = run_interp(args.interp, text, {"x": x}, workdir,
+                   base + ["--grads-dir", gdir, "--results-f64", "--fd-probes", probes,
+                           "--fd-out", fd_out])
+    if r.returncode != 0:
+        problems.append(f"train run failed: {r.stderr.strip()}")
+    else:
+        if not np.isclose(loss_of(out), loss, rtol=1e-15, atol=1e-14):
+            problems.append(f"loss {loss_of(out)!r}, want {loss!r}")
+        gw = np.fromfile(os.path.join(gdir, "w.bin"), "<f8")
+        gb = np.fromfile(os.path.join(gdir, "b.bin"), "<f8")
+        if not (np.array_equal(gw, 2 * f64(x).ravel()) and np.array_equal(gb, [2.0] * 3)):
+            problems.append(f"gradients {gw}, {gb}: want 2x and 2")
+        if os.path.exists(os.path.join(gdir, "unused.bin")):
+            problems.append("a gradient file for a parameter without gradient")
+        with open(fd_out) as f:
+            got = [float(v) for v in f]
+        want = [loss + 0.25 * float(x.ravel()[4]), loss - 0.5 * 2]
+        if len(got) != 2 or not np.allclose(got, want, rtol=1e-14, atol=1e-13):
+            problems.append(f"fd-probes {got}, want {want}")
+    r = run_interp(args.interp, text, {"x": x}, workdir,
+                   base + ["--results-f64", "--perturb-param", "w", "--index", "4",
+                           "--delta", "0.25"])
+    if r.returncode != 0 or not np.isclose(loss_of(out), loss + 0.25 * float(x.ravel()[4]),
+                                           rtol=1e-14):
+        problems.append(f"--perturb-param: {r.stderr.strip() or loss_of(out)}")
+    for flags, want in ((["--exact-float-casts"], f64(w)),
+                        ([], w.astype(np.float16).astype(np.float64))):
+        r = run_interp(args.interp, text, {}, workdir,
+                       ["--func", "roundtrip", "--param-override", f"w={w_file}",
+                        "--results-f64"] + flags)
+        got = np.fromfile(os.path.join(out, "y.bin"), "<f8").reshape(2, 3) if not r.returncode \
+            else None
+        if got is None or not np.array_equal(got, want):
+            problems.append(f"roundtrip {flags}: {r.stderr.strip() or got}")
+    short = os.path.join(workdir, "short.bin")
+    np.zeros(5).tofile(short)
+    bad_probe = os.path.join(workdir, "bad_probe.txt")
+    with open(bad_probe, "w") as f:
+        f.write("w 6 1e-3\n")
+    for flags, message in (
+            (["--param-override", "nope=" + w_file], "'nope' names no pmesh.param"),
+            (["--param-override", "w=" + short], "has 40 bytes; 'tensor<2x3xf32>' needs 48"),
+            (["--fd-probes", bad_probe, "--fd-out", fd_out], "cannot perturb element 6 of @w"),
+            (["--fd-probes", probes], "--fd-probes needs --fd-out")):
+        r = run_interp(args.interp, text, {"x": x}, workdir, base + flags)
+        if r.returncode == 0 or message not in r.stderr:
+            problems.append(f"{flags}: expected an error with {message!r}, got exit "
+                            f"{r.returncode}: {r.stderr.strip()!r}")
+    for p in problems:
+        print(f"    {p}")
+    print(f"{'train-flags':34s} {'PASS' if not problems else 'FAIL'}")
+    return 1 if problems else 0
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -510,6 +753,7 @@ def main():
               flush=True)
     failures += error_cases(args, root)
     failures += params_case(args, root)
+    failures += train_flags_case(args, root)
     print("all passed" if not failures else f"{failures} failed; files in {root}")
     if not failures:
         shutil.rmtree(root, ignore_errors=True)

@@ -800,4 +800,293 @@ std::optional<Tensor> slice(const Tensor &x, llvm::ArrayRef<int64_t> starts,
   return out;
 }
 
+//===----------------------------------------------------------------------===//
+// Gradient ops
+//===----------------------------------------------------------------------===//
+
+static bool sameShape(const Tensor &a, const Tensor &b) {
+  return llvm::ArrayRef<int64_t>(a.shape) == llvm::ArrayRef<int64_t>(b.shape);
+}
+
+std::optional<std::vector<Tensor>> layerNormGrad(const Tensor &dy, const Tensor &x,
+                                                 const Tensor &scale, double epsilon,
+                                                 int64_t axis, std::string &why) {
+  auto ax = normalizeAxis(axis, x.shape.size());
+  if (!ax) {
+    why = "layer_norm_grad axis " + std::to_string(axis) + " out of range for " +
+          shapeStr(x.shape);
+    return std::nullopt;
+  }
+  llvm::ArrayRef<int64_t> normShape = llvm::ArrayRef<int64_t>(x.shape).drop_front(*ax);
+  if (!broadcastsTo(scale.shape, normShape) || !sameShape(dy, x)) {
+    why = "layer_norm_grad needs dy of x's shape and a scale broadcasting to " +
+          shapeStr(normShape);
+    return std::nullopt;
+  }
+  int64_t inner = 1;
+  for (int64_t d : normShape)
+    inner *= d;
+  int64_t outer = inner == 0 ? 0 : x.numel() / inner;
+  Tensor dx = Tensor::zeros(x.elementType, x.shape);
+  Tensor dscale = Tensor::zeros(scale.elementType, scale.shape);
+  Tensor dbias = Tensor::zeros(scale.elementType, scale.shape);
+  // The scale element each normalized position uses.
+  std::vector<int64_t> sidx(inner);
+  for (int64_t j = 0; j < inner; ++j)
+    sidx[j] = broadcastIndex(unravel(j, normShape), scale.shape);
+  std::vector<double> xhat(inner), g(inner);
+  for (int64_t o = 0; o < outer; ++o) {
+    const double *row = &x.f[o * inner];
+    const double *drow = &dy.f[o * inner];
+    double mean = 0;
+    for (int64_t j = 0; j < inner; ++j)
+      mean += row[j];
+    mean /= (double)inner;
+    double var = 0;
+    for (int64_t j = 0; j < inner; ++j)
+      var += (row[j] - mean) * (row[j] - mean);
+    var /= (double)inner;
+    double invStd = 1.0 / std::sqrt(var + epsilon);
+    // y = xhat * scale + bias with xhat = (x - mean) * invStd; g = dy * scale.
+    // dx = invStd * (g - mean(g) - xhat * mean(g * xhat)).
+    double sumG = 0, sumGX = 0;
+    for (int64_t j = 0; j < inner; ++j) {
+      xhat[j] = (row[j] - mean) * invStd;
+      g[j] = drow[j] * scale.f[sidx[j]];
+      sumG += g[j];
+      sumGX += g[j] * xhat[j];
+      dscale.f[sidx[j]] += drow[j] * xhat[j];
+      dbias.f[sidx[j]] += drow[j];
+    }
+    for (int64_t j = 0; j < inner; ++j)
+      dx.f[o * inner + j] =
+          invStd * (g[j] - sumG / (double)inner - xhat[j] * sumGX / (double)inner);
+  }
+  std::vector<Tensor> out;
+  out.push_back(std::move(dx));
+  out.push_back(std::move(dscale));
+  out.push_back(std::move(dbias));
+  return out;
+}
+
+std::optional<Tensor> geluGrad(const Tensor &dy, const Tensor &x, GeluKind kind,
+                               std::string &why) {
+  if (!sameShape(dy, x)) {
+    why = "gelu_grad dy " + shapeStr(dy.shape) + " and x " + shapeStr(x.shape) + " differ";
+    return std::nullopt;
+  }
+  Tensor out = Tensor::zeros(x.elementType, x.shape);
+  const double sqrt2OverPi = std::sqrt(2.0 / M_PI);
+  for (int64_t k = 0; k < x.numel(); ++k) {
+    double v = x.f[k], d;
+    if (kind == GeluKind::Tanh) {
+      // 0.5 * (1 + tanh(u)) + 0.5 * v * (1 - tanh(u)^2) * u'
+      double u = sqrt2OverPi * (v + 0.044715 * v * v * v);
+      double du = sqrt2OverPi * (1.0 + 3.0 * 0.044715 * v * v);
+      double t = std::tanh(u);
+      d = 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * du;
+    } else {
+      // Phi(v) + v * phi(v)
+      d = 0.5 * (1.0 + std::erf(v / std::sqrt(2.0))) +
+          v * std::exp(-0.5 * v * v) / std::sqrt(2.0 * M_PI);
+    }
+    out.f[k] = dy.f[k] * d;
+  }
+  return out;
+}
+
+std::optional<Tensor> softmaxGrad(const Tensor &dy, const Tensor &y, int64_t axis, bool log,
+                                  std::string &why) {
+  auto ax = normalizeAxis(axis, y.shape.size());
+  if (!ax || !sameShape(dy, y)) {
+    why = "softmax_grad needs dy and y of one shape and an axis in range";
+    return std::nullopt;
+  }
+  int64_t outer = 1, n = y.shape[*ax], inner = 1;
+  for (int64_t d = 0; d < *ax; ++d)
+    outer *= y.shape[d];
+  for (size_t d = *ax + 1; d < y.shape.size(); ++d)
+    inner *= y.shape[d];
+  Tensor out = Tensor::zeros(y.elementType, y.shape);
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t in = 0; in < inner; ++in) {
+      auto at = [&](int64_t j) { return (o * n + j) * inner + in; };
+      double sum = 0; // softmax: sum(dy * y); log_softmax: sum(dy)
+      for (int64_t j = 0; j < n; ++j)
+        sum += log ? dy.f[at(j)] : dy.f[at(j)] * y.f[at(j)];
+      for (int64_t j = 0; j < n; ++j)
+        out.f[at(j)] = log ? dy.f[at(j)] - std::exp(y.f[at(j)]) * sum
+                           : y.f[at(j)] * (dy.f[at(j)] - sum);
+    }
+  }
+  return out;
+}
+
+std::optional<std::vector<Tensor>> attentionGrad(const Tensor &dout, const Tensor &q,
+                                                 const Tensor &k, const Tensor &v,
+                                                 const Tensor *mask, double scale, bool causal,
+                                                 std::string &why) {
+  // The forward kernel checks the operands and gives the output's shape.
+  auto fwd = attention(q, k, v, mask, scale, causal, why);
+  if (!fwd)
+    return std::nullopt;
+  if (!sameShape(dout, *fwd)) {
+    why = "attention_grad dout " + shapeStr(dout.shape) + " differs from the output " +
+          shapeStr(fwd->shape);
+    return std::nullopt;
+  }
+  size_t r = q.shape.size();
+  llvm::ArrayRef<int64_t> lead = llvm::ArrayRef<int64_t>(q.shape).drop_back(2);
+  int64_t tq = q.shape[r - 2], d = q.shape[r - 1];
+  int64_t tk = k.shape[r - 2], dv = v.shape[r - 1];
+  int64_t batchCount = 1;
+  for (int64_t x : lead)
+    batchCount *= x;
+  Tensor dq = Tensor::zeros(q.elementType, q.shape);
+  Tensor dk = Tensor::zeros(k.elementType, k.shape);
+  Tensor dV = Tensor::zeros(v.elementType, v.shape);
+  std::vector<double> scores(tk), probs(tk), dprobs(tk);
+  for (int64_t b = 0; b < batchCount; ++b) {
+    for (int64_t i = 0; i < tq; ++i) {
+      int64_t lastVisible = causal ? i + (tk - tq) : tk - 1;
+      if (lastVisible < 0) { // no visible key: the forward row is NaN
+        for (int64_t c = 0; c < d; ++c)
+          dq.f[(b * tq + i) * d + c] = NAN;
+        continue;
+      }
+      // Recompute the probabilities exactly as the forward kernel does.
+      double mx = -INFINITY;
+      for (int64_t j = 0; j <= lastVisible && j < tk; ++j) {
+        double dot = 0;
+        for (int64_t c = 0; c < d; ++c)
+          dot += q.f[(b * tq + i) * d + c] * k.f[(b * tk + j) * d + c];
+        double s = scale * dot;
+        if (mask) {
+          Shape idx = unravel(b, lead);
+          idx.push_back(i);
+          idx.push_back(j);
+          s += mask->f[broadcastIndex(idx, mask->shape)];
+        }
+        scores[j] = s;
+        mx = std::max(mx, s);
+      }
+      double sum = 0;
+      for (int64_t j = 0; j < tk; ++j) {
+        probs[j] = j <= lastVisible ? std::exp(scores[j] - mx) : 0.0;
+        sum += probs[j];
+      }
+      for (int64_t j = 0; j < tk; ++j)
+        probs[j] /= sum;
+      // out_i = sum_j p_j v_j: dv_j += p_j dout_i, dp_j = dout_i . v_j.
+      double rowDot = 0;
+      for (int64_t j = 0; j <= lastVisible && j < tk; ++j) {
+        double dp = 0;
+        for (int64_t c = 0; c < dv; ++c) {
+          double g = dout.f[(b * tq + i) * dv + c];
+          dp += g * v.f[(b * tk + j) * dv + c];
+          dV.f[(b * tk + j) * dv + c] += probs[j] * g;
+        }
+        dprobs[j] = dp;
+        rowDot += probs[j] * dp;
+      }
+      // Softmax backward: ds_j = p_j (dp_j - sum_l p_l dp_l); s_j = scale q_i . k_j.
+      for (int64_t j = 0; j <= lastVisible && j < tk; ++j) {
+        double ds = probs[j] * (dprobs[j] - rowDot);
+        for (int64_t c = 0; c < d; ++c) {
+          dq.f[(b * tq + i) * d + c] += scale * ds * k.f[(b * tk + j) * d + c];
+          dk.f[(b * tk + j) * d + c] += scale * ds * q.f[(b * tq + i) * d + c];
+        }
+      }
+    }
+  }
+  std::vector<Tensor> out;
+  out.push_back(std::move(dq));
+  out.push_back(std::move(dk));
+  out.push_back(std::move(dV));
+  return out;
+}
+
+std::optional<Tensor> embeddingGrad(const Tensor &dy, const Tensor &ids, int64_t rows,
+                                    std::string &why) {
+  if (!dy.isFloat() || ids.isFloat() || dy.shape.size() != ids.shape.size() + 1 ||
+      llvm::ArrayRef<int64_t>(dy.shape).drop_back() != llvm::ArrayRef<int64_t>(ids.shape)) {
+    why = "embedding_grad needs dy of shape ids x width";
+    return std::nullopt;
+  }
+  int64_t width = dy.shape.back();
+  Tensor out = Tensor::zeros(dy.elementType, {rows, width});
+  for (int64_t p = 0; p < ids.numel(); ++p) { // in order: deterministic sums
+    int64_t id = ids.i[p];
+    if (id < -rows || id >= rows) {
+      why = "id " + std::to_string(id) + " at position " + shapeStr(unravel(p, ids.shape)) +
+            " is out of range for a table of " + std::to_string(rows) + " rows";
+      return std::nullopt;
+    }
+    int64_t row = id < 0 ? id + rows : id;
+    for (int64_t c = 0; c < width; ++c)
+      out.f[row * width + c] += dy.f[p * width + c];
+  }
+  return out;
+}
+
+std::optional<Tensor> crossEntropyGrad(const Tensor &dloss, const Tensor &logits,
+                                       const Tensor &targets, int64_t ignoreIndex,
+                                       llvm::StringRef reduction, std::string &why) {
+  // The forward kernel checks the operands (and the targets' range).
+  auto fwd = crossEntropy(logits, targets, ignoreIndex, reduction, why);
+  if (!fwd)
+    return std::nullopt;
+  if (!sameShape(dloss, *fwd)) {
+    why = "cross_entropy_grad dloss " + shapeStr(dloss.shape) + " differs from the loss " +
+          shapeStr(fwd->shape);
+    return std::nullopt;
+  }
+  int64_t classes = logits.shape.back();
+  int64_t rows = targets.numel();
+  int64_t counted = 0;
+  for (int64_t n = 0; n < rows; ++n)
+    counted += targets.i[n] != ignoreIndex;
+  Tensor out = Tensor::zeros(logits.elementType, logits.shape);
+  for (int64_t n = 0; n < rows; ++n) {
+    int64_t t = targets.i[n];
+    if (t == ignoreIndex)
+      continue; // no loss, no gradient
+    double g = reduction == "none"  ? dloss.f[n]
+               : reduction == "sum" ? dloss.f[0]
+                                    : dloss.f[0] / (double)counted;
+    const double *row = &logits.f[n * classes];
+    double mx = -INFINITY;
+    for (int64_t c = 0; c < classes; ++c)
+      mx = std::max(mx, row[c]);
+    double sum = 0;
+    for (int64_t c = 0; c < classes; ++c)
+      sum += std::exp(row[c] - mx);
+    for (int64_t c = 0; c < classes; ++c)
+      out.f[n * classes + c] = g * (std::exp(row[c] - mx) / sum - (c == t ? 1.0 : 0.0));
+  }
+  return out;
+}
+
+std::optional<Tensor> sliceGrad(const Tensor &dy, llvm::ArrayRef<int64_t> shape,
+                                llvm::ArrayRef<int64_t> starts, llvm::ArrayRef<int64_t> limits,
+                                llvm::ArrayRef<int64_t> strides, std::string &why) {
+  Tensor out = Tensor::zeros(dy.elementType, shape);
+  // The forward kernel checks the slice against the input's shape.
+  auto sliced = slice(out, starts, limits, strides, why);
+  if (!sliced)
+    return std::nullopt;
+  if (!sameShape(dy, *sliced)) {
+    why = "slice_grad dy " + shapeStr(dy.shape) + " is not the slice's shape " +
+          shapeStr(sliced->shape);
+    return std::nullopt;
+  }
+  for (int64_t k = 0; k < dy.numel(); ++k) {
+    Shape idx = unravel(k, dy.shape);
+    for (size_t d = 0; d < idx.size(); ++d)
+      idx[d] = starts[d] + idx[d] * strides[d];
+    copyElement(dy, k, out, ravel(idx, shape));
+  }
+  return out;
+}
+
 } // namespace pipemesh::interp

@@ -98,6 +98,40 @@ std::optional<Tensor> slice(const Tensor &x, llvm::ArrayRef<int64_t> starts,
                             llvm::ArrayRef<int64_t> limits, llvm::ArrayRef<int64_t> strides,
                             std::string &why);
 
+// Gradient ops (PMeshTrainOps.td), the exact derivatives of the kernels above.
+
+/// Gradients of layerNorm(x, scale, bias) given dy: dx (x's shape), dscale and
+/// dbias (both scale's shape: summed over rows and over the dims scale
+/// broadcasts along).
+std::optional<std::vector<Tensor>> layerNormGrad(const Tensor &dy, const Tensor &x,
+                                                 const Tensor &scale, double epsilon,
+                                                 int64_t axis, std::string &why);
+std::optional<Tensor> geluGrad(const Tensor &dy, const Tensor &x, GeluKind kind,
+                               std::string &why);
+/// From the saved output y: softmax y * (dy - sum(dy * y)); log_softmax
+/// dy - exp(y) * sum(dy); sums along `axis`.
+std::optional<Tensor> softmaxGrad(const Tensor &dy, const Tensor &y, int64_t axis, bool log,
+                                  std::string &why);
+/// dq, dk, dv of attention(q, k, v, mask) given dout; the probabilities are
+/// recomputed as the forward kernel computes them.
+std::optional<std::vector<Tensor>> attentionGrad(const Tensor &dout, const Tensor &q,
+                                                 const Tensor &k, const Tensor &v,
+                                                 const Tensor *mask, double scale, bool causal,
+                                                 std::string &why);
+/// Scatter-add of the rows of dy into a zero table of `rows` rows.
+std::optional<Tensor> embeddingGrad(const Tensor &dy, const Tensor &ids, int64_t rows,
+                                    std::string &why);
+/// dloss * d(cross_entropy)/dlogits: (softmax(row) - onehot(target)) per
+/// counted row, times dloss (sum), dloss / counted (mean) or dloss[n] (none);
+/// ignored rows get 0.
+std::optional<Tensor> crossEntropyGrad(const Tensor &dloss, const Tensor &logits,
+                                       const Tensor &targets, int64_t ignoreIndex,
+                                       llvm::StringRef reduction, std::string &why);
+/// Scatters dy into zeros of `shape` at the slice's positions.
+std::optional<Tensor> sliceGrad(const Tensor &dy, llvm::ArrayRef<int64_t> shape,
+                                llvm::ArrayRef<int64_t> starts, llvm::ArrayRef<int64_t> limits,
+                                llvm::ArrayRef<int64_t> strides, std::string &why);
+
 /// "2x3x4" (or "scalar").
 std::string shapeStr(llvm::ArrayRef<int64_t> shape);
 
