@@ -25,8 +25,7 @@ void waitFor(MPI_Request &req, double timeout, const std::string &what, int rank
     MPI_Test(&req, &done, MPI_STATUS_IGNORE);
     if (done)
       return;
-    double waited =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (waited > timeout)
       throw CommError(concat("rank ", rank, ": ", what, " did not complete within ", timeout,
                              " s (--comm-timeout): a peer died or stopped answering"));
@@ -118,15 +117,15 @@ public:
 
   std::unique_ptr<CommRequest> isend(const void *data, uint64_t bytes, int peer, int tag,
                                      const std::string &what) override {
-    auto r = std::make_unique<MpiRequest>(
-        timeoutSeconds, concat("send of ", what, " to rank ", peer), rankId);
+    auto r = std::make_unique<MpiRequest>(timeoutSeconds,
+                                          concat("send of ", what, " to rank ", peer), rankId);
     MPI_Isend(data, (int)bytes, MPI_BYTE, peer, tag, MPI_COMM_WORLD, &r->req);
     return r;
   }
   std::unique_ptr<CommRequest> irecv(void *data, uint64_t bytes, int peer, int tag,
                                      const std::string &what) override {
-    auto r = std::make_unique<MpiRequest>(
-        timeoutSeconds, concat("receive of ", what, " from rank ", peer), rankId);
+    auto r = std::make_unique<MpiRequest>(timeoutSeconds,
+                                          concat("receive of ", what, " from rank ", peer), rankId);
     MPI_Irecv(data, (int)bytes, MPI_BYTE, peer, tag, MPI_COMM_WORLD, &r->req);
     return r;
   }

@@ -14,30 +14,34 @@ namespace pipemesh::rt {
 namespace {
 
 const char *const kSubjects[] = {
-    "the old miller", "the little girl", "the grey fox",   "the young sailor", "the king",
-    "the farmer",     "the black cat",   "the shepherd",   "the baker",        "the queen",
-    "the tall soldier", "the weaver",    "the small boy",  "the wise woman",   "the fisherman",
-    "the red hen"};
-const char *const kVerbs[] = {
-    "walked to",  "looked at",   "sang about",  "dreamed of", "ran past",  "waited by",
-    "spoke of",   "climbed",     "painted",     "remembered", "found",     "left",
-    "came back to", "watched",   "slept near",  "carried bread to"};
+    "the old miller", "the little girl", "the grey fox",     "the young sailor",
+    "the king",       "the farmer",      "the black cat",    "the shepherd",
+    "the baker",      "the queen",       "the tall soldier", "the weaver",
+    "the small boy",  "the wise woman",  "the fisherman",    "the red hen"};
+const char *const kVerbs[] = {"walked to",    "looked at",  "sang about", "dreamed of",
+                              "ran past",     "waited by",  "spoke of",   "climbed",
+                              "painted",      "remembered", "found",      "left",
+                              "came back to", "watched",    "slept near", "carried bread to"};
 const char *const kPlaces[] = {
-    "the river",  "the mill",     "the green hill", "the old bridge", "the market",
-    "the sea",    "the dark wood", "the castle",    "the well",       "the garden",
-    "the harbour", "the church",   "the high road", "the barn",       "the village",
-    "the field of wheat"};
-const char *const kTimes[] = {
-    "in the morning", "at night",        "after the rain", "before supper", "in winter",
-    "at noon",        "on a cold day",   "in the spring",  "at dawn",       "every evening",
-    "one summer day", "when the bells rang"};
+    "the river",     "the mill",   "the green hill", "the old bridge",
+    "the market",    "the sea",    "the dark wood",  "the castle",
+    "the well",      "the garden", "the harbour",    "the church",
+    "the high road", "the barn",   "the village",    "the field of wheat"};
+const char *const kTimes[] = {"in the morning", "at night",       "after the rain",
+                              "before supper",  "in winter",      "at noon",
+                              "on a cold day",  "in the spring",  "at dawn",
+                              "every evening",  "one summer day", "when the bells rang"};
 const char *const kLinks[] = {"and then", "but", "so", "because", "while"};
-const char *const kSayings[] = {
-    "where is the road to the sea?", "it is late, and the fire is low.",
-    "the wind is cold tonight.",     "we must go home before dark.",
-    "the bread is warm.",            "look, the river is high!",
-    "I have seen this place before.", "the bells will ring soon.",
-    "who left the gate open?",        "the stars are bright tonight."};
+const char *const kSayings[] = {"where is the road to the sea?",
+                                "it is late, and the fire is low.",
+                                "the wind is cold tonight.",
+                                "we must go home before dark.",
+                                "the bread is warm.",
+                                "look, the river is high!",
+                                "I have seen this place before.",
+                                "the bells will ring soon.",
+                                "who left the gate open?",
+                                "the stars are bright tonight."};
 const char *const kSayVerbs[] = {"said", "asked", "cried", "whispered"};
 
 template <size_t N> const char *pick(SplitMix64 &rng, const char *const (&list)[N]) {
@@ -61,8 +65,8 @@ std::string sentence(SplitMix64 &rng) {
         pick(rng, kPlaces) + ".";
     break;
   case 2:
-    s = subj + " " + pick(rng, kVerbs) + " " + pick(rng, kPlaces) + ", " + pick(rng, kLinks) +
-        " " + pick(rng, kSubjects) + " " + pick(rng, kVerbs) + " " + pick(rng, kPlaces) + ".";
+    s = subj + " " + pick(rng, kVerbs) + " " + pick(rng, kPlaces) + ", " + pick(rng, kLinks) + " " +
+        pick(rng, kSubjects) + " " + pick(rng, kVerbs) + " " + pick(rng, kPlaces) + ".";
     break;
   case 3:
     s = "\"" + capitalized(pick(rng, kSayings)) + "\" " + pick(rng, kSayVerbs) + " " + subj + ".";

@@ -29,7 +29,8 @@ Thunk bindGelu(OpContext &c) {
   c.expectShape(y, x.shape, "the result");
   c.expectFloat(y, "the result");
   bool tanhApprox = approximateTanh(c);
-  return [x, y, tanhApprox] { cpu::gelu<float>(x.as<float>(), y.as<float>(), x.numel, tanhApprox); };
+  return
+      [x, y, tanhApprox] { cpu::gelu<float>(x.as<float>(), y.as<float>(), x.numel, tanhApprox); };
 }
 
 Thunk bindGeluGrad(OpContext &c) {
@@ -70,7 +71,8 @@ template <bool LOG> Thunk bindSoftmax(OpContext &c) {
   RowFn fn = LOG ? cpu::logSoftmax<float> : cpu::softmax<float>;
   if (v.inner == 1)
     return [x, y, v, fn] { fn(x.as<float>(), y.as<float>(), v.outer, v.len); };
-  auto a = std::make_shared<std::vector<float>>(x.numel), b = std::make_shared<std::vector<float>>(x.numel);
+  auto a = std::make_shared<std::vector<float>>(x.numel),
+       b = std::make_shared<std::vector<float>>(x.numel);
   return [x, y, v, fn, a, b] {
     cpu::transpose<float>(x.as<float>(), v.shape3(), {0, 2, 1}, a->data());
     fn(a->data(), b->data(), v.outer * v.inner, v.len);
@@ -88,8 +90,10 @@ template <bool LOG> Thunk bindSoftmaxGrad(OpContext &c) {
   AxisView v = axisView(c, y);
   RowGradFn fn = LOG ? cpu::logSoftmaxGrad<float> : cpu::softmaxGrad<float>;
   if (v.inner == 1)
-    return [dy, y, dx, v, fn] { fn(dy.as<float>(), y.as<float>(), dx.as<float>(), v.outer, v.len); };
-  auto a = std::make_shared<std::vector<float>>(y.numel), b = std::make_shared<std::vector<float>>(y.numel),
+    return
+        [dy, y, dx, v, fn] { fn(dy.as<float>(), y.as<float>(), dx.as<float>(), v.outer, v.len); };
+  auto a = std::make_shared<std::vector<float>>(y.numel),
+       b = std::make_shared<std::vector<float>>(y.numel),
        r = std::make_shared<std::vector<float>>(y.numel);
   return [dy, y, dx, v, fn, a, b, r] {
     cpu::transpose<float>(dy.as<float>(), v.shape3(), {0, 2, 1}, a->data());

@@ -36,8 +36,8 @@ TensorRef Arena::tensor(int64_t bufferId) const { return tensor(rank.buffer(buff
 /// Copies elements [first, first + b.numel) of `e` into buffer `b`; elements
 /// past the entry's end stay zero (the padding of a last shard). Element types
 /// must agree (BOOL or U8 for i1).
-static void copyEntry(const SafetensorsEntry &e, const std::string &entryName,
-                      const BufferInfo &b, uint8_t *dst, int64_t first, int64_t rankId) {
+static void copyEntry(const SafetensorsEntry &e, const std::string &entryName, const BufferInfo &b,
+                      uint8_t *dst, int64_t first, int64_t rankId) {
   std::string want = safetensorsDType(b.dtype);
   if (!(e.dtype == want || (b.dtype == DType::I1 && e.dtype == "U8")))
     fail("plan weights entry '", entryName, "' is ", e.dtype, " but buffer ", b.id, " '", b.name,

@@ -154,8 +154,8 @@ Thunk bindAttentionGrad(OpContext &c) {
   return [dO, q, k, v, dq, dk, dv, s, scale, causal, mp] {
     const float *mask = mp.prepare();
     cpu::attentionGrad<float>(dO.as<float>(), q.as<float>(), k.as<float>(), v.as<float>(), mask,
-                              mp.sBH, mp.sQ, mp.sK, dq.as<float>(), dk.as<float>(),
-                              dv.as<float>(), s.BH, s.Tq, s.Tk, s.D, s.Dv, scale, causal);
+                              mp.sBH, mp.sQ, mp.sK, dq.as<float>(), dk.as<float>(), dv.as<float>(),
+                              s.BH, s.Tq, s.Tk, s.D, s.Dv, scale, causal);
   };
 }
 

@@ -20,30 +20,36 @@ namespace pipemesh::rt {
 namespace {
 
 Thunk bindLoadMicrobatch(OpContext &c) {
+  // out: [tokens, targets], or [tokens] alone for a model that shifts its
+  // labels itself (loss "model-shifted": the targets are the tokens).
   c.cls = InstrClass::Control;
-  c.expectCounts(0, 0, 2, 2);
+  c.expectCounts(0, 0, 1, 2);
   const Plan &plan = c.env.plan;
   int64_t j = (int64_t)c.field("index");
   if (j < 0 || j >= plan.parallel.microbatches)
     c.error("micro-batch index ", j, " is outside [0, ", plan.parallel.microbatches, ")");
-  TensorRef tok = c.out(0), tgt = c.out(1);
-  c.expectIndex(tok, "the tokens");
-  c.expectIndex(tgt, "the targets");
   int64_t n = plan.model.batch * plan.model.seq;
-  if (tok.numel != n || tgt.numel != n)
-    c.error("tokens ", shapeStr(tok.shape), " and targets ", shapeStr(tgt.shape), " must hold batch x seq = ",
-            plan.model.batch, "x", plan.model.seq, " ids");
+  std::vector<TensorRef> outs;
+  for (size_t i = 0; i < c.numOut(); ++i) {
+    TensorRef t = c.out(i);
+    c.expectIndex(t, i ? "the targets" : "the tokens");
+    if (t.numel != n)
+      c.error(i ? "targets " : "tokens ", shapeStr(t.shape),
+              " must hold batch x seq = ", plan.model.batch, "x", plan.model.seq, " ids");
+    outs.push_back(t);
+  }
   auto a = std::make_shared<std::vector<int64_t>>(n), b = std::make_shared<std::vector<int64_t>>(n);
   ExecEnv *env = &c.env;
   int64_t dpRank = c.env.rank.dpRank;
-  return [env, j, dpRank, tok, tgt, a, b, n] {
+  return [env, j, dpRank, outs, a, b, n] {
     if (!env->sampler)
       fail("no data loader is attached");
     env->sampler->fill(env->state.step, j, dpRank, a->data(), b->data());
     if (env->observer)
       env->observer(env->state.step, j, dpRank, a->data(), b->data(), n);
-    ops::convert(a->data(), DType::I64, tok.data, tok.dtype, n);
-    ops::convert(b->data(), DType::I64, tgt.data, tgt.dtype, n);
+    ops::convert(a->data(), DType::I64, outs[0].data, outs[0].dtype, n);
+    if (outs.size() == 2)
+      ops::convert(b->data(), DType::I64, outs[1].data, outs[1].dtype, n);
   };
 }
 

@@ -11,6 +11,7 @@
 #include "pipemesh/runtime/CpuKernels.h"
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 
 namespace pipemesh::rt {
@@ -19,7 +20,9 @@ namespace {
 using cpu::Binary;
 using cpu::Unary;
 
-bool isComparison(Binary op) { return op == Binary::Equal || op == Binary::Less || op == Binary::And; }
+bool isComparison(Binary op) {
+  return op == Binary::Equal || op == Binary::Less || op == Binary::And;
+}
 
 int64_t applyInt(Binary op, int64_t a, int64_t b) {
   switch (op) {
@@ -85,7 +88,7 @@ template <Binary OP> Thunk bindBinary(OpContext &c) {
       if (floating) {
         double x = ops::loadAsDouble(a.data, a.dtype, off[0]);
         double y = ops::loadAsDouble(b.data, b.dtype, off[1]);
-        double r = OP == Binary::Equal ? x == y
+        double r = OP == Binary::Equal  ? x == y
                    : OP == Binary::Less ? x < y
                    : OP == Binary::And  ? (x != 0 && y != 0)
                    : OP == Binary::Add  ? x + y

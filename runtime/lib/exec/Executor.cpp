@@ -3,7 +3,9 @@
 
 #include "OpContext.h"
 
+#include <algorithm>
 #include <chrono>
+#include <map>
 
 namespace pipemesh::rt {
 
@@ -42,11 +44,22 @@ void Executor::runStep() {
       throw Error(prefix(env, *b.inst) + e.what());
     }
     double ms = std::chrono::duration<double, std::milli>(clock::now() - start).count();
+    b.totalMs += ms;
     (b.cls == InstrClass::Compute ? t.computeMs
      : b.cls == InstrClass::Comm  ? t.commMs
                                   : t.controlMs) += ms;
   }
   lastTimings = t;
+}
+
+std::vector<std::pair<std::string, double>> Executor::profile() const {
+  std::map<std::string, double> byOp;
+  for (const BoundInstruction &b : program)
+    byOp[b.inst->op] += b.totalMs;
+  std::vector<std::pair<std::string, double>> out(byOp.begin(), byOp.end());
+  std::sort(out.begin(), out.end(),
+            [](const auto &a, const auto &b) { return a.second > b.second; });
+  return out;
 }
 
 std::vector<std::string> Executor::knownOps() {

@@ -51,8 +51,8 @@ struct Targets {
         continue;
       if (p[i] < 0 || p[i] >= V)
         fail("target ", p[i], " at position ", i, " of buffer ", t.info->id,
-             t.info->name.empty() ? "" : " '" + t.info->name + "'",
-             " is out of range [0, ", V, ")");
+             t.info->name.empty() ? "" : " '" + t.info->name + "'", " is out of range [0, ", V,
+             ")");
       ++counted;
     }
     return {p, counted};
@@ -117,8 +117,8 @@ Thunk bindCrossEntropyGrad(OpContext &c) {
       scalar = counted ? dloss.as<float>()[0] / (float)counted : 0.0f;
     else if (red == Reduction::Sum)
       scalar = dloss.as<float>()[0];
-    cpu::crossEntropyGrad<float>(logits.as<float>(), t, perRow, scalar, dl.as<float>(), rows,
-                                 tg.V, tg.ignore);
+    cpu::crossEntropyGrad<float>(logits.as<float>(), t, perRow, scalar, dl.as<float>(), rows, tg.V,
+                                 tg.ignore);
   };
 }
 

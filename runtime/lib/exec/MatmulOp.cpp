@@ -25,8 +25,8 @@ Thunk bindMatmul(OpContext &c) {
   c.expectFloat(o, "the result");
   bool transA = c.boolean("transpose_a", false), transB = c.boolean("transpose_b", false);
   if (a.rank() < 2 || b.rank() < 2 || o.rank() < 2)
-    c.error("operands and result must have rank >= 2 (", shapeStr(a.shape), ", ",
-            shapeStr(b.shape), " -> ", shapeStr(o.shape), ")");
+    c.error("operands and result must have rank >= 2 (", shapeStr(a.shape), ", ", shapeStr(b.shape),
+            " -> ", shapeStr(o.shape), ")");
   int64_t M = a.shape[a.rank() - 2], K = a.shape[a.rank() - 1];
   if (transA)
     std::swap(M, K);
@@ -40,8 +40,8 @@ Thunk bindMatmul(OpContext &c) {
   Dims oBatch(o.shape.begin(), o.shape.end() - 2);
   auto batch = ops::broadcastShape(aBatch, bBatch);
   if (!batch || *batch != oBatch || o.shape[o.rank() - 2] != M || o.shape[o.rank() - 1] != N)
-    c.error("result ", shapeStr(o.shape), " does not match ", shapeStr(a.shape),
-            transA ? "^T" : "", " @ ", shapeStr(b.shape), transB ? "^T" : "");
+    c.error("result ", shapeStr(o.shape), " does not match ", shapeStr(a.shape), transA ? "^T" : "",
+            " @ ", shapeStr(b.shape), transB ? "^T" : "");
   const float *bias = nullptr;
   if (c.numIn() == 3) {
     TensorRef t = c.in(2);
@@ -59,17 +59,12 @@ Thunk bindMatmul(OpContext &c) {
   if (bCount == 1 && !transA)
     return [=] { cpu::matmul<float>(A, B, bias, C, 1, aCount * M, N, K, false, transB, 0, 0); };
   if (bCount == 1)
-    return [=] {
-      cpu::matmul<float>(A, B, bias, C, aCount, M, N, K, true, transB, M * K, 0);
-    };
+    return [=] { cpu::matmul<float>(A, B, bias, C, aCount, M, N, K, true, transB, M * K, 0); };
   if (aCount == 1)
-    return [=] {
-      cpu::matmul<float>(A, B, bias, C, bCount, M, N, K, transA, transB, 0, K * N);
-    };
+    return [=] { cpu::matmul<float>(A, B, bias, C, bCount, M, N, K, transA, transB, 0, K * N); };
   if (aCount == oCount && bCount == oCount)
-    return [=] {
-      cpu::matmul<float>(A, B, bias, C, oCount, M, N, K, transA, transB, M * K, K * N);
-    };
+    return
+        [=] { cpu::matmul<float>(A, B, bias, C, oCount, M, N, K, transA, transB, M * K, K * N); };
   Dims sa = ops::broadcastStrides(aBatch, oBatch), sb = ops::broadcastStrides(bBatch, oBatch);
   return [=] {
     ops::forEachIndex<2>(oBatch, {sa, sb}, [&](int64_t i, const std::array<int64_t, 2> &off) {

@@ -48,8 +48,7 @@ Thunk bindLayerNorm(OpContext &c) {
     bias = zeros->data();
   }
   return [x, g, y, bias, zeros, rc, eps] {
-    cpu::layerNorm<float>(x.as<float>(), g.as<float>(), bias, y.as<float>(), rc.rows, rc.cols,
-                          eps);
+    cpu::layerNorm<float>(x.as<float>(), g.as<float>(), bias, y.as<float>(), rc.rows, rc.cols, eps);
   };
 }
 

@@ -26,8 +26,8 @@ void OpContext::expectCounts(size_t minIn, size_t maxIn, size_t minOut, size_t m
 }
 
 static std::string describe(const TensorRef &t) {
-  return concat("buffer ", t.info->id, t.info->name.empty() ? "" : " '" + t.info->name + "'",
-                " (", shapeStr(t.shape), "x", dtypeName(t.dtype), ")");
+  return concat("buffer ", t.info->id, t.info->name.empty() ? "" : " '" + t.info->name + "'", " (",
+                shapeStr(t.shape), "x", dtypeName(t.dtype), ")");
 }
 
 void OpContext::expectDType(const TensorRef &t, DType want, const std::string &role) const {

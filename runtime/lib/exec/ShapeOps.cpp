@@ -47,7 +47,8 @@ Thunk bindTranspose(OpContext &c) {
   for (int64_t p : perm)
     src.push_back(xs[p]);
   Dims dst = ops::contiguousStrides(y.shape);
-  return [x, y, src, dst] { ops::copyStrided(y.shape, dtypeSize(x.dtype), x.data, src, y.data, dst); };
+  return
+      [x, y, src, dst] { ops::copyStrided(y.shape, dtypeSize(x.dtype), x.data, src, y.data, dst); };
 }
 
 Thunk bindBroadcast(OpContext &c) {
@@ -59,7 +60,8 @@ Thunk bindBroadcast(OpContext &c) {
   if (x.dtype == DType::F32)
     return [x, y] { cpu::broadcastTo<float>(x.as<float>(), x.shape, y.as<float>(), y.shape); };
   Dims src = ops::broadcastStrides(x.shape, y.shape), dst = ops::contiguousStrides(y.shape);
-  return [x, y, src, dst] { ops::copyStrided(y.shape, dtypeSize(x.dtype), x.data, src, y.data, dst); };
+  return
+      [x, y, src, dst] { ops::copyStrided(y.shape, dtypeSize(x.dtype), x.data, src, y.data, dst); };
 }
 
 Thunk bindSplit(OpContext &c) {
@@ -114,8 +116,8 @@ Thunk bindConcat(OpContext &c) {
       c.error("input ", i, " has rank ", x.rank(), ", the result ", y.rank());
     for (int64_t d = 0; d < y.rank(); ++d)
       if (d != axis && x.shape[d] != y.shape[d])
-        c.error("input ", i, " ", shapeStr(x.shape), " differs from the result ",
-                shapeStr(y.shape), " outside axis ", axis);
+        c.error("input ", i, " ", shapeStr(x.shape), " differs from the result ", shapeStr(y.shape),
+                " outside axis ", axis);
     total += x.shape[axis];
     xs.push_back(x);
   }

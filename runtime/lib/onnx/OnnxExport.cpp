@@ -7,7 +7,9 @@
 #include <onnx/defs/parser.h>
 #include <onnx/onnx-ml.pb.h>
 
+#include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -36,14 +38,14 @@ onnx::ModelProto loadModel(const std::string &path) {
     onnx::OnnxParser parser(bytes.c_str());
     auto status = parser.Parse(model);
     if (!status.IsOK())
-      fail("--export-onnx: source model '", path, "' is malformed ONNX text: ",
-           status.ErrorMessage());
+      fail("--export-onnx: source model '", path,
+           "' is malformed ONNX text: ", status.ErrorMessage());
     return model;
   }
   if (bytes.size() > INT32_MAX)
     fail("--export-onnx: source model '", path, "' is larger than 2 GiB");
   google::protobuf::io::CodedInputStream stream(reinterpret_cast<const uint8_t *>(bytes.data()),
-                                               (int)bytes.size());
+                                                (int)bytes.size());
   stream.SetTotalBytesLimit(INT32_MAX);
   if (!model.ParseFromCodedStream(&stream) || !model.has_graph())
     fail("--export-onnx: '", path, "' is not an ONNX model");
@@ -68,10 +70,13 @@ void inlineExternalData(onnx::TensorProto &t, const fs::path &baseDir) {
     int64_t n = 1;
     for (int64_t d : t.dims())
       n *= d;
-    int es = t.data_type() == onnx::TensorProto::DOUBLE || t.data_type() == onnx::TensorProto::INT64 ? 8
-             : t.data_type() == onnx::TensorProto::FLOAT || t.data_type() == onnx::TensorProto::INT32 ? 4
-             : t.data_type() == onnx::TensorProto::FLOAT16 || t.data_type() == onnx::TensorProto::BFLOAT16 ? 2
-                                                                                   : 1;
+    int es =
+        t.data_type() == onnx::TensorProto::DOUBLE || t.data_type() == onnx::TensorProto::INT64  ? 8
+        : t.data_type() == onnx::TensorProto::FLOAT || t.data_type() == onnx::TensorProto::INT32 ? 4
+        : t.data_type() == onnx::TensorProto::FLOAT16 ||
+                t.data_type() == onnx::TensorProto::BFLOAT16
+            ? 2
+            : 1;
     length = n * es;
   }
   fs::path file = baseDir / location;
@@ -251,7 +256,10 @@ ExportSummary exportOnnx(const std::string &sourceModel, const std::string &out,
   }
 
   // Protobuf cannot serialize 2 GiB: move the initializers to external data.
-  const size_t limit = (size_t)INT32_MAX - (64u << 20);
+  // (PIPEMESH_ONNX_INLINE_LIMIT lowers the threshold, for tests.)
+  size_t limit = (size_t)INT32_MAX - (64u << 20);
+  if (const char *env = std::getenv("PIPEMESH_ONNX_INLINE_LIMIT"))
+    limit = std::min<size_t>(limit, std::strtoull(env, nullptr, 10));
   std::string dataName = fs::path(out).filename().string() + ".data";
   if (model.ByteSizeLong() > limit) {
     sum.externalData = true;

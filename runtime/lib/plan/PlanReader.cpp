@@ -139,7 +139,8 @@ struct PlanParser {
     p.model.seq = integer(model, "model", "seq");
     p.model.vocab = integer(model, "model", "vocab");
     p.model.numParams = integerOr(model, "model", "num_params", 0);
-    p.model.flopsPerStep = model.contains("flops_per_step") ? number(model, "model", "flops_per_step") : 0;
+    p.model.flopsPerStep =
+        model.contains("flops_per_step") ? number(model, "model", "flops_per_step") : 0;
     p.model.loss = stringOr(model, "model", "loss", "");
     if (p.model.batch <= 0 || p.model.seq <= 0 || p.model.vocab <= 0)
       bad("model", "needs positive batch, seq and vocab");
@@ -167,8 +168,8 @@ struct PlanParser {
       pi.name = string(params[i], where, "name");
       pi.source = stringOr(params[i], where, "source", pi.name);
       pi.shape = ints(params[i], where, "shape");
-      pi.decay = params[i].contains("decay") ? boolean(params[i], where, "decay")
-                                            : pi.shape.size() >= 2;
+      pi.decay =
+          params[i].contains("decay") ? boolean(params[i], where, "decay") : pi.shape.size() >= 2;
       if (params[i].contains("transposed_copies"))
         for (const auto &c : array(params[i], where, "transposed_copies"))
           pi.transposedCopies.push_back(c.get<std::string>());
@@ -179,9 +180,9 @@ struct PlanParser {
   }
 
   static std::optional<BufferKind> parseKind(const std::string &s) {
-    for (BufferKind k : {BufferKind::Input, BufferKind::Activation, BufferKind::Param,
-                         BufferKind::Grad, BufferKind::AdamM, BufferKind::AdamV,
-                         BufferKind::Constant})
+    for (BufferKind k :
+         {BufferKind::Input, BufferKind::Activation, BufferKind::Param, BufferKind::Grad,
+          BufferKind::AdamM, BufferKind::AdamV, BufferKind::Constant})
       if (s == bufferKindName(k))
         return k;
     return std::nullopt;
@@ -221,6 +222,7 @@ struct PlanParser {
       bi.param = stringOr(b, bw, "param", "");
       bi.data = stringOr(b, bw, "data", "");
       bi.elemOffset = integerOr(b, bw, "elem_offset", 0);
+      bi.aliasOf = integerOr(b, bw, "alias_of", -1);
       for (int64_t d : bi.shape)
         if (d < 0)
           bad(bw + ".shape", "has a negative dimension");
@@ -233,8 +235,8 @@ struct PlanParser {
              shapeStr(bi.shape), " of ", dtypeName(bi.dtype), " needs ",
              (uint64_t)bi.numel * dtypeSize(bi.dtype));
       if (bi.offset % kArenaAlignment)
-        fail("plan '", file, "': ", label, " is at offset ", bi.offset,
-             ", not a multiple of ", kArenaAlignment);
+        fail("plan '", file, "': ", label, " is at offset ", bi.offset, ", not a multiple of ",
+             kArenaAlignment);
       if (bi.offset > rp.arenaBytes || bi.bytes > rp.arenaBytes - bi.offset)
         fail("plan '", file, "': ", label, " [", bi.offset, ", ", bi.offset + bi.bytes,
              ") lies outside the ", rp.arenaBytes, "-byte arena");
@@ -265,6 +267,7 @@ struct PlanParser {
       rp.byId[bi.id] = rp.buffers.size();
       rp.buffers.push_back(std::move(bi));
     }
+    checkAliases(rp);
     checkOverlaps(rp);
     const auto &prog = array(r, where, "program");
     for (size_t i = 0; i < prog.size(); ++i) {
@@ -290,11 +293,29 @@ struct PlanParser {
     }
   }
 
-  /// Persistent buffers must not share bytes with any other buffer.
+  /// An alias (reshape view) lies within the memory of the buffer it views.
+  void checkAliases(const RankPlan &rp) const {
+    for (const BufferInfo &b : rp.buffers) {
+      if (b.aliasOf < 0)
+        continue;
+      auto it = rp.byId.find(b.aliasOf);
+      if (it == rp.byId.end())
+        fail("plan '", file, "': rank ", rp.rank, ": buffer ", b.id, " is an alias of buffer ",
+             b.aliasOf, ", which does not exist");
+      const BufferInfo &r = rp.buffers[it->second];
+      if (b.offset < r.offset || b.offset + b.bytes > r.offset + r.bytes)
+        fail("plan '", file, "': rank ", rp.rank, ": buffer ", b.id, " [", b.offset, ", ",
+             b.offset + b.bytes, ") is an alias of buffer ", r.id, " but lies outside its [",
+             r.offset, ", ", r.offset + r.bytes, ")");
+    }
+  }
+
+  /// Persistent buffers must not share bytes with any other buffer (aliases,
+  /// which are views, aside).
   void checkOverlaps(const RankPlan &rp) const {
     std::vector<const BufferInfo *> byOffset;
     for (const BufferInfo &b : rp.buffers)
-      if (b.bytes)
+      if (b.bytes && b.aliasOf < 0)
         byOffset.push_back(&b);
     std::sort(byOffset.begin(), byOffset.end(),
               [](const BufferInfo *a, const BufferInfo *b) { return a->offset < b->offset; });
@@ -306,9 +327,9 @@ struct PlanParser {
         if (a->persistent() || b->persistent())
           fail("plan '", file, "': rank ", rp.rank, ": ", bufferKindName(a->kind), " buffer ",
                a->id, " '", a->name, "' [", a->offset, ", ", a->offset + a->bytes, ") and ",
-               bufferKindName(b->kind), " buffer ", b->id, " '", b->name, "' [", b->offset,
-               ", ", b->offset + b->bytes, ") overlap, but a ", bufferKindName(a->persistent() ? a->kind : b->kind),
-               " buffer must keep its memory");
+               bufferKindName(b->kind), " buffer ", b->id, " '", b->name, "' [", b->offset, ", ",
+               b->offset + b->bytes, ") overlap, but a ",
+               bufferKindName(a->persistent() ? a->kind : b->kind), " buffer must keep its memory");
       }
     }
   }
@@ -317,7 +338,9 @@ struct PlanParser {
 static uint32_t readU32(const uint8_t *p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
-static uint64_t readU64(const uint8_t *p) { return (uint64_t)readU32(p) | (uint64_t)readU32(p + 4) << 32; }
+static uint64_t readU64(const uint8_t *p) {
+  return (uint64_t)readU32(p) | (uint64_t)readU32(p + 4) << 32;
+}
 
 Plan readPlan(const std::string &path) {
   Plan p;
@@ -328,7 +351,8 @@ Plan readPlan(const std::string &path) {
   if (size < 8 || std::memcmp(d, kPlanMagic, 8) != 0)
     fail("'", path, "' is not a PipeMesh plan (bad magic; expected \"PMPLAN\\0\\0\")");
   if (size < kPlanHeaderBytes)
-    fail("plan '", path, "' is truncated: ", size, " bytes, the header alone is ", kPlanHeaderBytes);
+    fail("plan '", path, "' is truncated: ", size, " bytes, the header alone is ",
+         kPlanHeaderBytes);
   p.version = readU32(d + 8);
   if (p.version != kPlanVersion)
     fail("plan '", path, "' has plan format version ", p.version, ", this runtime reads ",

@@ -67,14 +67,15 @@ Safetensors Safetensors::parse(const uint8_t *data, uint64_t size, const std::st
       if (!v.is_object())
         fail(what, ": safetensors __metadata__ is not an object");
       for (auto m = v.begin(); m != v.end(); ++m)
-        st.metadata[m.key()] = m.value().is_string() ? m.value().get<std::string>()
-                                                     : m.value().dump();
+        st.metadata[m.key()] =
+            m.value().is_string() ? m.value().get<std::string>() : m.value().dump();
       continue;
     }
     if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
         !v.contains("data_offsets") || !v["dtype"].is_string() || !v["shape"].is_array() ||
         !v["data_offsets"].is_array() || v["data_offsets"].size() != 2)
-      fail(what, ": safetensors entry '", name, "' needs dtype, shape and data_offsets [begin, end]");
+      fail(what, ": safetensors entry '", name,
+           "' needs dtype, shape and data_offsets [begin, end]");
     SafetensorsEntry e;
     e.dtype = v["dtype"].get<std::string>();
     size_t esize = safetensorsDTypeSize(e.dtype);
@@ -92,8 +93,8 @@ Safetensors Safetensors::parse(const uint8_t *data, uint64_t size, const std::st
       fail(what, ": safetensors entry '", name, "' has bad data_offsets ", off.dump());
     uint64_t b = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
     if (b > end || end > dataBytes)
-      fail(what, ": safetensors entry '", name, "' data [", b, ", ", end,
-           ") lies outside the ", dataBytes, " data bytes (truncated?)");
+      fail(what, ": safetensors entry '", name, "' data [", b, ", ", end, ") lies outside the ",
+           dataBytes, " data bytes (truncated?)");
     e.bytes = end - b;
     if (e.bytes != (uint64_t)numel * esize)
       fail(what, ": safetensors entry '", name, "' has ", e.bytes, " bytes but shape ",
@@ -120,7 +121,8 @@ std::string SafetensorsWriter::header() const {
   nlohmann::json h = nlohmann::json::object();
   uint64_t off = 0;
   for (const Item &it : items) {
-    h[it.name] = {{"dtype", it.dtype}, {"shape", it.shape}, {"data_offsets", {off, off + it.bytes}}};
+    h[it.name] = {
+        {"dtype", it.dtype}, {"shape", it.shape}, {"data_offsets", {off, off + it.bytes}}};
     off += it.bytes;
   }
   if (!metadata.empty())

@@ -98,9 +98,8 @@ template <typename F> void collectively(Communicator &comm, const char *what, F 
 
 } // namespace
 
-std::string writeCheckpoint(const std::string &dir, const CheckpointState &state,
-                            const Plan &plan, const RankPlan &rank, const Arena &arena,
-                            Communicator &comm) {
+std::string writeCheckpoint(const std::string &dir, const CheckpointState &state, const Plan &plan,
+                            const RankPlan &rank, const Arena &arena, Communicator &comm) {
   const std::string stepName = "step-" + std::to_string(state.step);
   const fs::path D(dir), tmp = D / ("." + stepName + ".tmp"), final = D / stepName;
 
@@ -238,8 +237,8 @@ CheckpointState loadCheckpoint(const std::string &dir, const Plan &plan, const R
         !parseHex64(m["plan"]["checksum"].get<std::string>(), planSum))
       fail("checkpoint '", S.string(), "': manifest.json has no plan checksum");
     if (planSum != plan.checksum)
-      fail("checkpoint '", S.string(), "' was written for another plan (checksum ",
-           hex64(planSum), ", this plan '", plan.path, "' has ", hex64(plan.checksum), ")");
+      fail("checkpoint '", S.string(), "' was written for another plan (checksum ", hex64(planSum),
+           ", this plan '", plan.path, "' has ", hex64(plan.checksum), ")");
     if (need("world_size").get<int64_t>() != comm.size())
       fail("checkpoint '", S.string(), "' was written by ", m["world_size"].get<int64_t>(),
            " ranks, this job has ", comm.size());
@@ -266,7 +265,8 @@ CheckpointState loadCheckpoint(const std::string &dir, const Plan &plan, const R
     if (sum != wantSum)
       fail("checkpoint file '", file.string(), "' is damaged: checksum ", hex64(sum),
            " does not match the manifest's ", hex64(wantSum));
-    Safetensors t = Safetensors::parse(mf->data(), mf->size(), "checkpoint file '" + file.string() + "'");
+    Safetensors t =
+        Safetensors::parse(mf->data(), mf->size(), "checkpoint file '" + file.string() + "'");
     for (const BufferInfo &b : rank.buffers) {
       if (!checkpointed(b))
         continue;

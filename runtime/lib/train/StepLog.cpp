@@ -18,15 +18,16 @@ std::string progressLine(const StepRecord &r) {
     std::snprintf(norm, sizeof norm, "%.3g", r.gradNorm);
   else
     std::snprintf(norm, sizeof norm, "-");
-  std::snprintf(buf, sizeof buf,
-                "step %lld/%lld | loss %.6f | lr %.2e | grad_norm %s | %.1f ms | %.0f tok/s",
-                (long long)(r.step + 1), (long long)r.steps, r.loss, r.lr, norm, r.ms,
-                r.tokensPerS);
+  std::snprintf(
+      buf, sizeof buf, "step %lld/%lld | loss %.6f | lr %.2e | grad_norm %s | %.1f ms | %.0f tok/s",
+      (long long)(r.step + 1), (long long)r.steps, r.loss, r.lr, norm, r.ms, r.tokensPerS);
   return buf;
 }
 
 /// JSON numbers must be finite; NaN/inf become null.
-static nlohmann::json num(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); }
+static nlohmann::json num(double v) {
+  return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json();
+}
 
 std::string jsonLine(const StepRecord &r) {
   nlohmann::json j;

@@ -21,10 +21,11 @@ Trainer::Trainer(const RunOptions &o, Communicator &comm, std::ostream &log)
   planData = readPlan(o.planPath);
   const Plan &p = planData;
   if (p.parallel.worldSize != comm.size())
-    throw UniformError(concat("plan '", p.path, "' is compiled for world size ", p.parallel.worldSize, " (pp=",
-         p.parallel.pp, " dp=", p.parallel.dp, ") but this job has ", comm.size(),
-         comm.size() == 1 ? " process" : " processes", ": run it with mpirun -np ",
-         p.parallel.worldSize));
+    throw UniformError(concat("plan '", p.path, "' is compiled for world size ",
+                              p.parallel.worldSize, " (pp=", p.parallel.pp, " dp=", p.parallel.dp,
+                              ") but this job has ", comm.size(),
+                              comm.size() == 1 ? " process" : " processes",
+                              ": run it with mpirun -np ", p.parallel.worldSize));
   if ((int64_t)p.ranks.size() != p.parallel.worldSize)
     fail("plan '", p.path, "' has ", p.ranks.size(), " rank programs for world size ",
          p.parallel.worldSize);
@@ -85,9 +86,10 @@ void Trainer::banner() {
     return;
   const Plan &p = planData;
   log << "pipemesh-run: plan " << p.path << " (" << p.params.size() << " parameters, "
-      << p.model.numParams << " values; batch " << p.model.batch << " x seq " << p.model.seq
-      << ", " << p.parallel.microbatches << " micro-batches, pp " << p.parallel.pp << " dp "
-      << p.parallel.dp << ")\n";
+      << p.model.numParams << " values; batch " << p.model.batch << " x seq " << p.model.seq << ", "
+      << p.parallel.microbatches
+      << (p.parallel.microbatches == 1 ? " micro-batch" : " micro-batches") << ", pp "
+      << p.parallel.pp << " dp " << p.parallel.dp << ")\n";
   log << "pipemesh-run: " << comm.size() << (comm.size() == 1 ? " rank" : " ranks") << " via "
       << comm.name() << "; rank 0 arena " << rankPlan->arenaBytes << " bytes; backend cpu";
   if (!opts.blasInfo.empty())
@@ -118,7 +120,9 @@ void Trainer::run() {
     std::ofstream *out = dump.get();
     env->observer = [out](int64_t step, int64_t mb, int64_t dpRank, const int64_t *tok,
                           const int64_t *tgt, int64_t n) {
-      nlohmann::json j = {{"step", step}, {"microbatch", mb}, {"dp_rank", dpRank},
+      nlohmann::json j = {{"step", step},
+                          {"microbatch", mb},
+                          {"dp_rank", dpRank},
                           {"tokens", std::vector<int64_t>(tok, tok + n)},
                           {"targets", std::vector<int64_t>(tgt, tgt + n)}};
       *out << j.dump() << "\n";
@@ -166,30 +170,49 @@ void Trainer::run() {
         jsonLog->write(r);
     }
     int64_t done = s + 1;
-    bool due = !opts.checkpointDir.empty() &&
-               ((opts.checkpointEvery > 0 && done % opts.checkpointEvery == 0) ||
-                done == opts.steps);
+    bool due =
+        !opts.checkpointDir.empty() &&
+        ((opts.checkpointEvery > 0 && done % opts.checkpointEvery == 0) || done == opts.steps);
     if (due) {
       CheckpointState cs;
       cs.step = done;
       cs.rngState = rngState;
-      cs.run = {{"steps", opts.steps},
-                {"data", data->origin()},
-                {"shuffle", opts.shuffleSeed ? nlohmann::json(*opts.shuffleSeed) : nlohmann::json()},
-                {"lr", opts.opt.lr},
-                {"lr_schedule", lrScheduleName(opts.schedule)},
-                {"warmup_steps", opts.warmupSteps},
-                {"min_lr", opts.minLr},
-                {"beta1", opts.opt.beta1},
-                {"beta2", opts.opt.beta2},
-                {"eps", opts.opt.eps},
-                {"weight_decay", opts.opt.weightDecay},
-                {"grad_clip", opts.opt.gradClip},
-                {"seed", opts.seed}};
+      cs.run = {
+          {"steps", opts.steps},
+          {"data", data->origin()},
+          {"shuffle", opts.shuffleSeed ? nlohmann::json(*opts.shuffleSeed) : nlohmann::json()},
+          {"lr", opts.opt.lr},
+          {"lr_schedule", lrScheduleName(opts.schedule)},
+          {"warmup_steps", opts.warmupSteps},
+          {"min_lr", opts.minLr},
+          {"beta1", opts.opt.beta1},
+          {"beta2", opts.opt.beta2},
+          {"eps", opts.opt.eps},
+          {"weight_decay", opts.opt.weightDecay},
+          {"grad_clip", opts.opt.gradClip},
+          {"seed", opts.seed}};
       std::string where = writeCheckpoint(opts.checkpointDir, cs, p, *rankPlan, *arena, comm);
       if (comm.rank() == 0)
         log << "pipemesh-run: checkpoint " << where << "\n";
     }
+  }
+  if (opts.profile)
+    printProfile();
+}
+
+void Trainer::printProfile() const {
+  if (comm.rank() != 0)
+    return;
+  auto prof = executor->profile();
+  double total = 0;
+  for (auto &[op, ms] : prof)
+    total += ms;
+  log << "pipemesh-run: time per op on rank 0 (all steps, " << total << " ms):\n";
+  for (auto &[op, ms] : prof) {
+    char line[128];
+    std::snprintf(line, sizeof line, "  %-20s %10.2f ms  %5.1f%%\n", op.c_str(), ms,
+                  total > 0 ? 100.0 * ms / total : 0.0);
+    log << line;
   }
 }
 

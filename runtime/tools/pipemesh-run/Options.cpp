@@ -42,6 +42,7 @@ run
   --backend cpu            compute backend (cpu; cuda is not in this build)
   --comm-timeout SEC       a peer silent this long fails the job (default 300)
 debugging
+  --profile                time per op name on rank 0, printed at the end
   --dump-data FILE         JSON lines of every micro-batch loaded (per rank)
   --write-default-corpus FILE   write the embedded corpus as a token shard and exit
   --help, --version
@@ -84,7 +85,11 @@ CommandLine parseCommandLine(int argc, char **argv) {
   using Handler = std::function<void(const std::string &, const std::string &)>;
   std::map<std::string, Handler> valued = {
       {"--data", [&](auto &, auto &v) { r.dataPath = v; }},
-      {"--steps", [&](auto &o, auto &v) { r.steps = parseInt(o, v, 1); haveSteps = true; }},
+      {"--steps",
+       [&](auto &o, auto &v) {
+         r.steps = parseInt(o, v, 1);
+         haveSteps = true;
+       }},
       {"--log-json", [&](auto &, auto &v) { r.logJson = v; }},
       {"--lr", [&](auto &o, auto &v) { r.opt.lr = parseDouble(o, v); }},
       {"--beta1", [&](auto &o, auto &v) { r.opt.beta1 = parseDouble(o, v); }},
@@ -126,6 +131,10 @@ CommandLine parseCommandLine(int argc, char **argv) {
     }
     if (a == "--version") {
       c.version = true;
+      continue;
+    }
+    if (a == "--profile") {
+      r.profile = true;
       continue;
     }
     if (a == "--resume") {

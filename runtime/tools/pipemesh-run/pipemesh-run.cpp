@@ -79,8 +79,8 @@ int main(int argc, char **argv) {
                                  : cl.onnxSource;
         std::vector<rt::ExportParam> ep;
         for (const rt::TrainedParam &p : params)
-          ep.push_back({p.info->name, p.info->source, p.info->shape, p.data,
-                        p.info->transposedCopies});
+          ep.push_back(
+              {p.info->name, p.info->source, p.info->shape, p.data, p.info->transposedCopies});
         rt::ExportSummary s = rt::exportOnnx(source, cl.exportOnnx, ep);
         std::cout << "pipemesh-run: exported " << ep.size() << " trained parameters to "
                   << cl.exportOnnx << " (from " << source << ": " << s.written

@@ -33,16 +33,15 @@ namespace pipemesh::rt {
 class Communicator;
 
 struct CheckpointState {
-  int64_t step = 0;        ///< completed steps: the run resumes at this step
-  uint64_t rngState = 0;   ///< the runtime RNG (--seed) after those steps
-  nlohmann::json run;      ///< informational: steps, optimizer flags, data origin, shuffle
+  int64_t step = 0;      ///< completed steps: the run resumes at this step
+  uint64_t rngState = 0; ///< the runtime RNG (--seed) after those steps
+  nlohmann::json run;    ///< informational: steps, optimizer flags, data origin, shuffle
 };
 
 /// Collective: every rank writes its file, rank 0 the manifest and `latest`.
 /// Returns the step directory.
-std::string writeCheckpoint(const std::string &dir, const CheckpointState &state,
-                            const Plan &plan, const RankPlan &rank, const Arena &arena,
-                            Communicator &comm);
+std::string writeCheckpoint(const std::string &dir, const CheckpointState &state, const Plan &plan,
+                            const RankPlan &rank, const Arena &arena, Communicator &comm);
 
 /// The newest complete checkpoint directory under `dir` (nullopt if none).
 std::optional<std::string> findLatestCheckpoint(const std::string &dir);

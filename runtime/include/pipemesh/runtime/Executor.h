@@ -34,10 +34,10 @@ struct OptimizerConfig {
 
 /// What the control instructions of one step read and write.
 struct StepState {
-  int64_t step = 0;     ///< 0-based step being run
-  double lr = 0;        ///< this step's learning rate (after warmup / schedule)
-  double loss = 0;      ///< this rank's sum of `loss` instructions' scale * loss
-  double gradNorm = 0;  ///< global gradient norm before clipping (set by adamw)
+  int64_t step = 0;    ///< 0-based step being run
+  double lr = 0;       ///< this step's learning rate (after warmup / schedule)
+  double loss = 0;     ///< this rank's sum of `loss` instructions' scale * loss
+  double gradNorm = 0; ///< global gradient norm before clipping (set by adamw)
   bool optimizerRan = false;
 };
 
@@ -70,6 +70,7 @@ struct BoundInstruction {
   const Instruction *inst = nullptr;
   InstrClass cls = InstrClass::Compute;
   Thunk run;
+  double totalMs = 0; ///< over all steps run
 };
 
 struct StepTimings {
@@ -83,6 +84,8 @@ public:
   /// Runs the program once (one training step).
   void runStep();
   const StepTimings &timings() const { return lastTimings; }
+  /// Milliseconds spent per op name over all steps so far (for --profile).
+  std::vector<std::pair<std::string, double>> profile() const;
   /// Op names the executor knows (kernel and control instructions).
   static std::vector<std::string> knownOps();
 

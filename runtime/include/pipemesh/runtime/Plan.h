@@ -46,6 +46,9 @@ struct BufferInfo {
   /// holds: 0 unless the buffer is a shard (ZeRO). A shard that runs past the
   /// parameter's end is padded with zeros.
   int64_t elemOffset = 0;
+  /// A view of another buffer's memory (a reshape result): same offset and
+  /// size as that buffer, which owns the memory; -1 when the buffer owns it.
+  int64_t aliasOf = -1;
   int64_t numel = 0;
   /// Lives across steps (params, moments, constants) or across micro-batches
   /// (gradients): may share memory with no other buffer.

@@ -50,8 +50,8 @@ const char *safetensorsDType(DType t);
 class SafetensorsWriter {
 public:
   /// `data` must stay valid until write() returns.
-  void add(const std::string &name, const std::string &dtype, const Dims &shape,
-           const void *data, uint64_t bytes);
+  void add(const std::string &name, const std::string &dtype, const Dims &shape, const void *data,
+           uint64_t bytes);
   void setMetadata(const std::string &key, const std::string &value) { metadata[key] = value; }
   /// Total size of the blob write() produces.
   uint64_t size() const;

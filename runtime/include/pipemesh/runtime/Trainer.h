@@ -44,6 +44,7 @@ struct RunOptions {
   uint64_t seed = 0;
   std::optional<int64_t> stopAtStep; ///< stop after this many completed steps
   std::string dumpData;              ///< debug: JSON lines of every micro-batch
+  bool profile = false;              ///< print time per op name at the end
   std::string blasInfo;              ///< for the banner
 };
 
@@ -66,6 +67,7 @@ public:
 
 private:
   void banner();
+  void printProfile() const;
   const RunOptions &opts;
   Communicator &comm;
   std::ostream &log;

@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""--export-onnx writes the trained weights into a copy of the plan's source
+model: initializers overwritten in place, parameters an exporter deduplicated
+behind Identity split into their own initializers (Identity nodes removed),
+the transposed copy of the tied embedding rewritten transposed, external
+data inlined; the values equal the final checkpoint's bit for bit.
+"""
+import os
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+import common
+from common import mtp
+
+
+def source_model(weights, path, external=False):
+    """A small valid ONNX graph holding the tiny GPT's initial weights the way
+    exporters store them (dedup behind Identity, a folded transposed head)."""
+    inits = [numpy_helper.from_array(v, k) for k, v in weights.items()
+             if k not in mtp.TINY_GPT_SOURCES]
+    inits.append(numpy_helper.from_array(np.ascontiguousarray(weights["wte"].T), "head.weight"))
+    nodes = [helper.make_node("Identity", [src], [name], name=f"dedup_{name}")
+             for name, src in mtp.TINY_GPT_SOURCES.items()]
+    nodes += [helper.make_node("Gather", ["wte", "input_ids"], ["e"]),
+              helper.make_node("Add", ["e", "lnf.bias"], ["e2"]),
+              helper.make_node("MatMul", ["e2", "head.weight"], ["logits"])]
+    V, C = weights["wte"].shape
+    graph = helper.make_graph(
+        nodes, "tiny", [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["b", "t"])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["b", "t", V])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    if external:
+        onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=os.path.basename(path) + ".data", size_threshold=0)
+    else:
+        onnx.save(model, path)
+
+
+class OnnxExport(common.TempDirTest):
+    def export(self, external, env=None):
+        b, w = mtp.build_tiny_gpt(batch=2, seq=16, embd=32, heads=4, source="tiny_gpt.onnx")
+        plan = self.path("tiny.plan")
+        mtp.write_plan(plan, b.manifest(), b.weights)
+        source_model(w, self.path("tiny_gpt.onnx"), external)
+        out = self.path("trained.onnx")
+        r = self.check_ok(common.run([plan, "--steps", 3, "--export-onnx", out,
+                                      "--checkpoint-dir", self.path("ckpt")], env=env))
+        self.assertIn("exported 16 trained parameters", r.stdout)
+        self.assertIn("3 deduplicated ones split, 1 transposed copies", r.stdout)
+        model = onnx.load(out)
+        onnx.checker.check_model(model)
+        got = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+        ck = mtp.read_safetensors(common.read_bytes(self.path("ckpt/step-3/rank-0.safetensors")))
+        for name in w:
+            np.testing.assert_array_equal(got[name], ck["param/" + name], err_msg=name)
+            self.assertFalse(np.array_equal(got[name], w[name]) and w[name].ndim == 2,
+                             f"{name} was not trained")
+        np.testing.assert_array_equal(got["head.weight"], ck["param/wte"].T)
+        self.assertEqual([n.op_type for n in model.graph.node], ["Gather", "Add", "MatMul"])
+        # The deduplicated parameters trained apart.
+        self.assertFalse(np.array_equal(got["lnf.bias"], got["ln1.bias"]))
+
+    def test_inline_source(self):
+        self.export(external=False)
+
+    def test_external_data_source(self):
+        self.export(external=True)
+
+    def test_external_data_output(self):
+        # The > 2 GiB path, with the threshold lowered: initializers go to OUT.onnx.data.
+        self.export(external=False, env={"PIPEMESH_ONNX_INLINE_LIMIT": "1000"})
+        self.assertTrue(os.path.getsize(self.path("trained.onnx.data")) > 80000)
+        self.assertLess(os.path.getsize(self.path("trained.onnx")), 20000)
+
+    def test_missing_source(self):
+        b, _ = mtp.build_tiny_gpt(batch=2, seq=16, embd=32, heads=4, source="nowhere.onnx")
+        plan = self.path("tiny.plan")
+        mtp.write_plan(plan, b.manifest(), b.weights)
+        self.check_fails(common.run([plan, "--steps", 1, "--export-onnx", self.path("o.onnx")]),
+                         "source model 'nowhere.onnx' does not exist")
+
+
+if __name__ == "__main__":
+    common.main()
