@@ -18,9 +18,12 @@ if [[ ! -f build-fuzz/build.ninja ]]; then
 fi
 cmake --build build-fuzz --target pipemesh-fuzz-import
 mkdir -p build-fuzz/corpus build-fuzz/crashes
-cp -n models/fixtures/*.onnx build-fuzz/corpus/ 2>/dev/null || true
-find test/Import -name '*.onnxtxt' -exec cp -n {} build-fuzz/corpus/ \; 2>/dev/null || true
+# Seeds: small models only (mutating megabytes of weights teaches the fuzzer
+# nothing): the shapes-only GPTs, and every ONNX text and binary test input.
+cp -n models/fixtures/*shapes_only*.onnx build-fuzz/corpus/ 2>/dev/null || true
+find test/Import \( -name '*.onnxtxt' -o -name '*.onnx' \) -size -64k \
+  -exec cp -n {} build-fuzz/corpus/ \; 2>/dev/null || true
 # Leak checking off: the fuzz target keeps one MLIRContext for all inputs.
 ASAN_OPTIONS=detect_leaks=0 build-fuzz/bin/pipemesh-fuzz-import build-fuzz/corpus \
-  -max_total_time="$SECONDS_TO_RUN" -max_len=262144 -rss_limit_mb=4096 -timeout=20 \
+  -max_total_time="$SECONDS_TO_RUN" -max_len=300000 -rss_limit_mb=4096 -timeout=20 \
   -artifact_prefix=build-fuzz/crashes/ -print_final_stats=1 2>&1 | tee build-fuzz/fuzz.log | tail -20
