@@ -11,14 +11,19 @@ runtime tests train:
   zoo        an embedding model whose loss path runs the remaining ops
              (softmax over a non-last axis, slice, log_softmax, a computed
              additive attention mask, where/less/not/equal/and/cast, i32 ids,
-             the float elementwise ops) with their gradients.
+             the float elementwise ops) with their gradients;
+  mlp        a residual-MLP language model with a tied embedding, written as
+             the per-rank programs of a pp x dp plan (docs/parallel-plan.md):
+             send/recv between stages (gpipe or 1f1b order), the tied-weight
+             all-reduce, and data parallelism at every ZeRO level.
 
 Library use (runtime/tests/pipemesh-run/*.py):
-    from make_test_plan import build_tiny_gpt, write_plan, ...
+    from make_test_plan import build_tiny_gpt, build_mlp, write_plan, ...
 
 Command line:
     make_test_plan.py tiny-gpt -o tiny.plan [--batch 2 --seq 16 --microbatches 2]
     make_test_plan.py zoo -o zoo.plan
+    make_test_plan.py mlp -o pp2dp2.plan --pp 2 --dp 2 --zero 1 --microbatches 4
     make_test_plan.py tiny-gpt -o bad.plan --corrupt version|truncate|checksum|magic
 
 Run with /usr/bin/python3 (Debian's numpy).
@@ -420,20 +425,281 @@ def build_zoo(batch=2, seq=8, vocab=64, embd=16, heads=2, microbatches=1, seed=1
     return b, w
 
 
+# --- multi-rank plans: a residual-MLP language model, pipeline x data parallel ------
+
+def mlp_weights(V, C, H, layers, seed=0):
+    rng = np.random.default_rng(seed)
+    n = lambda *s: (rng.standard_normal(s) * 0.1).astype(np.float32)
+    w = {"wte": n(V, C)}
+    for i in range(layers):
+        w[f"blk{i}.fc1.weight"] = n(C, H)
+        w[f"blk{i}.fc1.bias"] = n(H) * 0.1
+        w[f"blk{i}.fc2.weight"] = n(H, C)
+        w[f"blk{i}.fc2.bias"] = n(C) * 0.1
+    w["ln.weight"] = np.ones(C, np.float32) + n(C)
+    w["ln.bias"] = n(C)
+    return w
+
+
+def stage_layers(layers, pp):
+    """Blocks per pipeline stage: as even as possible, the extra ones first."""
+    base, extra = divmod(layers, pp)
+    out, at = [], 0
+    for p in range(pp):
+        k = base + (1 if p < extra else 0)
+        out.append(list(range(at, at + k)))
+        at += k
+    return out
+
+
+def pipeline_order(schedule, pp, p, M):
+    """The (F|B, micro-batch) actions of stage p: gpipe, or 1f1b (warm-up
+    pp - p - 1 forwards, then one forward one backward, then the rest)."""
+    if schedule == "gpipe" or pp == 1:
+        return [("F", j) for j in range(M)] + [("B", j) for j in range(M)]
+    if schedule != "1f1b":
+        raise ValueError(f"schedule {schedule}: this builder writes gpipe and 1f1b")
+    w = min(pp - p - 1, M)
+    order = [("F", j) for j in range(w)]
+    for i in range(M - w):
+        order += [("F", w + i), ("B", i)]
+    order += [("B", j) for j in range(M - w, M)]
+    return order
+
+
+def build_mlp(batch=2, seq=8, vocab=128, embd=13, hidden=21, layers=None, pp=1, dp=1, zero=0,
+              microbatches=2, schedule="1f1b", seed=0):
+    """A language model of residual GELU-MLP blocks with a tied embedding / head
+    (embedding -> blocks -> layer norm -> logits = x @ wte^T -> cross-entropy),
+    written as the programs of pp * dp ranks the way docs/parallel-plan.md
+    describes them: rank = p * dp + d; blocks split over the stages; stage 0
+    holds the embedding, the last stage the head (the tied `wte` lives on both,
+    its gradients summed over the `tied` group before the data-parallel
+    reduction); activations go forward with send/recv (tag 2j), their gradients
+    back (tag 2j+1); data parallelism per `zero`:
+      0  full gradients, all-reduce over dp (scale 1/dp), AdamW on full tensors;
+      1  full gradients reduce-scattered into shards, AdamW on shards (param,
+         grad, m, v), all-gather of the parameter shards into the full ones
+         (one collective per parameter: padded ones and unpadded ones);
+      2  each micro-batch's gradients reduce-scattered at once (one packed
+         collective) and accumulated into gradient shards; AdamW on shards, one
+         packed all-gather;
+      3  as 2, and the full parameters are activations all-gathered from the
+         shards before each forward and backward (and `free`d after).
+    Sizes are odd on purpose (13, 21, 273 elements) so that shards are padded.
+    pp = dp = 1 with microbatches = M * dp is the single-rank equivalent.
+    Returns (manifest, weights)."""
+    B, T, V, C, H, M = batch, seq, vocab, embd, hidden, microbatches
+    N = B * T
+    layers = layers or max(2, pp)
+    if zero and dp == 1:
+        raise ValueError("zero > 0 needs dp > 1")
+    w = mlp_weights(V, C, H, layers, seed)
+    params = [{"name": k, "shape": list(v.shape), "decay": v.ndim >= 2} for k, v in w.items()]
+    per_stage = stage_layers(layers, pp)
+    world = pp * dp
+    ranks, consts = [], {}
+    for p in range(pp):
+        first, last = p == 0, p == pp - 1
+        mine = (["wte"] if first or last else []) + \
+            [f"blk{i}.{k}" for i in per_stage[p] for k in ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias")] + \
+            (["ln.weight", "ln.bias"] if last else [])
+        for d in range(dp):
+            r = p * dp + d
+            b = Builder(batch=B, seq=T, vocab=V, microbatches=M, dp=dp, pp=pp)
+            tied_copy = pp > 1 and last and "wte" in mine  # the head's copy: counted on stage 0
+            P = {}
+            for name in mine:
+                shape = list(w[name].shape)
+                numel = int(np.prod(shape))
+                S = -(-numel // dp)
+                e = {}
+                if zero < 3:
+                    e["full"] = b.buf(name, shape, kind="param", param=name)
+                else:
+                    e["full"] = b.buf(name + ".full", shape)
+                if zero <= 1:
+                    e["grad"] = b.buf(name + ".grad", shape, kind="grad", param=name)
+                if zero == 0:
+                    e["m"] = b.buf(name + ".adam_m", shape, kind="adam_m", param=name)
+                    e["v"] = b.buf(name + ".adam_v", shape, kind="adam_v", param=name)
+                else:
+                    sh = dict(param=name, elem_offset=d * S, shard_numel=S, padded_numel=S * dp)
+                    e["pshard"] = b.buf(name + ".shard", [S], kind="param", **sh)
+                    e["gshard"] = b.buf(name + ".grad.shard", [S], kind="grad", **sh)
+                    e["m"] = b.buf(name + ".adam_m", [S], kind="adam_m", **sh)
+                    e["v"] = b.buf(name + ".adam_v", [S], kind="adam_v", **sh)
+                P[name] = e
+            full = lambda name: P[name]["full"]
+            one = b.constant("dloss", np.array(1.0, np.float32)) if last else None
+            prev_rank, next_rank = (p - 1) * dp + d, (p + 1) * dp + d
+            scale_acc = 1.0 / M if zero == 0 else 1.0 / (M * dp)
+
+            def gather_params():
+                if zero == 3:
+                    b.program.append({"op": "allgather", "group": "dp",
+                                      "in": [P[n]["pshard"] for n in mine],
+                                      "out": [P[n]["full"] for n in mine]})
+
+            def free_params():
+                if zero == 3:
+                    b.program.append({"op": "free", "bufs": [P[n]["full"] for n in mine]})
+
+            b.control("zero", out=[P[n]["grad"] if zero <= 1 else P[n]["gshard"] for n in mine])
+            saved = {}
+            for kind, j in pipeline_order(schedule, pp, p, M):
+                if kind == "F":
+                    gather_params()
+                    st = saved[j] = {}
+                    if first:
+                        st["ids"] = b.input(f"input_ids.{j}", [B, T])
+                    if last:
+                        st["tgt"] = b.input(f"targets.{j}", [B, T])
+                    if first and last:
+                        b.control("load_microbatch", index=j, out=[st["ids"], st["tgt"]])
+                    elif first:
+                        b.control("load_microbatch", index=j, what="tokens", out=[st["ids"]])
+                    elif last:
+                        b.control("load_microbatch", index=j, what="targets", out=[st["tgt"]])
+                    if first:
+                        x = b.op("embedding", [full("wte"), st["ids"]], [B, T, C])
+                    else:
+                        x = b.buf(f"x.recv.{j}", [B, T, C])
+                        b.control("recv", out=[x], peer=prev_rank, tag=2 * j)
+                    st["blocks"] = []
+                    for i in per_stage[p]:
+                        a = b.op("matmul", [x, full(f"blk{i}.fc1.weight"), full(f"blk{i}.fc1.bias")], [B, T, H])
+                        g = b.op("gelu", [a], [B, T, H], approximate="tanh")
+                        h = b.op("matmul", [g, full(f"blk{i}.fc2.weight"), full(f"blk{i}.fc2.bias")], [B, T, C])
+                        st["blocks"].append((i, x, a, g))
+                        x = b.op("add", [x, h], [B, T, C])
+                    if last:
+                        st["x"] = x
+                        st["l"] = b.op("layer_norm", [x, full("ln.weight"), full("ln.bias")], [B, T, C])
+                        st["logits"] = b.op("matmul", [st["l"], full("wte")], [B, T, V], transpose_b=True)
+                        loss = b.op("cross_entropy", [st["logits"], st["tgt"]], [], reduction="mean")
+                        b.control("loss", **{"in": [loss]}, scale=1.0 / (M * dp))
+                    else:
+                        b.control("send", **{"in": [x]}, peer=next_rank, tag=2 * j)
+                    free_params()
+                else:
+                    gather_params()
+                    st = saved[j]
+                    grads = []  # (param, micro-batch gradient)
+                    if last:
+                        dlogits = b.op("cross_entropy_grad", [one, st["logits"], st["tgt"]], [B, T, V],
+                                       reduction="mean")
+                        dl = b.op("matmul", [dlogits, full("wte")], [B, T, C])
+                        grads.append(("wte", b.op("matmul", [b.reshape(dlogits, [N, V]), b.reshape(st["l"], [N, C])],
+                                                  [V, C], transpose_a=True)))
+                        dx, glw, glb = b.ops("layer_norm_grad", [dl, st["x"], full("ln.weight")],
+                                             [[B, T, C], [C], [C]])
+                        grads += [("ln.weight", glw), ("ln.bias", glb)]
+                    else:
+                        dx = b.buf(f"dx.recv.{j}", [B, T, C])
+                        b.control("recv", out=[dx], peer=next_rank, tag=2 * j + 1)
+                    for i, xin, a, g in reversed(st["blocks"]):
+                        grads.append((f"blk{i}.fc2.weight", b.op(
+                            "matmul", [b.reshape(g, [N, H]), b.reshape(dx, [N, C])], [H, C], transpose_a=True)))
+                        grads.append((f"blk{i}.fc2.bias", b.op("reduce_sum", [dx], [C], axes=[0, 1], keepdims=False)))
+                        dg = b.op("matmul", [dx, full(f"blk{i}.fc2.weight")], [B, T, H], transpose_b=True)
+                        da = b.op("gelu_grad", [dg, a], [B, T, H], approximate="tanh")
+                        grads.append((f"blk{i}.fc1.weight", b.op(
+                            "matmul", [b.reshape(xin, [N, C]), b.reshape(da, [N, H])], [C, H], transpose_a=True)))
+                        grads.append((f"blk{i}.fc1.bias", b.op("reduce_sum", [da], [H], axes=[0, 1], keepdims=False)))
+                        dxin = b.op("matmul", [da, full(f"blk{i}.fc1.weight")], [B, T, C], transpose_b=True)
+                        dx = b.op("add", [dx, dxin], [B, T, C])
+                    if first:
+                        grads.append(("wte", b.op("embedding_grad", [dx, st["ids"]], [V, C])))
+                    else:
+                        b.control("send", **{"in": [dx]}, peer=prev_rank, tag=2 * j + 1)
+                    free_params()
+                    if zero <= 1:
+                        b.control("accumulate", **{"in": [g for _, g in grads],
+                                                   "out": [P[n]["grad"] for n, _ in grads]}, scale=scale_acc)
+                    else:
+                        tmp = [b.buf(f"{n}.rs.{j}.{k}", b.shapes[P[n]["gshard"]])
+                               for k, (n, _) in enumerate(grads)]
+                        b.program.append({"op": "reduce_scatter", "group": "dp",
+                                          "in": [g for _, g in grads], "out": tmp})
+                        b.control("accumulate", **{"in": tmp, "out": [P[n]["gshard"] for n, _ in grads]},
+                                  scale=scale_acc)
+            b.control("wait_sends")
+            gkey = "grad" if zero <= 1 else "gshard"
+            if pp > 1 and (first or last):
+                b.program.append({"op": "allreduce", "group": "tied", "bufs": [P["wte"][gkey]]})
+            if dp > 1 and zero == 0:
+                b.program.append({"op": "allreduce", "group": "dp", "bufs": [P[n]["grad"] for n in mine],
+                                  "scale": 1.0 / dp})
+            if zero == 1:  # one collective per parameter (2 and 3 pack them)
+                for n in mine:
+                    b.program.append({"op": "reduce_scatter", "group": "dp", "in": [P[n]["grad"]],
+                                      "out": [P[n]["gshard"]]})
+            entries = []
+            for n in mine:
+                weight = 0.0 if (n == "wte" and tied_copy) else 1.0
+                if zero == 0:
+                    entries.append({"param": P[n]["full"], "grad": P[n]["grad"], "m": P[n]["m"],
+                                    "v": P[n]["v"], "decay": len(w[n].shape) >= 2,
+                                    "norm_weight": weight if d == 0 else 0.0})
+                else:  # decay from the params table (the shard is 1-D)
+                    entries.append({"param": P[n]["pshard"], "grad": P[n]["gshard"], "m": P[n]["m"],
+                                    "v": P[n]["v"], "norm_weight": weight})
+            b.program.append({"op": "adamw", "params": entries})
+            if zero == 1:
+                for n in mine:
+                    b.program.append({"op": "allgather", "group": "dp", "in": [P[n]["pshard"]],
+                                      "out": [P[n]["full"]]})
+            if zero == 2:
+                b.program.append({"op": "allgather", "group": "dp", "in": [P[n]["pshard"] for n in mine],
+                                  "out": [P[n]["full"] for n in mine]})
+            entry = b.manifest(rank=r)["ranks"][0]
+            entry.update({
+                "pp_rank": p, "dp_rank": d, "chunks": [p], "first_stage": first, "last_stage": last,
+                "groups": {"dp": [p * dp + e for e in range(dp)],
+                           "tied": [d, (pp - 1) * dp + d] if pp > 1 and (first or last) else []}})
+            ranks.append(entry)
+            consts.update(b.weights)  # the constants (dloss)
+    manifest = {
+        "format": "pipemesh-plan", "version": VERSION,
+        "model": {"source": "mlp.onnx", "batch": B, "seq": T, "vocab": V,
+                  "num_params": int(sum(v.size for v in w.values())), "flops_per_step": 0,
+                  "loss": "appended"},
+        "parallel": {"pp": pp, "dp": dp, "vpp": 1, "microbatches": M, "world_size": world,
+                     "schedule": schedule, "zero": zero},
+        "inputs": {"tokens": "input_ids", "targets": "targets"},
+        "params": params,
+        "ranks": ranks,
+    }
+    return manifest, dict(w, **consts)
+
+
 MODELS = {"tiny-gpt": build_tiny_gpt, "zoo": build_zoo}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("model", choices=sorted(MODELS))
+    ap.add_argument("model", choices=sorted(MODELS) + ["mlp"])
     ap.add_argument("-o", "--output", required=True)
     ap.add_argument("--batch", type=int)
     ap.add_argument("--seq", type=int)
     ap.add_argument("--vocab", type=int)
     ap.add_argument("--microbatches", type=int)
+    ap.add_argument("--pp", type=int, default=1, help="mlp: pipeline stages")
+    ap.add_argument("--dp", type=int, default=1, help="mlp: data-parallel replicas")
+    ap.add_argument("--zero", type=int, default=0, help="mlp: ZeRO level 0..3")
+    ap.add_argument("--schedule", default="1f1b", choices=["1f1b", "gpipe"], help="mlp")
+    ap.add_argument("--layers", type=int, help="mlp: number of blocks (default max(2, pp))")
     ap.add_argument("--corrupt", choices=["version", "truncate", "checksum", "magic"])
     args = ap.parse_args()
     kw = {k: getattr(args, k) for k in ("batch", "seq", "vocab", "microbatches") if getattr(args, k)}
+    if args.model == "mlp":
+        manifest, weights = build_mlp(pp=args.pp, dp=args.dp, zero=args.zero, schedule=args.schedule,
+                                      layers=args.layers, **kw)
+        write_plan(args.output, manifest, weights, corrupt=args.corrupt)
+        print(f"wrote {args.output}: {len(manifest['ranks'])} ranks, "
+              f"{sum(len(r['program']) for r in manifest['ranks'])} instructions")
+        return 0
     b, _ = MODELS[args.model](**kw)
     write_plan(args.output, b.manifest(), b.weights, corrupt=args.corrupt)
     print(f"wrote {args.output}: {len(b.program)} instructions, {len(b.bufs)} buffers")

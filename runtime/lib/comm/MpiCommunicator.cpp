@@ -1,59 +1,147 @@
 //===- MpiCommunicator.cpp - the MPI communication backend ----------------===//
 //
-// Non-blocking MPI calls completed by polling MPI_Test against a deadline, so
-// that a dead or stuck peer turns into a CommError (and an MPI_Abort of the
-// job by the caller) instead of a hang.
+// Every operation is non-blocking (MPI_Isend/Irecv, MPI_Iallreduce,
+// MPI_Ireduce_scatter_block, MPI_Iallgather, ...) and completed by polling
+// MPI_Test against a deadline, so that a dead or stuck peer turns into a
+// CommError (and an MPI_Abort of the job by the caller) instead of a hang.
+// The communicators use MPI_ERRORS_RETURN: an MPI failure (a truncated
+// message, a broken connection) is a CommError naming the operation too.
 //
 //===----------------------------------------------------------------------===//
 #include "pipemesh/runtime/Communicator.h"
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstdlib>
+#include <sched.h>
 #include <thread>
 
 namespace pipemesh::rt {
+
+const char *groupName(Group g) { return g == Group::Dp ? "dp" : "tied"; }
+
 namespace {
 
-/// Polls `req` until it completes or `timeout` seconds pass.
-void waitFor(MPI_Request &req, double timeout, const std::string &what, int rank) {
-  auto start = std::chrono::steady_clock::now();
-  auto sleep = std::chrono::microseconds(0);
+/// Largest message piece: counts are ints in MPI.
+constexpr uint64_t kMaxPiece = 1ull << 30;
+
+std::string mpiError(int rc) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS)
+    return concat("MPI error ", rc);
+  return std::string(text, len);
+}
+
+void check(int rc, const std::string &what) {
+  if (rc != MPI_SUCCESS)
+    throw CommError(concat(what, " failed: ", mpiError(rc)));
+}
+
+/// Paces a polling loop: for the first millisecond it yields the CPU between
+/// polls (a short wait — a collective's next round, a message in flight —
+/// ends soonest, and an oversubscribed peer still gets the core), then it
+/// sleeps 50 .. 200 us between polls (a long wait: a peer still computing).
+class Poller {
+public:
+  explicit Poller(double timeout) : timeout(timeout), start(std::chrono::steady_clock::now()) {}
+  /// False once the deadline has passed.
+  bool again() {
+    double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (waited > timeout)
+      return false;
+    if (waited < 1e-3) {
+      sched_yield();
+    } else {
+      std::this_thread::sleep_for(sleep);
+      if (sleep < std::chrono::microseconds(200))
+        sleep *= 2;
+    }
+    return true;
+  }
+  double timeout;
+
+private:
+  std::chrono::steady_clock::time_point start;
+  std::chrono::microseconds sleep{50};
+};
+
+std::string deadlineMessage(const std::string &what, double timeout, const std::string &hint) {
+  return concat(what, " did not complete within ", timeout, " s (--comm-timeout): ", hint);
+}
+
+/// Waits for one collective request.
+void waitFor(MPI_Request &req, double timeout, const std::string &what) {
+  Poller poll(timeout);
   for (;;) {
     int done = 0;
-    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), what);
     if (done)
       return;
-    double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (waited > timeout)
-      throw CommError(concat("rank ", rank, ": ", what, " did not complete within ", timeout,
-                             " s (--comm-timeout): a peer died or stopped answering"));
-    if (sleep.count() == 0)
-      sleep = std::chrono::microseconds(1);
-    else if (sleep < std::chrono::microseconds(1000))
-      sleep *= 2;
-    std::this_thread::sleep_for(sleep);
+    if (!poll.again())
+      throw CommError(deadlineMessage(what, timeout,
+                                      "a rank of the group died or stopped answering"));
   }
 }
 
+/// A transfer split in pieces of at most kMaxPiece bytes (MPI's non-overtaking
+/// rule keeps them in order for one sender, receiver and tag).
 class MpiRequest : public CommRequest {
 public:
-  MpiRequest(double timeout, std::string what, int rank)
-      : timeout(timeout), what(std::move(what)), rank(rank) {}
+  MpiRequest(double timeout, std::string what, int peer, bool recv)
+      : timeout(timeout), whatText(std::move(what)), peer(peer), recv(recv) {}
   ~MpiRequest() override {
-    if (req != MPI_REQUEST_NULL) {
-      MPI_Cancel(&req);
-      MPI_Request_free(&req);
-    }
+    for (MPI_Request &r : reqs)
+      if (r != MPI_REQUEST_NULL) {
+        MPI_Cancel(&r);
+        MPI_Request_free(&r);
+      }
   }
-  void wait() override { waitFor(req, timeout, what, rank); }
-  MPI_Request req = MPI_REQUEST_NULL;
+  const std::string &what() const override { return whatText; }
+
+  bool test() override {
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      if (reqs[i] == MPI_REQUEST_NULL)
+        continue;
+      int done = 0;
+      MPI_Status st;
+      check(MPI_Test(&reqs[i], &done, &st), whatText);
+      if (!done)
+        return false;
+      if (recv) {
+        int count = 0;
+        MPI_Get_count(&st, MPI_BYTE, &count);
+        if ((uint64_t)count != sizes[i])
+          throw CommError(concat(whatText, ": received ", count, " bytes in piece ", i,
+                                 ", expected ", sizes[i],
+                                 " (the sender's buffer has another size)"));
+      }
+    }
+    return true;
+  }
+
+  void wait() override {
+    Poller poll(timeout);
+    while (!test())
+      if (!poll.again())
+        throw CommError(deadlineMessage(
+            whatText, timeout,
+            concat("rank ", peer, recv ? " died, stopped answering or never sends it"
+                                       : " died, stopped answering or never receives it")));
+  }
+
+  std::vector<MPI_Request> reqs;
+  std::vector<uint64_t> sizes;
 
 private:
   double timeout;
-  std::string what;
-  int rank;
+  std::string whatText;
+  int peer;
+  bool recv;
 };
 
 class MpiCommunicator : public Communicator {
@@ -61,6 +149,19 @@ public:
   MpiCommunicator() {
     MPI_Comm_rank(MPI_COMM_WORLD, &rankId);
     MPI_Comm_size(MPI_COMM_WORLD, &worldSize);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    int *ub = nullptr, flag = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+    tagUb = flag && ub ? *ub : 32767;
+  }
+  ~MpiCommunicator() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized)
+      return;
+    for (MPI_Comm *c : {&dpComm, &tiedComm})
+      if (*c != MPI_COMM_NULL)
+        MPI_Comm_free(c);
   }
   int rank() const override { return rankId; }
   int size() const override { return worldSize; }
@@ -73,19 +174,22 @@ public:
     return "mpi (" + v.substr(0, comma) + ")";
   }
 
+  // --- world collectives -----------------------------------------------------
   void allreduceSum(double *data, int64_t n, const char *what) override {
     if (worldSize == 1)
       return;
+    std::string w = std::string("all-reduce of the ") + what;
     MPI_Request req;
-    MPI_Iallreduce(MPI_IN_PLACE, data, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &req);
-    waitFor(req, timeoutSeconds, std::string("all-reduce of the ") + what, rankId);
+    check(MPI_Iallreduce(MPI_IN_PLACE, data, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &req), w);
+    waitFor(req, timeoutSeconds, w);
   }
   void barrier(const char *what) override {
     if (worldSize == 1)
       return;
+    std::string w = std::string("barrier (") + what + ")";
     MPI_Request req;
-    MPI_Ibarrier(MPI_COMM_WORLD, &req);
-    waitFor(req, timeoutSeconds, std::string("barrier (") + what + ")", rankId);
+    check(MPI_Ibarrier(MPI_COMM_WORLD, &req), w);
+    waitFor(req, timeoutSeconds, w);
   }
   template <typename T>
   std::vector<T> gatherImpl(const T *data, int64_t n, MPI_Datatype type, const char *what) {
@@ -94,9 +198,10 @@ public:
       out.assign(data, data + n);
       return out;
     }
+    std::string w = std::string("gather of the ") + what;
     MPI_Request req;
-    MPI_Igather(data, (int)n, type, out.data(), (int)n, type, 0, MPI_COMM_WORLD, &req);
-    waitFor(req, timeoutSeconds, std::string("gather of the ") + what, rankId);
+    check(MPI_Igather(data, (int)n, type, out.data(), (int)n, type, 0, MPI_COMM_WORLD, &req), w);
+    waitFor(req, timeoutSeconds, w);
     return out;
   }
   std::vector<double> gather(const double *data, int64_t n, const char *what) override {
@@ -108,26 +213,105 @@ public:
   bool allOk(bool ok, const char *what) override {
     if (worldSize == 1)
       return ok;
+    std::string w = std::string("agreement on ") + what;
     int v = ok ? 1 : 0;
     MPI_Request req;
-    MPI_Iallreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &req);
-    waitFor(req, timeoutSeconds, std::string("agreement on ") + what, rankId);
+    check(MPI_Iallreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &req), w);
+    waitFor(req, timeoutSeconds, w);
     return v == 1;
   }
 
+  // --- point-to-point ----------------------------------------------------------
   std::unique_ptr<CommRequest> isend(const void *data, uint64_t bytes, int peer, int tag,
                                      const std::string &what) override {
-    auto r = std::make_unique<MpiRequest>(timeoutSeconds,
-                                          concat("send of ", what, " to rank ", peer), rankId);
-    MPI_Isend(data, (int)bytes, MPI_BYTE, peer, tag, MPI_COMM_WORLD, &r->req);
+    auto r = std::make_unique<MpiRequest>(timeoutSeconds, what, peer, false);
+    const char *p = static_cast<const char *>(data);
+    uint64_t off = 0;
+    do {
+      uint64_t n = std::min(bytes - off, kMaxPiece);
+      r->reqs.push_back(MPI_REQUEST_NULL);
+      r->sizes.push_back(n);
+      check(MPI_Isend(p + off, (int)n, MPI_BYTE, peer, tag, MPI_COMM_WORLD, &r->reqs.back()), what);
+      off += n;
+    } while (off < bytes);
     return r;
   }
   std::unique_ptr<CommRequest> irecv(void *data, uint64_t bytes, int peer, int tag,
                                      const std::string &what) override {
-    auto r = std::make_unique<MpiRequest>(timeoutSeconds,
-                                          concat("receive of ", what, " from rank ", peer), rankId);
-    MPI_Irecv(data, (int)bytes, MPI_BYTE, peer, tag, MPI_COMM_WORLD, &r->req);
+    auto r = std::make_unique<MpiRequest>(timeoutSeconds, what, peer, true);
+    char *p = static_cast<char *>(data);
+    uint64_t off = 0;
+    do {
+      uint64_t n = std::min(bytes - off, kMaxPiece);
+      r->reqs.push_back(MPI_REQUEST_NULL);
+      r->sizes.push_back(n);
+      check(MPI_Irecv(p + off, (int)n, MPI_BYTE, peer, tag, MPI_COMM_WORLD, &r->reqs.back()), what);
+      off += n;
+    } while (off < bytes);
     return r;
+  }
+  int maxTag() const override { return tagUb; }
+
+  void warmUpPeers(const std::vector<int64_t> &peers) override {
+    std::vector<std::unique_ptr<CommRequest>> reqs;
+    std::vector<char> in(peers.size()), out(peers.size(), 1);
+    for (size_t i = 0; i < peers.size(); ++i) {
+      int peer = (int)peers[i];
+      reqs.push_back(irecv(&in[i], 1, peer, tagUb,
+                           concat("warm-up exchange with rank ", peer, " (receive)")));
+      reqs.push_back(isend(&out[i], 1, peer, tagUb,
+                           concat("warm-up exchange with rank ", peer, " (send)")));
+    }
+    for (auto &r : reqs)
+      r->wait();
+  }
+
+  // --- groups ----------------------------------------------------------------------
+  void setupGroups(const std::vector<int64_t> &dp, const std::vector<int64_t> &tied) override {
+    // Every rank must get here before the (blocking) splits: the agreement
+    // is bounded, so a rank that never arrives ends the job at the deadline.
+    if (!allOk(true, "communicator setup"))
+      throw CommError("another rank failed before the communicator setup");
+    split(dp, dpComm, dpSize, dpRank, "dp");
+    split(tied, tiedComm, tiedSize, tiedRank, "tied");
+    for (Group g : {Group::Dp, Group::Tied})
+      if (groupSize(g) > 0) {
+        float x = 1;
+        groupAllreduce(g, &x, 1, concat("warm-up all-reduce on the ", groupName(g), " group"));
+        if (x != (float)groupSize(g))
+          throw CommError(concat("the warm-up all-reduce on the ", groupName(g), " group gave ", x,
+                                 ", expected ", groupSize(g)));
+      }
+  }
+  int groupSize(Group g) const override { return g == Group::Dp ? dpSize : tiedSize; }
+  int groupRank(Group g) const override { return g == Group::Dp ? dpRank : tiedRank; }
+
+  void groupAllreduce(Group g, float *data, int64_t n, const std::string &what) override {
+    MPI_Comm c = comm(g, what);
+    for (int64_t off = 0; off < n; off += INT_MAX) {
+      int k = (int)std::min<int64_t>(n - off, INT_MAX);
+      MPI_Request req;
+      check(MPI_Iallreduce(MPI_IN_PLACE, data + off, k, MPI_FLOAT, MPI_SUM, c, &req), what);
+      waitFor(req, timeoutSeconds, what);
+    }
+  }
+  void groupReduceScatter(Group g, const float *in, float *out, int64_t block,
+                          const std::string &what) override {
+    MPI_Comm c = comm(g, what);
+    if (block > INT_MAX)
+      throw CommError(concat(what, ": a shard of ", block, " floats exceeds MPI's int count"));
+    MPI_Request req;
+    check(MPI_Ireduce_scatter_block(in, out, (int)block, MPI_FLOAT, MPI_SUM, c, &req), what);
+    waitFor(req, timeoutSeconds, what);
+  }
+  void groupAllgather(Group g, const float *in, float *out, int64_t block,
+                      const std::string &what) override {
+    MPI_Comm c = comm(g, what);
+    if (block > INT_MAX)
+      throw CommError(concat(what, ": a shard of ", block, " floats exceeds MPI's int count"));
+    MPI_Request req;
+    check(MPI_Iallgather(in, (int)block, MPI_FLOAT, out, (int)block, MPI_FLOAT, c, &req), what);
+    waitFor(req, timeoutSeconds, what);
   }
 
   [[noreturn]] void abort(int code) override {
@@ -136,7 +320,37 @@ public:
   }
 
 private:
-  int rankId = 0, worldSize = 1;
+  MPI_Comm comm(Group g, const std::string &what) const {
+    MPI_Comm c = g == Group::Dp ? dpComm : tiedComm;
+    if (c == MPI_COMM_NULL)
+      throw CommError(concat(what, ": this rank is in no ", groupName(g), " group"));
+    return c;
+  }
+  void split(const std::vector<int64_t> &members, MPI_Comm &c, int &size, int &pos,
+             const char *name) {
+    // Members list the same group in the same order: its first member is a
+    // color every member agrees on, the position orders the new ranks.
+    int color = MPI_UNDEFINED, key = 0;
+    if (!members.empty()) {
+      color = (int)members[0];
+      key = (int)(std::find(members.begin(), members.end(), rankId) - members.begin());
+    }
+    std::string w = concat("creating the ", name, " communicator");
+    check(MPI_Comm_split(MPI_COMM_WORLD, color, key, &c), w);
+    size = pos = 0;
+    if (c == MPI_COMM_NULL)
+      return;
+    MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+    MPI_Comm_size(c, &size);
+    MPI_Comm_rank(c, &pos);
+    if (size != (int)members.size() || pos != key)
+      throw CommError(concat(w, ": got ", size, " members (position ", pos, "), the plan lists ",
+                             members.size(), " (position ", key, ")"));
+  }
+
+  int rankId = 0, worldSize = 1, tagUb = 32767;
+  MPI_Comm dpComm = MPI_COMM_NULL, tiedComm = MPI_COMM_NULL;
+  int dpSize = 0, dpRank = 0, tiedSize = 0, tiedRank = 0;
 };
 
 } // namespace

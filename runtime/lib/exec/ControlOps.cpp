@@ -12,6 +12,7 @@
 #include "pipemesh/runtime/CpuKernels.h"
 #include "pipemesh/runtime/Sampler.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -20,36 +21,52 @@ namespace pipemesh::rt {
 namespace {
 
 Thunk bindLoadMicrobatch(OpContext &c) {
-  // out: [tokens, targets], or [tokens] alone for a model that shifts its
-  // labels itself (loss "model-shifted": the targets are the tokens).
+  // "what": "both" (default): out [tokens, targets], or [tokens] alone for a
+  // model that shifts its labels itself (loss "model-shifted"); "tokens":
+  // out [tokens] (a first pipeline stage); "targets": out [targets] (a last
+  // stage). The rank's dp_rank picks its sequences (canonical sampling).
   c.cls = InstrClass::Control;
-  c.expectCounts(0, 0, 1, 2);
+  std::string what = "both";
+  if (auto it = c.inst.json.find("what"); it != c.inst.json.end()) {
+    if (!it->is_string())
+      c.error("\"what\" must be \"tokens\", \"targets\" or \"both\", got ", it->dump());
+    what = it->get<std::string>();
+  }
+  const bool wantTargets = what == "targets";
+  if (what == "both")
+    c.expectCounts(0, 0, 1, 2);
+  else if (what == "tokens" || what == "targets")
+    c.expectCounts(0, 0, 1, 1);
+  else
+    c.error("\"what\" must be \"tokens\", \"targets\" or \"both\", got \"", what, "\"");
   const Plan &plan = c.env.plan;
   int64_t j = (int64_t)c.field("index");
   if (j < 0 || j >= plan.parallel.microbatches)
     c.error("micro-batch index ", j, " is outside [0, ", plan.parallel.microbatches, ")");
   int64_t n = plan.model.batch * plan.model.seq;
-  std::vector<TensorRef> outs;
+  TensorRef tokens, targets;
   for (size_t i = 0; i < c.numOut(); ++i) {
     TensorRef t = c.out(i);
-    c.expectIndex(t, i ? "the targets" : "the tokens");
+    bool isTargets = wantTargets || i == 1;
+    c.expectIndex(t, isTargets ? "the targets" : "the tokens");
     if (t.numel != n)
-      c.error(i ? "targets " : "tokens ", shapeStr(t.shape),
+      c.error(isTargets ? "targets " : "tokens ", shapeStr(t.shape),
               " must hold batch x seq = ", plan.model.batch, "x", plan.model.seq, " ids");
-    outs.push_back(t);
+    (isTargets ? targets : tokens) = t;
   }
   auto a = std::make_shared<std::vector<int64_t>>(n), b = std::make_shared<std::vector<int64_t>>(n);
   ExecEnv *env = &c.env;
   int64_t dpRank = c.env.rank.dpRank;
-  return [env, j, dpRank, outs, a, b, n] {
+  return [env, j, dpRank, tokens, targets, a, b, n] {
     if (!env->sampler)
       fail("no data loader is attached");
     env->sampler->fill(env->state.step, j, dpRank, a->data(), b->data());
     if (env->observer)
       env->observer(env->state.step, j, dpRank, a->data(), b->data(), n);
-    ops::convert(a->data(), DType::I64, outs[0].data, outs[0].dtype, n);
-    if (outs.size() == 2)
-      ops::convert(b->data(), DType::I64, outs[1].data, outs[1].dtype, n);
+    if (tokens.data)
+      ops::convert(a->data(), DType::I64, tokens.data, tokens.dtype, n);
+    if (targets.data)
+      ops::convert(b->data(), DType::I64, targets.data, targets.dtype, n);
   };
 }
 
@@ -112,9 +129,13 @@ Thunk bindLoss(OpContext &c) {
 struct AdamParam {
   TensorRef p, g, m, v;
   bool decay;
+  double normWeight; ///< weight of this gradient's squares in the global norm
 };
 
 Thunk bindAdamW(OpContext &c) {
+  // Entries may be ZeRO shards (elem_offset / shard_numel): AdamW is
+  // elementwise, so a shard updates on its own; the global gradient norm is
+  // sqrt(sum over ranks of sum over entries of norm_weight * ||grad||^2).
   auto it = c.inst.json.find("params");
   if (it == c.inst.json.end() || !it->is_array())
     c.error("needs a \"params\" array of {param, grad, m, v, decay}");
@@ -128,15 +149,22 @@ Thunk bindAdamW(OpContext &c) {
       c.expectFloat(t, std::string("params[") + std::to_string(i) + "]." + key);
       return t;
     };
-    AdamParam a{id("param"), id("grad"), id("m"), id("v"), false};
+    AdamParam a{id("param"), id("grad"), id("m"), id("v"), false, 1.0};
     if (a.g.numel != a.p.numel || a.m.numel != a.p.numel || a.v.numel != a.p.numel)
       c.error("params[", i, "]: param, grad, m and v differ in size");
     if (e.contains("decay")) {
       if (!e["decay"].is_boolean())
         c.error("params[", i, "].decay must be true or false");
       a.decay = e["decay"].get<bool>();
+    } else if (const ParamInfo *pi = c.env.plan.findParam(a.p.info->param)) {
+      a.decay = pi->decay; // the parameter's, not the (1-D) shard's rank
     } else {
       a.decay = a.p.rank() >= 2;
+    }
+    if (e.contains("norm_weight")) {
+      if (!e["norm_weight"].is_number() || e["norm_weight"].get<double>() < 0)
+        c.error("params[", i, "].norm_weight must be a non-negative number");
+      a.normWeight = e["norm_weight"].get<double>();
     }
     ps.push_back(a);
   }
@@ -146,9 +174,15 @@ Thunk bindAdamW(OpContext &c) {
     // coef = max_norm / (norm + 1e-6), applied when below 1.
     double sq = 0;
     for (const AdamParam &a : ps)
-      sq += cpu::sumSquares<float>(a.g.as<float>(), a.g.numel);
-    if (env->comm)
+      if (a.normWeight != 0)
+        sq += a.normWeight * cpu::sumSquares<float>(a.g.as<float>(), a.g.numel);
+    if (env->comm) {
+      auto start = std::chrono::steady_clock::now();
       env->comm->allreduceSum(&sq, 1, "squared gradient norm");
+      env->state.commInComputeMs +=
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count();
+    }
     double norm = std::sqrt(sq);
     double gradScale = 1.0;
     const OptimizerConfig &o = env->opt;

@@ -3,11 +3,21 @@
 
 #include "OpContext.h"
 
+#include "pipemesh/runtime/Activity.h"
+#include "pipemesh/runtime/Communicator.h"
+
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
+#include <set>
 
 namespace pipemesh::rt {
+
+ExecEnv::ExecEnv(const Plan &plan, const RankPlan &rank, Arena &arena)
+    : plan(plan), rank(rank), arena(arena) {}
+ExecEnv::~ExecEnv() = default;
 
 static std::string prefix(const ExecEnv &env, const Instruction &inst) {
   return concat("rank ", env.rank.rank, ", instruction ", inst.index, " (", inst.op, "): ");
@@ -29,27 +39,76 @@ Executor::Executor(ExecEnv &env) : env(env) {
       throw Error(prefix(env, inst) + e.what());
     }
     b.cls = ctx.cls;
+    b.activity = concat("instruction ", inst.index, " (",
+                        ctx.activity.empty() ? inst.op : ctx.activity, ")");
     program.push_back(std::move(b));
   }
+}
+
+void Executor::progressSends() {
+  auto &sends = env.pendingSends;
+  sends.erase(std::remove_if(sends.begin(), sends.end(), [](const auto &r) { return r->test(); }),
+              sends.end());
 }
 
 void Executor::runStep() {
   using clock = std::chrono::steady_clock;
   StepTimings t;
-  for (BoundInstruction &b : program) {
+  activity::setStep(env.state.step);
+  for (size_t i = 0; i < program.size(); ++i) {
+    BoundInstruction &b = program[i];
+    if (env.state.step == env.testExitStep && i == env.testExitInstruction) {
+      std::fprintf(stderr,
+                   "pipemesh-run: test: rank %lld exits with status 9 before instruction %zu of "
+                   "step %lld (PIPEMESH_TEST_EXIT_AT_STEP)\n",
+                   (long long)env.rank.rank, i, (long long)env.state.step + 1);
+      std::fflush(stderr);
+      std::_Exit(9);
+    }
+    activity::set(b.activity.c_str());
+    const double embedded0 = env.state.commInComputeMs;
     auto start = clock::now();
     try {
       b.run();
+      if (b.cls != InstrClass::Comm && !env.pendingSends.empty())
+        progressSends();
     } catch (const Error &e) {
       throw Error(prefix(env, *b.inst) + e.what());
     }
     double ms = std::chrono::duration<double, std::milli>(clock::now() - start).count();
     b.totalMs += ms;
-    (b.cls == InstrClass::Compute ? t.computeMs
-     : b.cls == InstrClass::Comm  ? t.commMs
-                                  : t.controlMs) += ms;
+    if (b.cls == InstrClass::Comm) {
+      t.commMs += ms;
+    } else {
+      double inner = env.state.commInComputeMs - embedded0;
+      t.commMs += inner;
+      (b.cls == InstrClass::Compute ? t.computeMs : t.controlMs) += ms - inner;
+    }
   }
+  if (!env.pendingSends.empty()) {
+    // The plan should complete its sends with wait_sends; whatever is left is
+    // completed here, so that no buffer is reused while still in flight.
+    activity::set("the end of the step (completing outstanding sends)");
+    auto start = clock::now();
+    try {
+      for (auto &r : env.pendingSends)
+        r->wait();
+    } catch (const Error &e) {
+      throw Error(concat("rank ", env.rank.rank, ", end of step ", env.state.step, ": ", e.what()));
+    }
+    env.pendingSends.clear();
+    t.commMs += std::chrono::duration<double, std::milli>(clock::now() - start).count();
+  }
+  activity::set("the end of the step");
   lastTimings = t;
+}
+
+std::vector<int64_t> Executor::peers() const {
+  std::set<int64_t> out;
+  for (const BoundInstruction &b : program)
+    if (b.inst->op == "send" || b.inst->op == "recv")
+      out.insert(b.inst->json.at("peer").get<int64_t>());
+  return {out.begin(), out.end()};
 }
 
 std::vector<std::pair<std::string, double>> Executor::profile() const {

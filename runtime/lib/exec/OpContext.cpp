@@ -141,6 +141,7 @@ const OpTable &opTable() {
     registerLossOps(t);
     registerShapeOps(t);
     registerControlOps(t);
+    registerCommOps(t);
     return t;
   }();
   return table;

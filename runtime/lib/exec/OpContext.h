@@ -25,6 +25,9 @@ public:
   ExecEnv &env;
   const Instruction &inst;
   InstrClass cls = InstrClass::Compute;
+  /// What a failure report says this instruction was doing beyond its op
+  /// name ("recv from rank 0, tag 3"); empty: the op name alone.
+  std::string activity;
 
   size_t numIn() const { return inst.in.size(); }
   size_t numOut() const { return inst.out.size(); }
@@ -73,6 +76,7 @@ void registerEmbeddingOps(OpTable &t);
 void registerLossOps(OpTable &t);
 void registerShapeOps(OpTable &t);
 void registerControlOps(OpTable &t);
+void registerCommOps(OpTable &t);
 
 /// Every op, built once.
 const OpTable &opTable();

@@ -150,6 +150,10 @@ struct PlanParser {
     p.parallel.vpp = integerOr(par, "parallel", "vpp", 1);
     p.parallel.microbatches = integer(par, "parallel", "microbatches");
     p.parallel.worldSize = integer(par, "parallel", "world_size");
+    p.parallel.zero = integerOr(par, "parallel", "zero", 0);
+    p.parallel.schedule = stringOr(par, "parallel", "schedule", "");
+    if (p.parallel.zero < 0 || p.parallel.zero > 3)
+      bad("parallel.zero", "must be 0, 1, 2 or 3, got " + std::to_string(p.parallel.zero));
     if (p.parallel.pp <= 0 || p.parallel.dp <= 0 || p.parallel.vpp <= 0 ||
         p.parallel.microbatches <= 0 || p.parallel.worldSize <= 0)
       bad("parallel", "needs positive pp, dp, vpp, microbatches and world_size");
@@ -194,6 +198,23 @@ struct PlanParser {
     const int64_t dp = p.parallel.dp;
     rp.dpRank = integerOr(r, where, "dp_rank", rp.rank % dp);
     rp.ppRank = integerOr(r, where, "pp_rank", rp.rank / dp);
+    if (rp.dpRank < 0 || rp.dpRank >= dp || rp.ppRank < 0 || rp.ppRank >= p.parallel.pp)
+      bad(where, "has pp_rank " + std::to_string(rp.ppRank) + " and dp_rank " +
+                     std::to_string(rp.dpRank) + " outside pp=" + std::to_string(p.parallel.pp) +
+                     " x dp=" + std::to_string(dp));
+    if (r.contains("groups")) {
+      const auto &g = field(r, where, "groups");
+      std::string gw = where + ".groups";
+      rp.dpGroup = ints(g, gw, "dp", /*optional=*/true);
+      rp.tiedGroup = ints(g, gw, "tied", /*optional=*/true);
+    }
+    if (rp.dpGroup.empty())
+      for (int64_t d = 0; d < dp; ++d)
+        rp.dpGroup.push_back(rp.ppRank * dp + d);
+    rp.chunks = ints(r, where, "chunks", /*optional=*/true);
+    rp.firstStage = r.contains("first_stage") ? boolean(r, where, "first_stage") : rp.ppRank == 0;
+    rp.lastStage =
+        r.contains("last_stage") ? boolean(r, where, "last_stage") : rp.ppRank == p.parallel.pp - 1;
     const auto &bufs = array(r, where, "buffers");
     for (size_t i = 0; i < bufs.size(); ++i) {
       std::string bw = where + ".buffers[" + std::to_string(i) + "]";
@@ -222,6 +243,7 @@ struct PlanParser {
       bi.param = stringOr(b, bw, "param", "");
       bi.data = stringOr(b, bw, "data", "");
       bi.elemOffset = integerOr(b, bw, "elem_offset", 0);
+      bi.shardNumel = integerOr(b, bw, "shard_numel", -1);
       bi.aliasOf = integerOr(b, bw, "alias_of", -1);
       for (int64_t d : bi.shape)
         if (d < 0)
@@ -251,14 +273,34 @@ struct PlanParser {
         if (bi.dtype != DType::F32)
           fail("plan '", file, "': ", label, " (", kind, ") must be f32");
         int64_t pn = numElements(pi->shape);
-        if (bi.elemOffset < 0 || (bi.elemOffset == 0 && bi.numel != pn && bi.numel > pn) ||
-            (bi.elemOffset > 0 && bi.elemOffset >= pn))
-          fail("plan '", file, "': ", label, " holds elements [", bi.elemOffset, ", ",
-               bi.elemOffset + bi.numel, ") of parameter '", bi.param, "' of shape ",
-               shapeStr(pi->shape), " (", pn, " elements)");
-        if (bi.elemOffset == 0 && bi.numel == pn && bi.shape != pi->shape)
-          fail("plan '", file, "': ", label, " has shape ", shapeStr(bi.shape), " but parameter '",
-               bi.param, "' has shape ", shapeStr(pi->shape));
+        if (bi.isShard()) {
+          // A ZeRO shard: elements [elem_offset, elem_offset + shard_numel)
+          // of the parameter zero-padded to a multiple of the shard size.
+          if (bi.numel != bi.shardNumel)
+            fail("plan '", file, "': ", label, " has ", bi.numel, " elements but shard_numel ",
+                 bi.shardNumel);
+          if (bi.shardNumel == 0 || bi.elemOffset < 0 || bi.elemOffset % bi.shardNumel != 0 ||
+              bi.elemOffset >= std::max<int64_t>(pn, 1) + bi.shardNumel - 1)
+            fail("plan '", file, "': ", label, " is a shard [", bi.elemOffset, ", ",
+                 bi.elemOffset + bi.shardNumel, ") that does not tile parameter '", bi.param,
+                 "' of shape ", shapeStr(pi->shape), " (", pn, " elements)");
+          if (b.contains("padded_numel")) {
+            int64_t padded = integer(b, bw, "padded_numel");
+            if (padded < pn || padded % bi.shardNumel != 0 || bi.elemOffset >= padded)
+              fail("plan '", file, "': ", label, " has padded_numel ", padded,
+                   ", which is not a multiple of its shard_numel ", bi.shardNumel,
+                   " covering the ", pn, " elements of parameter '", bi.param, "'");
+          }
+        } else {
+          if (bi.elemOffset < 0 || (bi.elemOffset == 0 && bi.numel != pn && bi.numel > pn) ||
+              (bi.elemOffset > 0 && bi.elemOffset >= pn))
+            fail("plan '", file, "': ", label, " holds elements [", bi.elemOffset, ", ",
+                 bi.elemOffset + bi.numel, ") of parameter '", bi.param, "' of shape ",
+                 shapeStr(pi->shape), " (", pn, " elements)");
+          if (bi.elemOffset == 0 && bi.numel == pn && bi.shape != pi->shape)
+            fail("plan '", file, "': ", label, " has shape ", shapeStr(bi.shape),
+                 " but parameter '", bi.param, "' has shape ", shapeStr(pi->shape));
+        }
       }
       if (bi.kind == BufferKind::Constant && bi.data.empty())
         bad(bw + ".data", "is missing (a constant names its safetensors entry)");

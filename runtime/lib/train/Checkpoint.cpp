@@ -66,12 +66,27 @@ void writeTextAtomically(const fs::path &path, const std::string &text) {
   renameOrFail(tmp, path);
 }
 
-/// Name of a persistent buffer's tensor in a checkpoint file.
+/// Name of a persistent buffer's tensor in a checkpoint file: a shard (and
+/// any partial buffer) carries its first element ("adam_m/wte@416").
 std::string tensorName(const BufferInfo &b) {
   std::string n = std::string(bufferKindName(b.kind)) + "/" + b.param;
-  if (b.elemOffset)
+  if (b.elemOffset || b.isShard())
     n += "@" + std::to_string(b.elemOffset);
   return n;
+}
+
+/// The configuration a checkpoint is only valid for.
+nlohmann::json parallelConfig(const Plan &plan) {
+  const ParallelInfo &p = plan.parallel;
+  return {{"world_size", p.worldSize}, {"pp", p.pp},         {"dp", p.dp},
+          {"vpp", p.vpp},              {"zero", p.zero},     {"microbatches", p.microbatches},
+          {"schedule", p.schedule}};
+}
+
+std::string configText(const nlohmann::json &c) {
+  auto get = [&](const char *k) { return c.contains(k) ? c[k].dump() : std::string("?"); };
+  return concat("pp=", get("pp"), " dp=", get("dp"), " zero=", get("zero"), " (world size ",
+                get("world_size"), ")");
 }
 
 bool checkpointed(const BufferInfo &b) {
@@ -89,11 +104,15 @@ template <typename F> void collectively(Communicator &comm, const char *what, F 
   } catch (const std::exception &e) {
     err = concat("checkpoint: ", what, ": ", e.what());
   }
-  bool all = comm.allOk(err.empty(), what);
+  if (comm.allOk(err.empty(), what))
+    return;
+  // When every rank failed (a checkpoint of another configuration, say),
+  // rank 0 alone reports; otherwise the failing ranks do.
+  if (comm.allOk(!err.empty(), what))
+    throw UniformError(err);
   if (!err.empty())
     throw Error(err);
-  if (!all)
-    fail("checkpoint: another rank failed during the ", what);
+  fail("checkpoint: another rank failed during the ", what);
 }
 
 } // namespace
@@ -151,6 +170,7 @@ std::string writeCheckpoint(const std::string &dir, const CheckpointState &state
     m["step"] = state.step;
     m["plan"] = {{"path", plan.path}, {"checksum", hex64(plan.checksum)}};
     m["world_size"] = comm.size();
+    m["parallel"] = parallelConfig(plan);
     m["rng_state"] = hex64(state.rngState);
     m["run"] = state.run;
     nlohmann::json files = nlohmann::json::array();
@@ -232,6 +252,19 @@ CheckpointState loadCheckpoint(const std::string &dir, const Plan &plan, const R
     };
     if (need("format") != kFormat || need("version") != kVersion)
       fail("checkpoint '", S.string(), "' is not a version ", kVersion, " PipeMesh checkpoint");
+    // Same configuration only: a checkpoint's files are this layout's shards
+    // (resharding to another pp / dp / zero is not supported).
+    if (m.contains("parallel")) {
+      nlohmann::json mine = parallelConfig(plan);
+      for (const char *k : {"world_size", "pp", "dp", "zero"})
+        if (!m["parallel"].contains(k) || m["parallel"][k] != mine[k])
+          fail("checkpoint '", S.string(), "' was written by a ", configText(m["parallel"]),
+               " job; this plan '", plan.path, "' is ", configText(mine),
+               ": resume needs the same configuration (its files are that layout's shards)");
+    }
+    if (need("world_size").get<int64_t>() != comm.size())
+      fail("checkpoint '", S.string(), "' was written by ", m["world_size"].get<int64_t>(),
+           " ranks, this job has ", comm.size(), ": resume needs the same configuration");
     uint64_t planSum = 0;
     if (!need("plan").contains("checksum") ||
         !parseHex64(m["plan"]["checksum"].get<std::string>(), planSum))
@@ -239,9 +272,6 @@ CheckpointState loadCheckpoint(const std::string &dir, const Plan &plan, const R
     if (planSum != plan.checksum)
       fail("checkpoint '", S.string(), "' was written for another plan (checksum ", hex64(planSum),
            ", this plan '", plan.path, "' has ", hex64(plan.checksum), ")");
-    if (need("world_size").get<int64_t>() != comm.size())
-      fail("checkpoint '", S.string(), "' was written by ", m["world_size"].get<int64_t>(),
-           " ranks, this job has ", comm.size());
     st.step = need("step").get<int64_t>();
     if (!parseHex64(need("rng_state").get<std::string>(), st.rngState))
       fail("checkpoint '", S.string(), "': bad rng_state");

@@ -1,6 +1,7 @@
 //===- Trainer.cpp - one pipemesh-run training job ---------------------------===//
 #include "pipemesh/runtime/Trainer.h"
 
+#include "pipemesh/runtime/Activity.h"
 #include "pipemesh/runtime/Checkpoint.h"
 #include "pipemesh/runtime/Checksum.h"
 #include "pipemesh/runtime/Communicator.h"
@@ -10,8 +11,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 namespace pipemesh::rt {
@@ -26,9 +29,9 @@ Trainer::Trainer(const RunOptions &o, Communicator &comm, std::ostream &log)
                               ") but this job has ", comm.size(),
                               comm.size() == 1 ? " process" : " processes",
                               ": run it with mpirun -np ", p.parallel.worldSize));
-  if ((int64_t)p.ranks.size() != p.parallel.worldSize)
-    fail("plan '", p.path, "' has ", p.ranks.size(), " rank programs for world size ",
-         p.parallel.worldSize);
+  // Layout, groups and the pairing of transfers: every rank reaches the same
+  // verdict, before any communication.
+  validateParallelPlan(p);
   rankPlan = &p.rank(comm.rank());
   if (o.backend != "cpu")
     fail("backend '", o.backend, "' is not available in this build (available: cpu)");
@@ -42,11 +45,20 @@ Trainer::Trainer(const RunOptions &o, Communicator &comm, std::ostream &log)
 
   arena = std::make_unique<Arena>(*rankPlan);
   arena->loadInitialValues(p);
+
+  // The dp and tied sub-communicators (collective, bounded), then the program
+  // is bound against them and the point-to-point peers are warmed up.
+  activity::set("start-up (creating the communicators)");
+  comm.setupGroups(rankPlan->dpGroup, rankPlan->tiedGroup);
   env = std::make_unique<ExecEnv>(p, *rankPlan, *arena);
   env->sampler = sampler.get();
   env->comm = &comm;
   env->opt = o.opt;
   executor = std::make_unique<Executor>(*env);
+  activity::set("start-up (warming up the point-to-point connections)");
+  comm.warmUpPeers(executor->peers());
+  if (const char *t = std::getenv("PIPEMESH_TEST_EXIT_AT_STEP"))
+    setUpTestExit(t);
 
   schedule.lr = o.opt.lr;
   schedule.warmupSteps = o.warmupSteps;
@@ -58,6 +70,7 @@ Trainer::Trainer(const RunOptions &o, Communicator &comm, std::ostream &log)
   if (o.resume) {
     if (o.checkpointDir.empty())
       fail("--resume needs --checkpoint-dir");
+    activity::set("start-up (loading the checkpoint)");
     CheckpointState st = loadCheckpoint(o.checkpointDir, p, *rankPlan, *arena, comm, resumedFrom);
     startStep = st.step;
     rngState = st.rngState;
@@ -81,6 +94,21 @@ Trainer::Trainer(const RunOptions &o, Communicator &comm, std::ostream &log)
 
 Trainer::~Trainer() = default;
 
+void Trainer::setUpTestExit(const std::string &spec) {
+  // PIPEMESH_TEST_EXIT_AT_STEP=RANK:STEP[:INSTRUCTION] (tests only): that
+  // rank _exit(9)s in the step after STEP completed steps (like
+  // --stop-at-step; the progress line "step STEP+1/N"), before instruction
+  // INSTRUCTION (default: half-way through its program), as if killed.
+  long long r = -1, s = -1, i = -1;
+  int n = std::sscanf(spec.c_str(), "%lld:%lld:%lld", &r, &s, &i);
+  if (n < 2 || r < 0 || s < 0)
+    fail("PIPEMESH_TEST_EXIT_AT_STEP must be RANK:STEP[:INSTRUCTION], got '", spec, "'");
+  if (r != comm.rank())
+    return;
+  env->testExitStep = s;
+  env->testExitInstruction = n == 3 && i >= 0 ? (size_t)i : rankPlan->program.size() / 2;
+}
+
 void Trainer::banner() {
   if (comm.rank() != 0)
     return;
@@ -89,9 +117,18 @@ void Trainer::banner() {
       << p.model.numParams << " values; batch " << p.model.batch << " x seq " << p.model.seq << ", "
       << p.parallel.microbatches
       << (p.parallel.microbatches == 1 ? " micro-batch" : " micro-batches") << ", pp "
-      << p.parallel.pp << " dp " << p.parallel.dp << ")\n";
+      << p.parallel.pp << " dp " << p.parallel.dp;
+  if (p.parallel.vpp > 1)
+    log << " vpp " << p.parallel.vpp;
+  if (p.parallel.dp > 1)
+    log << " zero " << p.parallel.zero;
+  if (!p.parallel.schedule.empty())
+    log << ", schedule " << p.parallel.schedule;
+  log << ")\n";
   log << "pipemesh-run: " << comm.size() << (comm.size() == 1 ? " rank" : " ranks") << " via "
       << comm.name() << "; rank 0 arena " << rankPlan->arenaBytes << " bytes; backend cpu";
+  if (comm.size() > 1)
+    log << "; --comm-timeout " << comm.timeoutSeconds << " s";
   if (!opts.blasInfo.empty())
     log << " (" << opts.blasInfo << ")";
   log << "\n";
@@ -147,10 +184,18 @@ void Trainer::run() {
     auto t0 = clock::now();
     executor->runStep();
     double loss = st.loss;
+    activity::set("the step-end all-reduce of the loss (waiting for the other ranks)");
     comm.allreduceSum(&loss, 1, "step loss");
+    activity::setStep(-1);
+    // This rank's step: compute (kernels and control instructions), comm
+    // (communication instructions and waits inside others), idle (the rest
+    // of the step's wall time up to the step-end all-reduce every rank
+    // shares: waiting for the slowest rank, bookkeeping).
     double ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
     const StepTimings &t = executor->timings();
-    double mine[3] = {t.computeMs + t.controlMs, t.commMs, 0.0};
+    double compute = t.computeMs + t.controlMs;
+    double mine[3] = {compute, t.commMs, std::max(0.0, ms - compute - t.commMs)};
+    activity::set("the gather of the per-rank timings");
     std::vector<double> all = comm.gather(mine, 3, "per-rank timings");
     if (comm.rank() == 0) {
       StepRecord r;
@@ -191,11 +236,13 @@ void Trainer::run() {
           {"weight_decay", opts.opt.weightDecay},
           {"grad_clip", opts.opt.gradClip},
           {"seed", opts.seed}};
+      activity::set("writing a checkpoint");
       std::string where = writeCheckpoint(opts.checkpointDir, cs, p, *rankPlan, *arena, comm);
       if (comm.rank() == 0)
         log << "pipemesh-run: checkpoint " << where << "\n";
     }
   }
+  activity::set("the end of the run");
   if (opts.profile)
     printProfile();
 }

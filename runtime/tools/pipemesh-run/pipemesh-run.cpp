@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 #include "Options.h"
 
+#include "pipemesh/runtime/Activity.h"
 #include "pipemesh/runtime/Communicator.h"
 #include "pipemesh/runtime/CpuKernels.h"
 #include "pipemesh/runtime/DefaultCorpus.h"
@@ -24,7 +25,10 @@ using namespace pipemesh;
 
 static int reportError(const std::string &msg, rt::Communicator *comm) {
   std::cout.flush();
-  if (comm && comm->size() > 1)
+  rt::activity::disarm();
+  // Messages from the executor already start with "rank R, instruction I".
+  bool named = comm && msg.rfind("rank " + std::to_string(comm->rank()) + ",", 0) == 0;
+  if (comm && comm->size() > 1 && !named)
     std::fprintf(stderr, "pipemesh-run: error: rank %d: %s\n", comm->rank(), msg.c_str());
   else
     std::fprintf(stderr, "pipemesh-run: error: %s\n", msg.c_str());
@@ -66,6 +70,10 @@ int main(int argc, char **argv) {
 
   std::unique_ptr<rt::Communicator> comm = rt::createMpiCommunicator(&argc, &argv);
   comm->timeoutSeconds = cl.commTimeout;
+  // When another rank dies, mpirun usually ends this one with SIGTERM before
+  // any deadline here expires: say where it was (docs/pipemesh-run.md).
+  if (comm->size() > 1)
+    rt::activity::installTerminationHandler(comm->rank());
   cl.run.blasInfo = blas;
   try {
     rt::Trainer trainer(cl.run, *comm, std::cout);
@@ -90,6 +98,10 @@ int main(int argc, char **argv) {
       }
       comm->barrier("ONNX export");
     }
+    // Every rank is done and alive before MPI_Finalize (which has no
+    // deadline of its own).
+    rt::activity::set("the end of the run");
+    comm->barrier("the end of the run");
   } catch (const rt::UniformError &e) {
     std::cout.flush();
     if (comm->rank() == 0)

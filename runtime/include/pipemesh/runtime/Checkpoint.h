@@ -1,19 +1,22 @@
 //===- Checkpoint.h - atomic, checksummed checkpoints -----------*- C++ -*-===//
 //
 // Layout (docs/pipemesh-run.md):
-//   D/step-<s>/rank-<r>.safetensors  params, Adam m and v of rank r
-//                                    ("param/<name>", "adam_m/<name>",
-//                                    "adam_v/<name>"; metadata: step, RNG)
-//   D/step-<s>/manifest.json         step, plan checksum, world size, data
-//                                    position, RNG state, and per file its
-//                                    size and FNV-1a 64 checksum
+//   D/step-<s>/rank-<r>.safetensors  params, Adam m and v of rank r, whole
+//                                    or ZeRO shards ("param/<name>",
+//                                    "adam_m/<name>@<elem_offset>", ...;
+//                                    metadata: step, RNG), written by rank r
+//   D/step-<s>/manifest.json         step, plan checksum, world size and
+//                                    parallel configuration (pp, dp, zero,
+//                                    ...), RNG state, and per rank file its
+//                                    size and FNV-1a 64 checksum (rank 0)
 //   D/latest                         "step-<s>\n", replaced last
 // <s> counts completed steps. Every file is written to a temporary name,
 // fsync'ed and renamed; the step directory is built as D/.step-<s>.tmp and
 // renamed into place only when complete, so a step-<s> directory is always
-// whole. Resume picks the newest complete step directory, verifies the plan
-// checksum, the world size and every file's checksum, and restores the
-// state; the loss trajectory then continues bit-identically.
+// whole. Resume picks the newest complete step directory, verifies the
+// configuration (world size, pp, dp, zero: the same only), the plan checksum
+// and every file's checksum, and restores the state; the loss trajectory
+// then continues bit-identically.
 //
 //===----------------------------------------------------------------------===//
 #ifndef PIPEMESH_RUNTIME_CHECKPOINT_H

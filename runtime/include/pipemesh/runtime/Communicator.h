@@ -7,10 +7,14 @@
 // CommError naming the operation (and the peer for point-to-point), never
 // hang. World-size-1 runs go through the same calls.
 //
-// Today the runtime uses the world collectives (loss, gradient norm, per-rank
-// timings, checkpoint checksums). The point-to-point and group collectives
-// the pipeline / data-parallel instructions need are declared so their
-// instructions can be bound against this interface when they arrive.
+// The world collectives serve the training loop (loss, gradient norm,
+// per-rank timings, checkpoint checksums); point-to-point transfers and the
+// group collectives serve the pipeline / data-parallel instructions
+// (docs/parallel-plan.md). Group communicators are created once, at start
+// (setupGroups), and warmed up with one tiny collective each.
+//
+// Messages carry no "rank R:" prefix: the caller (the executor, main) names
+// the rank and the instruction.
 //
 //===----------------------------------------------------------------------===//
 #ifndef PIPEMESH_RUNTIME_COMMUNICATOR_H
@@ -30,12 +34,21 @@ public:
   using Error::Error;
 };
 
-/// A pending non-blocking operation; wait() throws CommError at its deadline.
+/// A pending non-blocking operation; wait() throws CommError at its deadline
+/// (timeoutSeconds from the call of wait()), test() polls without blocking.
 class CommRequest {
 public:
   virtual ~CommRequest() = default;
   virtual void wait() = 0;
+  /// True once complete (throws CommError when the transfer failed).
+  virtual bool test() = 0;
+  /// What it transfers, for messages ("send of buffer 3 'x' (64 bytes) to rank 1, tag 0").
+  virtual const std::string &what() const = 0;
 };
+
+/// The sub-communicators of a plan (docs/parallel-plan.md, `groups`).
+enum class Group { Dp, Tied };
+const char *groupName(Group g);
 
 class Communicator {
 public:
@@ -55,11 +68,34 @@ public:
   /// A logical AND over the ranks: every rank learns whether all succeeded.
   virtual bool allOk(bool ok, const char *what) = 0;
 
-  // --- point-to-point (non-blocking) ---------------------------------------
+  // --- point-to-point (non-blocking; tags in [0, maxTag()]) ---------------
   virtual std::unique_ptr<CommRequest> isend(const void *data, uint64_t bytes, int peer, int tag,
                                              const std::string &what) = 0;
+  /// A receive of exactly `bytes` (another size is a CommError at completion).
   virtual std::unique_ptr<CommRequest> irecv(void *data, uint64_t bytes, int peer, int tag,
                                              const std::string &what) = 0;
+  virtual int maxTag() const = 0;
+  /// Exchanges one tiny message with every rank in `peers` (which must list
+  /// this rank in turn), so that the first real transfer finds connections
+  /// set up. Bounded like every call.
+  virtual void warmUpPeers(const std::vector<int64_t> &peers) = 0;
+
+  // --- group collectives (float sums, bounded) -------------------------------
+  /// Collective over the world: splits it into the groups (each rank passes
+  /// its own group's members in group order; empty = not in any group of
+  /// that kind), then runs one tiny all-reduce on each new communicator.
+  virtual void setupGroups(const std::vector<int64_t> &dp, const std::vector<int64_t> &tied) = 0;
+  /// Size of this rank's group (0 when it is in none) and its position.
+  virtual int groupSize(Group g) const = 0;
+  virtual int groupRank(Group g) const = 0;
+  /// In-place sum of n floats over the group.
+  virtual void groupAllreduce(Group g, float *data, int64_t n, const std::string &what) = 0;
+  /// in: groupSize() blocks of `block` floats; out: the sum of this rank's block.
+  virtual void groupReduceScatter(Group g, const float *in, float *out, int64_t block,
+                                  const std::string &what) = 0;
+  /// in: `block` floats; out: groupSize() blocks, member i's at i * block.
+  virtual void groupAllgather(Group g, const float *in, float *out, int64_t block,
+                              const std::string &what) = 0;
 
   /// Ends every rank of the job with `code` (after an error on this rank).
   [[noreturn]] virtual void abort(int code) = 0;

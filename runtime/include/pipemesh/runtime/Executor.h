@@ -24,6 +24,7 @@
 namespace pipemesh::rt {
 
 class Communicator;
+class CommRequest;
 class Sampler;
 
 /// AdamW hyper-parameters (PyTorch's defaults) and global-norm clipping
@@ -39,6 +40,9 @@ struct StepState {
   double loss = 0;     ///< this rank's sum of `loss` instructions' scale * loss
   double gradNorm = 0; ///< global gradient norm before clipping (set by adamw)
   bool optimizerRan = false;
+  /// Communication waits inside non-communication instructions (adamw's
+  /// gradient-norm all-reduce), counted as communication in the timings.
+  double commInComputeMs = 0;
 };
 
 /// Sees every micro-batch the loader fills (pipemesh-run --dump-data).
@@ -56,9 +60,19 @@ struct ExecEnv {
   OptimizerConfig opt;
   StepState state;
   MicrobatchObserver observer;
+  /// Sends posted by `send` and not yet completed by `wait_sends` (or the
+  /// end of the step).
+  std::vector<std::unique_ptr<CommRequest>> pendingSends;
+  /// Packing space of the collectives (one, sized at bind time for the
+  /// largest: instructions run one at a time).
+  std::vector<float> commScratch;
+  /// Test hook (PIPEMESH_TEST_EXIT_AT_STEP): _exit(9) before instruction
+  /// `testExitInstruction` of step `testExitStep` (-1: never).
+  int64_t testExitStep = -1;
+  size_t testExitInstruction = 0;
 
-  ExecEnv(const Plan &plan, const RankPlan &rank, Arena &arena)
-      : plan(plan), rank(rank), arena(arena) {}
+  ExecEnv(const Plan &plan, const RankPlan &rank, Arena &arena);
+  ~ExecEnv();
 };
 
 /// What kind of time an instruction spends (for the per-rank split in the log).
@@ -70,7 +84,8 @@ struct BoundInstruction {
   const Instruction *inst = nullptr;
   InstrClass cls = InstrClass::Compute;
   Thunk run;
-  double totalMs = 0; ///< over all steps run
+  double totalMs = 0;   ///< over all steps run
+  std::string activity; ///< "instruction 7 (recv from rank 0, tag 3)"
 };
 
 struct StepTimings {
@@ -81,8 +96,11 @@ class Executor {
 public:
   /// Binds the rank's whole program; Error on the first bad instruction.
   explicit Executor(ExecEnv &env);
-  /// Runs the program once (one training step).
+  /// Runs the program once (one training step), then completes the sends
+  /// still outstanding.
   void runStep();
+  /// Peers of this rank's send and recv instructions (sorted, unique).
+  std::vector<int64_t> peers() const;
   const StepTimings &timings() const { return lastTimings; }
   /// Milliseconds spent per op name over all steps so far (for --profile).
   std::vector<std::pair<std::string, double>> profile() const;
@@ -93,6 +111,7 @@ private:
   ExecEnv &env;
   std::vector<BoundInstruction> program;
   StepTimings lastTimings;
+  void progressSends();
 };
 
 } // namespace pipemesh::rt

@@ -46,6 +46,11 @@ struct BufferInfo {
   /// holds: 0 unless the buffer is a shard (ZeRO). A shard that runs past the
   /// parameter's end is padded with zeros.
   int64_t elemOffset = 0;
+  /// A ZeRO shard (`shard_numel` in the plan: every rank of the DP group
+  /// holds `shard_numel` elements of the parameter, zero-padded to
+  /// `padded_numel` = dp * shard_numel): -1 when the buffer is not a shard.
+  int64_t shardNumel = -1;
+  bool isShard() const { return shardNumel >= 0; }
   /// A view of another buffer's memory (a reshape result): same offset and
   /// size as that buffer, which owns the memory; -1 when the buffer owns it.
   int64_t aliasOf = -1;
@@ -65,6 +70,13 @@ struct Instruction {
 
 struct RankPlan {
   int64_t rank = 0, ppRank = 0, dpRank = 0;
+  /// The global ranks of this rank's data-parallel group (same pp_rank, in
+  /// dp order; default: derived from the layout) and of its tied-weight
+  /// group (ranks holding a copy of a tied parameter, same dp_rank; empty
+  /// when it holds none).
+  std::vector<int64_t> dpGroup, tiedGroup;
+  std::vector<int64_t> chunks; ///< informational
+  bool firstStage = true, lastStage = true;
   uint64_t arenaBytes = 0;
   std::vector<BufferInfo> buffers;
   std::vector<Instruction> program;
@@ -95,6 +107,8 @@ struct ModelInfo {
 
 struct ParallelInfo {
   int64_t pp = 1, dp = 1, vpp = 1, microbatches = 1, worldSize = 1;
+  int64_t zero = 0;     ///< ZeRO level (0..3; default 0)
+  std::string schedule; ///< gpipe, 1f1b, interleaved, ... (informational)
   /// Sequences per step: dp * microbatches * batch.
 };
 
@@ -117,6 +131,13 @@ struct Plan {
   const ParamInfo *findParam(const std::string &name) const;
   int64_t globalBatch() const { return parallel.dp * parallel.microbatches * model.batch; }
 };
+
+/// Cross-rank checks of a multi-rank plan that every rank computes alike
+/// (throw UniformError): the rank layout, the groups (every member of a
+/// group lists the same group; a DP group's order is its members' dp_rank),
+/// and point-to-point pairing: for every (sender, receiver, tag) the sizes of
+/// the sends, in program order, equal those of the receives.
+void validateParallelPlan(const Plan &plan);
 
 /// Reads and validates a plan file. Errors: "not a PipeMesh plan", "plan
 /// format version N, this runtime reads 1", truncated, "damaged" (checksum),

@@ -1,10 +1,12 @@
 //===- Trainer.h - one pipemesh-run training job ----------------*- C++ -*-===//
 //
 // Ties the pieces together in the order failures should surface: read the
-// plan, check the world size against it (before any work), check the
-// backend, load and validate the data, allocate the arena and load the
-// initial weights, bind the program, restore a checkpoint; then run the
-// steps, logging on global rank 0 and checkpointing when asked.
+// plan, check the world size and the cross-rank consistency of the plan
+// against it (before any work), check the backend, load and validate the
+// data, allocate the arena and load the initial weights, create and warm up
+// the dp / tied communicators, bind the program, warm up its point-to-point
+// peers, restore a checkpoint; then run the steps, logging on global rank 0
+// (with every rank's compute / comm / idle time) and checkpointing when asked.
 //
 //===----------------------------------------------------------------------===//
 #ifndef PIPEMESH_RUNTIME_TRAINER_H
@@ -68,6 +70,7 @@ public:
 private:
   void banner();
   void printProfile() const;
+  void setUpTestExit(const std::string &spec);
   const RunOptions &opts;
   Communicator &comm;
   std::ostream &log;
