@@ -42,6 +42,14 @@ namespace {
 /// Expand of a mask to [B, H, T, T] cannot exhaust host memory.
 constexpr int64_t kFoldLimit = 1 << 24;
 
+/// No tensor of a GPT comes near 2^40 elements; a larger (or overflowing) shape
+/// is a malformed model, reported before any arithmetic on it.
+constexpr int64_t kMaxElements = int64_t(1) << 40;
+bool tooLarge(llvm::ArrayRef<int64_t> shape) {
+  auto n = shapes::checkedNumElements(shape);
+  return !n || *n > kMaxElements;
+}
+
 /// Whether a constant of `shape` is small enough to fold (and its size does
 /// not overflow).
 bool foldable(llvm::ArrayRef<int64_t> shape) {
@@ -86,6 +94,7 @@ public:
   /// below; importNode turns it into an error once the handler returns, so a
   /// handler never silently uses a default in its place.
   mutable std::string attrError;
+  mutable bool failedOnce = false;
 
   const onnx::AttributeProto *attr(StringRef name) const {
     for (const auto &a : node.attribute())
@@ -201,15 +210,18 @@ private:
 
 std::string NodeCtx::describe() const {
   std::string name = !node.name().empty() ? node.name()
-                     : node.output_size() ? "#" + std::to_string(index) + " -> " + node.output(0)
-                                          : "#" + std::to_string(index);
+                     : hasOutput(0) ? "#" + std::to_string(index) + " -> " + node.output(0)
+                                    : "#" + std::to_string(index);
   std::string domain = node.domain().empty() ? "ai.onnx" : node.domain();
   return "node '" + name + "' (" + node.op_type() + ", domain " + domain + ", opset " +
          std::to_string(opset) + ")";
 }
 
 LogicalResult NodeCtx::fail(const Twine &msg) const {
-  emitError(loc) << describe() << ": " << msg;
+  // One error per node: the first is the cause, later ones only echo it.
+  if (!failedOnce)
+    emitError(loc) << describe() << ": " << msg;
+  failedOnce = true;
   return failure();
 }
 
@@ -594,7 +606,10 @@ LogicalResult importReshape(Importer &imp, NodeCtx &n) {
     else if (llvm::MulOverflow(known, target[d], known))
       return n.fail("shape " + shapes::str(target) + " has too many elements");
   }
-  int64_t total = shapes::numElements((*e)->shape);
+  auto totalOr = shapes::checkedNumElements((*e)->shape);
+  if (!totalOr)
+    return n.fail("input " + shapes::str((*e)->shape) + " has too many elements");
+  int64_t total = *totalOr;
   if (inferred >= 0) {
     if (known == 0 || total % known)
       return n.fail("cannot reshape " + shapes::str((*e)->shape) + " to a shape with -1 and " +
@@ -664,7 +679,7 @@ LogicalResult importIdentity(Importer &imp, NodeCtx &n) {
     return failure();
   if (!n.hasOutput(0))
     return success();
-  if ((*e)->kind == Entry::Param && (*e)->paramName == n.node.input(0)) {
+  if ((*e)->kind == Entry::Param && (*e)->init->name() == n.node.input(0)) {
     // Exporters deduplicate equal initial values behind Identity: each such
     // output is a parameter of its own that starts from the same values. (An
     // Identity of such an output is only another name for it.)
@@ -761,6 +776,13 @@ LogicalResult importGather(Importer &imp, NodeCtx &n) {
   int64_t axis = n.attrInt("axis", 0);
   std::string why;
   if ((*data)->kind == Entry::Const && (*idx)->kind == Entry::Const) {
+    if (auto ax = shapes::normalizeAxis(axis, (*data)->shape.size())) {
+      shapes::Shape out((*data)->shape.begin(), (*data)->shape.begin() + *ax);
+      out.append((*idx)->shape.begin(), (*idx)->shape.end());
+      out.append((*data)->shape.begin() + *ax + 1, (*data)->shape.end());
+      if (!foldable(out))
+        return n.fail("constant Gather result " + shapes::str(out) + " is too large to fold");
+    }
     auto r = foldGather(*(*data)->c, *(*idx)->c, axis, why);
     if (!r)
       return n.fail(why);
@@ -839,7 +861,13 @@ LogicalResult importConcat(Importer &imp, NodeCtx &n) {
     cs.push_back(c);
   }
   std::string why;
-  if (allConst && !cs.empty()) {
+  SmallVector<shapes::Shape> constShapes;
+  for (const ConstTensor *c : cs)
+    if (c)
+      constShapes.push_back(c->shape);
+  auto constShape = allConst && !cs.empty() ? shapes::concat(constShapes, axis, why)
+                                            : std::nullopt;
+  if (allConst && !cs.empty() && (!constShape || foldable(*constShape))) {
     for (const ConstTensor *c : cs)
       if (c->dtype != cs[0]->dtype)
         return n.fail("inputs differ in element type");
@@ -868,7 +896,7 @@ LogicalResult importConcat(Importer &imp, NodeCtx &n) {
   // ONNX allows empty inputs in Concat; they contribute nothing.
   SmallVector<Value> ins;
   for (Value v : all)
-    if (shapes::numElements(Importer::shapeOf(v)) != 0)
+    if (!llvm::is_contained(Importer::shapeOf(v), 0))
       ins.push_back(v);
   Type elt = eltOf(all[0]);
   Value r;
@@ -988,7 +1016,7 @@ LogicalResult importRange(Importer &imp, NodeCtx &n) {
     if (r.isFloat())
       r.set(k, start + k * delta);
     else
-      r.setInt(k, (*s)->asInt(0) + k * (*d)->asInt(0));
+      r.setInt(k, (int64_t)((uint64_t)(*s)->asInt(0) + (uint64_t)k * (uint64_t)(*d)->asInt(0)));
   }
   imp.setConst(n, 0, std::move(r));
   return success();
@@ -999,6 +1027,8 @@ LogicalResult importConstantOfShape(Importer &imp, NodeCtx &n) {
   if (failed(s))
     return failure();
   std::vector<int64_t> shape = (*s)->ints();
+  if (tooLarge(shape))
+    return n.fail("shape " + shapes::str(shape) + " is negative or too large");
   for (int64_t d : shape)
     if (d < 0)
       return n.fail("negative dim in shape");
@@ -1026,6 +1056,11 @@ LogicalResult importExpand(Importer &imp, NodeCtx &n) {
     return failure();
   std::string why;
   std::vector<int64_t> target = (*s)->ints();
+  for (int64_t d : target)
+    if (d < 0)
+      return n.fail("shape " + shapes::str(target) + " has a negative dim");
+  if (tooLarge(target))
+    return n.fail("shape " + shapes::str(target) + " is too large");
   auto shape = shapes::broadcast((*e)->shape, target, why);
   if (!shape)
     return n.fail(why);
@@ -1240,6 +1275,9 @@ LogicalResult importSplit(Importer &imp, NodeCtx &n) {
       return n.fail("has no outputs");
     // Equal pieces; from opset 18 the last one may be smaller.
     int64_t piece = (dim + parts - 1) / parts;
+    if (dim > 0 && (parts - 1) * piece >= dim)
+      return n.fail("cannot split dim " + Twine(dim) + " into " + Twine(parts) +
+                    " non-empty pieces");
     if (n.opset < 18 && dim % parts)
       return n.fail("dim " + Twine(dim) + " does not split evenly into " + Twine(parts));
     for (int64_t k = 0; k < parts; ++k)
@@ -1732,6 +1770,12 @@ LogicalResult Importer::importInitializers() {
       }
       e.shape.push_back(d);
     }
+    if (tooLarge(e.shape)) {
+      emitError(FileLineColLoc::get(b.getStringAttr(sourceName), 0, 0))
+          << "initializer '" << t.name() << "' of shape " << shapes::str(e.shape)
+          << " is too large";
+      return failure();
+    }
     if (!isSupportedType(e.dtype)) {
       emitError(FileLineColLoc::get(b.getStringAttr(sourceName), 0, 0))
           << "initializer '" << t.name() << "' has unsupported element type "
@@ -1740,7 +1784,13 @@ LogicalResult Importer::importInitializers() {
     }
     // Floating tensors with more than one element are trainable weights; the
     // rest (integer tables, bool masks, scalars) are constants.
-    bool isParam = isFloatType(e.dtype) && shapes::numElements(e.shape) > 1;
+    auto numel = shapes::checkedNumElements(e.shape);
+    if (!numel) {
+      emitError(FileLineColLoc::get(b.getStringAttr(sourceName), 0, 0))
+          << "initializer '" << t.name() << "' has too many elements";
+      return failure();
+    }
+    bool isParam = isFloatType(e.dtype) && *numel > 1;
     if (isParam) {
       e.kind = Entry::Param;
       e.paramName = t.name();
@@ -1813,6 +1863,11 @@ FailureOr<SmallVector<Type>> Importer::importInputs(Block *&body) {
       if (!name.empty())
         bound[name] = *v; // the same symbolic name gets the same value everywhere
       shape.push_back(*v);
+    }
+    if (tooLarge(shape)) {
+      emitError(loc) << "graph input '" << in.name() << "' of shape " << shapes::str(shape)
+                     << " is too large";
+      return failure();
     }
     types.push_back(tensorType(shape, *elt));
     names.push_back(in.name());

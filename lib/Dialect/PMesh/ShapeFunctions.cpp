@@ -20,9 +20,12 @@ std::string str(llvm::ArrayRef<int64_t> shape) {
 }
 
 int64_t numElements(llvm::ArrayRef<int64_t> shape) {
+  // Saturates instead of overflowing: callers that accept untrusted shapes
+  // (the importer) reject anything this large.
   int64_t n = 1;
   for (int64_t d : shape)
-    n *= d;
+    if (llvm::MulOverflow(n, d, n))
+      return INT64_MAX;
   return n;
 }
 

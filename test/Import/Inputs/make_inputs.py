@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""Writes the binary inputs of the importer's error-path lit tests.
+
+Run with Debian's interpreter (it has python3-onnx):
+    /usr/bin/python3 test/Import/Inputs/make_inputs.py
+The outputs are committed next to this script; rerunning rewrites them
+byte for byte.
+"""
+import os
+
+import onnx
+from onnx import TensorProto, helper
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def small_model(nodes, inits=(), opset=17):
+    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 4])
+    y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 4])
+    graph = helper.make_graph(nodes, "g", [x], [y], list(inits))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                              producer_name="make_inputs.py")
+    model.ir_version = 8
+    return model
+
+
+def external_tensor(name, dims, location, offset=0, length=None):
+    t = TensorProto()
+    t.name = name
+    t.data_type = TensorProto.FLOAT
+    t.dims.extend(dims)
+    t.data_location = TensorProto.EXTERNAL
+    for key, value in [("location", location), ("offset", str(offset))] + (
+            [("length", str(length))] if length is not None else []):
+        entry = t.external_data.add()
+        entry.key = key
+        entry.value = value
+    return t
+
+
+def write(name, data):
+    with open(os.path.join(HERE, name), "wb") as f:
+        f.write(data)
+
+
+def main():
+    add = small_model([helper.make_node("Add", ["X", "X"], ["Y"], name="double_it")])
+    # Not a model at all, and a model cut short in the middle of its graph.
+    write("not_onnx.onnx", b"This is a text file, not an ONNX model.\n")
+    data = add.SerializeToString()
+    write("truncated.onnx", data[: len(data) - 7])
+
+    # A named node of an op the importer does not know.
+    write("unsupported_op.onnx", small_model(
+        [helper.make_node("Relu", ["X"], ["Y"], name="my_relu")]).SerializeToString())
+
+    # Nodes without a (first) output: the parser of the text syntax cannot
+    # write these.
+    write("no_output.onnx", small_model(
+        [helper.make_node("Dropout", ["X"], [], name="drop")]).SerializeToString())
+    x3 = helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 2, 3])
+    w = helper.make_tensor_value_info("W", TensorProto.FLOAT, [3, 9])
+    y3 = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 2, 3])
+    attention = helper.make_model(
+        helper.make_graph([helper.make_node("Attention", ["X", "W"], ["", "present"],
+                                            domain="com.microsoft", num_heads=1)],
+                          "g", [x3, w], [y3]),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+        producer_name="make_inputs.py")
+    attention.ir_version = 8
+    write("empty_output.onnx", attention.SerializeToString())
+
+    # [2, 4] float weights (32 bytes) stored outside the model.
+    weight_user = [helper.make_node("Add", ["X", "W"], ["Y"], name="add_w")]
+    write("external_missing.onnx", small_model(
+        weight_user, [external_tensor("W", [2, 4], "external_missing.onnx.data")])
+        .SerializeToString())
+    write("external_short.onnx", small_model(
+        weight_user, [external_tensor("W", [2, 4], "external_short.onnx.data", offset=8)])
+        .SerializeToString())
+    write("external_short.onnx.data", bytes(range(24)))  # needs 8 + 32 bytes
+    write("external_ok.onnx", small_model(
+        weight_user, [external_tensor("W", [2, 4], "external_ok.onnx.data", offset=4,
+                                      length=32)]).SerializeToString())
+    write("external_ok.onnx.data", b"\0" * 36)
+
+
+if __name__ == "__main__":
+    main()
