@@ -1,19 +1,38 @@
-//===- PlanEmitter.cpp - module -> plan artifact ---------------------------===//
+//===- PlanEmitter.cpp - module -> per-rank programs -> plan artifact ------===//
 //
-// Lowers @train_step / @optimizer_step into one rank's instruction stream:
-// zero the gradients, then per micro-batch load the data and run the
-// train-step ops, accumulating gradients and the loss, then one AdamW step.
-// Every value gets a buffer in one arena: parameters, gradients, Adam moments
-// and constants persist; activations share memory by liveness (reshapes alias
-// their input). See docs/plan-format.md.
+// Lowers @train_step / @optimizer_step into one instruction stream per rank
+// (docs/plan-format.md, docs/parallel-plan.md). For pipeline rank p the
+// program is:
+//
+//   zero the persistent gradients
+//   for each action of p's schedule (forward or backward of a chunk on a
+//   micro-batch): the chunk's ops of that phase on that micro-batch's
+//   buffers; `recv` before the first use of a value computed on another
+//   rank, `send` right after computing a value another rank reads;
+//   data-parallel reduction of the gradients whose last accumulation this
+//   action was
+//   tied-parameter all-reduce, then its data-parallel reduction
+//   wait_sends, adamw, (zero 1/2) all-gather of the updated shards
+//
+// Every (value, micro-batch) gets its own buffer; the memory planner over
+// the whole unrolled program gives each its lifetime, so activations of
+// micro-batches in flight never alias while those of finished ones share
+// memory. Parameters, gradients, moments and constants persist. The dp
+// replicas of a pipeline rank run the same program (their shards and peers
+// differ). The plan passes the deadlock check before it is written.
 //
 //===----------------------------------------------------------------------===//
 #include "pipemesh/Plan/Plan.h"
 
+#include "PlanInternal.h"
+#include "StagedStep.h"
+
 #include "pipemesh/Dialect/PMesh/PMesh.h"
 #include "pipemesh/Dialect/PMesh/ShapeFunctions.h"
-#include "pipemesh/Import/ONNXImporter.h"
+#include "pipemesh/Plan/DeadlockCheck.h"
 #include "pipemesh/Plan/MemoryPlanner.h"
+#include "pipemesh/Plan/Schedule.h"
+#include "pipemesh/Plan/Sharding.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseMap.h"
@@ -22,7 +41,7 @@
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/Path.h"
 
-#include <cstring>
+#include <set>
 
 using namespace mlir;
 namespace json = llvm::json;
@@ -30,120 +49,79 @@ namespace pm = pipemesh::pmesh;
 
 namespace pipemesh::plan {
 
-uint64_t fnv1a64(llvm::StringRef bytes, uint64_t hash) {
-  for (unsigned char c : bytes) {
-    hash ^= c;
-    hash *= 0x100000001b3ull;
-  }
-  return hash;
-}
-
-bool parseCompileOptions(llvm::StringRef text, CompileOptions &opts, std::string &why) {
-  llvm::SmallVector<llvm::StringRef> items;
-  text.split(items, ' ', -1, /*KeepEmpty=*/false);
-  for (llvm::StringRef item : items) {
-    auto [key, value] = item.split('=');
-    auto setInt = [&](int64_t &dst) {
-      if (value.getAsInteger(10, dst) || dst <= 0) {
-        why = "'" + key.str() + "' needs a positive integer, got '" + value.str() + "'";
-        return false;
-      }
-      return true;
-    };
-    if (key == "batch" ? !setInt(opts.batch)
-        : key == "seq" ? !setInt(opts.seq)
-        : key == "pp" ? !setInt(opts.pp)
-        : key == "dp" ? !setInt(opts.dp)
-        : key == "vpp" ? !setInt(opts.vpp)
-        : key == "microbatches" ? !setInt(opts.microbatches)
-                                : false)
-      return false;
-    if (key == "schedule")
-      opts.schedule = value.str();
-    else if (key == "shapes-only")
-      opts.shapesOnly = value == "true" || value == "1";
-    else if (key == "labels") {
-      if (value != "auto" && value != "next" && value != "same") {
-        why = "labels must be auto, next or same, got '" + value.str() + "'";
-        return false;
-      }
-      opts.labels = value.str();
-    } else if (!llvm::is_contained({"batch", "seq", "pp", "dp", "vpp", "microbatches"}, key)) {
-      why = "unknown option '" + key.str() + "'";
-      return false;
-    }
-  }
-  if (!opts.batch || !opts.seq) {
-    why = "batch=B and seq=T are required";
-    return false;
-  }
-  return true;
-}
-
 namespace {
 
-struct Buffer {
+using detail::Buffer;
+using detail::StagedStep;
+using detail::ValueScope;
+
+enum class InputRole { Tokens, Targets, Mask };
+
+struct ParamInfo {
   std::string name;
   llvm::SmallVector<int64_t> shape;
-  std::string dtype; // f32, i64, i32, i1, f64, f16, bf16
-  std::string kind;  // input, activation, param, grad, adam_m, adam_v, constant
-  std::string param; // for param/grad/adam_*
-  std::string data;  // constant: safetensors entry
-  int aliasOf = -1;  // reshape results share their input's memory
-  int64_t offset = 0;
-  int64_t bytes() const {
-    int64_t es = dtype == "f64" || dtype == "i64" ? 8
-                 : dtype == "f16" || dtype == "bf16" ? 2
-                 : dtype == "i1" ? 1
-                                 : 4;
-    return shapes::numElements(shape) * es;
-  }
+  std::string source;
+  bool trained = false;
+  bool decay = false;
 };
 
-std::string dtypeOf(Type t) {
-  if (t.isF32()) return "f32";
-  if (t.isF64()) return "f64";
-  if (t.isF16()) return "f16";
-  if (t.isBF16()) return "bf16";
-  if (t.isInteger(1)) return "i1";
-  if (t.isInteger(32)) return "i32";
-  return "i64";
-}
+/// What every rank's emission shares.
+struct Shared {
+  Shared(ModuleOp module, const CompileOptions &opts) : module(module), opts(opts) {}
 
-json::Value attrToJson(Attribute a) {
-  if (auto b = dyn_cast<BoolAttr>(a))
-    return b.getValue();
-  if (auto i = dyn_cast<IntegerAttr>(a))
-    return i.getValue().getSExtValue();
-  if (auto f = dyn_cast<FloatAttr>(a))
-    return f.getValueAsDouble();
-  if (auto s = dyn_cast<StringAttr>(a))
-    return s.getValue();
-  if (auto d = dyn_cast<DenseI64ArrayAttr>(a))
-    return json::Array(d.asArrayRef());
-  if (auto d = dyn_cast<DenseBoolArrayAttr>(a)) {
-    json::Array arr;
-    for (bool v : d.asArrayRef())
-      arr.push_back(v);
-    return arr;
-  }
-  if (auto s = dyn_cast<FlatSymbolRefAttr>(a))
-    return s.getValue();
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  a.print(os);
-  return text;
-}
+  ModuleOp module;
+  const CompileOptions &opts;
+  StagedStep step;
+  ScheduleConfig sched;
+  int64_t zero = 0; // effective: 0 when dp = 1
+  double invM = 1;
+  std::vector<ParamInfo> params;
+  llvm::StringMap<size_t> paramIndex;
+  llvm::DenseMap<unsigned, InputRole> argRole;
+  RankedTensorType tokensType, targetsType, maskType;
+  std::string tokensName, targetsName;
+  DenseElementsAttr maskValue;
+  std::string lossMode = "appended";
+  /// Pipeline ranks of the tied group (empty: no parameter has copies).
+  std::vector<int64_t> tiedRanks;
+  int64_t vocab = 0;
+  double flopsPerMicrobatch = 0;
+};
 
-/// Builds one rank's buffers and program.
-class Emitter {
+/// One pipeline rank's program, the template of its dp replicas: `peer`
+/// fields hold pipeline ranks, shards hold their size but not their offset.
+struct RankPlan {
+  int64_t pp = 0;
+  std::vector<Buffer> buffers;
+  std::vector<json::Object> program;
+  std::vector<std::string> row;
+  std::vector<int64_t> chunks;
+  bool tied = false, firstStage = false, lastStage = false;
+  int64_t arenaBytes = 0, persistentBytes = 0, activationPeak = 0;
+  std::set<std::string> constantsUsed;
+};
+
+/// Builds one pipeline rank's buffers and program.
+class RankEmitter {
 public:
-  Emitter(ModuleOp module, const CompileOptions &opts) : module(module), opts(opts) {}
-
-  LogicalResult run(llvm::raw_ostream &os);
+  RankEmitter(Shared &sh, int64_t p) : sh(sh), step(sh.step), p(p) {}
+  LogicalResult run(RankPlan &out);
 
 private:
-  int addBuffer(Buffer b) {
+  struct ParamBufs {
+    ParamStorage st;
+    ShardLayout layout;
+    int full = -1, shard = -1, grad = -1, gradShard = -1, m = -1, v = -1;
+    int transientGrad = -1;
+  };
+  struct ActionCtx {
+    Action a;
+    llvm::StringMap<int> gathered; // zero 3: whole parameters of this action
+    llvm::DenseMap<Value, int> views;
+    std::vector<std::string> recvTokens, sendTokens;
+  };
+
+  int add(Buffer b) {
     buffers.push_back(std::move(b));
     return buffers.size() - 1;
   }
@@ -152,41 +130,600 @@ private:
       id = buffers[id].aliasOf;
     return id;
   }
-  Buffer valueBuffer(Value v, StringRef kind, StringRef name) {
+  Buffer valueBuffer(Value v, StringRef kind, std::string name) {
     auto t = cast<RankedTensorType>(v.getType());
     Buffer b;
-    b.name = name.str();
+    b.name = std::move(name);
     b.shape.assign(t.getShape().begin(), t.getShape().end());
-    b.dtype = dtypeOf(t.getElementType());
+    b.dtype = detail::dtypeOf(t.getElementType());
     b.kind = kind.str();
     return b;
   }
-  LogicalResult lowerTrainStep(func::FuncOp train);
-  LogicalResult layoutArena();
-  LogicalResult writeWeights(std::string &blob);
-  json::Object manifest();
+  std::string tmpName() { return "v" + std::to_string(buffers.size()); }
+  void emit(json::Object inst) { program.push_back(std::move(inst)); }
 
-  ModuleOp module;
-  const CompileOptions &opts;
+  void createParamBuffers();
+  FailureOr<int> operand(Value v, ActionCtx &ctx);
+  int view(Value v, int of, StringRef name);
+  int paramBuffer(StringRef name, ActionCtx &ctx);
+  void ensureLoaded(int64_t mb);
+  LogicalResult emitOp(Operation *op, ActionCtx &ctx);
+  void sendResults(Operation *op, ActionCtx &ctx);
+  int gradTarget(StringRef name);
+  void dpReduce(llvm::ArrayRef<std::string> names);
+  void layout(RankPlan &out);
+  std::string direction(Value v) const {
+    Operation *def = v.getDefiningOp();
+    return def && step.forward.count(def) ? "F" : "B";
+  }
+
+  Shared &sh;
+  const StagedStep &step;
+  int64_t p;
   std::vector<Buffer> buffers;
-  llvm::DenseMap<Value, int> bufferOf;
-  llvm::StringMap<int> paramBuf, gradBuf, mBuf, vBuf;
-  std::vector<std::string> paramOrder;
-  llvm::StringMap<std::string> paramSource;
-  llvm::StringMap<bool> paramDecay;
-  llvm::StringMap<DenseElementsAttr> constants;
-  json::Array body; // one micro-batch
-  std::vector<int> bodyUsesFirst, bodyUsesLast; // per buffer, instruction indices
-  int tokensBuf = -1, targetsBuf = -1;
-  int64_t vocab = 0, arenaBytes = 0, persistentBytes = 0, activationPeak = 0;
-  double flopsPerMicrobatch = 0;
-  std::string lossMode = "appended";
+  std::vector<json::Object> program;
+  std::vector<std::string> row;
+  llvm::StringMap<ParamBufs> pbufs;
+  std::vector<std::string> heldParams; // declaration order
+  llvm::DenseMap<std::pair<Value, int64_t>, int> inst;
+  llvm::DenseMap<Operation *, int> constBufs;
+  llvm::DenseMap<Value, int> globalViews;
+  int maskBuf = -1;
+  std::map<int64_t, std::pair<int, int>> loaded; // micro-batch -> (tokens, targets)
+  bool needTokens = false, needTargets = false;
+  std::vector<int> sentRoots;
+  std::set<std::string> constantsUsed;
 };
 
-LogicalResult Emitter::lowerTrainStep(func::FuncOp train) {
-  // Parameters: value, gradient and AdamW moments persist for the whole run.
+void RankEmitter::createParamBuffers() {
+  for (const ParamInfo &pi : sh.params) {
+    auto it = step.holders.find(pi.name);
+    bool held = it != step.holders.end() ? it->second.count(p) > 0 : p == 0;
+    if (!held)
+      continue;
+    heldParams.push_back(pi.name);
+    ParamBufs pb;
+    pb.st = paramStorage(sh.zero, sh.opts.dp, pi.trained);
+    pb.layout = shardLayout(shapes::numElements(pi.shape), sh.opts.dp);
+    auto make = [&](StringRef kind, std::string name, bool sharded) {
+      Buffer b;
+      b.name = std::move(name);
+      b.dtype = "f32";
+      b.kind = kind.str();
+      b.param = pi.name;
+      if (sharded) {
+        b.shape = {pb.layout.shardNumel};
+        b.sharded = true;
+        b.shardNumel = pb.layout.shardNumel;
+        b.paddedNumel = pb.layout.paddedNumel;
+      } else {
+        b.shape = pi.shape;
+      }
+      return add(std::move(b));
+    };
+    if (pb.st.fullParam)
+      pb.full = make("param", pi.name, false);
+    if (pb.st.paramShard)
+      pb.shard = make("param", pi.name + ".shard", true);
+    if (pi.trained) {
+      if (pb.st.fullGrad)
+        pb.grad = make("grad", pi.name + ".grad", false);
+      if (pb.st.gradShard)
+        pb.gradShard = make("grad", pi.name + ".grad.shard", true);
+      pb.m = make("adam_m", pi.name + ".adam_m", pb.st.momentShards);
+      pb.v = make("adam_v", pi.name + ".adam_v", pb.st.momentShards);
+    }
+    pbufs[pi.name] = pb;
+  }
+}
+
+int RankEmitter::view(Value v, int of, StringRef name) {
+  Buffer b = valueBuffer(v, "activation", name.empty() ? tmpName() : name.str());
+  b.aliasOf = of;
+  return add(std::move(b));
+}
+
+void RankEmitter::ensureLoaded(int64_t mb) {
+  if (loaded.count(mb))
+    return;
+  json::Array outs;
+  int tok = -1, tgt = -1;
+  auto input = [&](RankedTensorType t, const std::string &name) {
+    Buffer b;
+    b.name = name;
+    b.shape.assign(t.getShape().begin(), t.getShape().end());
+    b.dtype = detail::dtypeOf(t.getElementType());
+    b.kind = "input";
+    return add(std::move(b));
+  };
+  if (needTokens)
+    outs.push_back(tok = input(sh.tokensType, sh.tokensName));
+  if (needTargets)
+    outs.push_back(tgt = input(sh.targetsType, sh.targetsName));
+  StringRef what = needTokens && needTargets ? "both" : needTokens ? "tokens" : "targets";
+  emit(json::Object{{"op", "load_microbatch"},
+                    {"index", mb},
+                    {"what", what},
+                    {"out", std::move(outs)}});
+  loaded[mb] = {tok, tgt};
+}
+
+int RankEmitter::paramBuffer(StringRef name, ActionCtx &ctx) {
+  ParamBufs &pb = pbufs[name];
+  if (!pb.st.gatherBeforeUse)
+    return pb.full;
+  if (auto it = ctx.gathered.find(name); it != ctx.gathered.end())
+    return it->second;
+  const ParamInfo &pi = sh.params[sh.paramIndex.lookup(name)];
+  Buffer b;
+  b.name = pi.name + ".full";
+  b.shape = pi.shape;
+  b.dtype = "f32";
+  b.kind = "activation";
+  int id = add(std::move(b));
+  emit(json::Object{{"op", "allgather"},
+                    {"group", "dp"},
+                    {"in", json::Array{pb.shard}},
+                    {"out", json::Array{id}}});
+  ctx.gathered[name] = id;
+  return id;
+}
+
+FailureOr<int> RankEmitter::operand(Value v, ActionCtx &ctx) {
+  int64_t mb = ctx.a.microbatch;
+  Operation *def = v.getDefiningOp();
+  switch (step.scope(v)) {
+  case ValueScope::Input: {
+    if (auto arg = dyn_cast<BlockArgument>(v)) {
+      InputRole role = sh.argRole.lookup(arg.getArgNumber());
+      if (role == InputRole::Mask) {
+        if (maskBuf < 0) {
+          Buffer b = valueBuffer(v, "constant", "attention_mask");
+          b.data = "const.attention_mask";
+          maskBuf = add(std::move(b));
+          constantsUsed.insert("const.attention_mask");
+        }
+        return maskBuf;
+      }
+      ensureLoaded(mb);
+      return role == InputRole::Targets ? loaded[mb].second : loaded[mb].first;
+    }
+    if (auto it = inst.find({v, mb}); it != inst.end())
+      return it->second;
+    auto in = operand(cast<pm::ReshapeOp>(def).getInput(), ctx);
+    if (failed(in))
+      return failure();
+    // A view of a micro-batch input: per micro-batch, or global for the mask.
+    int id = view(v, *in, "");
+    inst[{v, mb}] = id;
+    return id;
+  }
+  case ValueScope::Constant: {
+    if (auto c = dyn_cast<pm::ConstantOp>(def)) {
+      if (auto it = constBufs.find(def); it != constBufs.end())
+        return it->second;
+      std::string data = step.constantName.lookup(def);
+      Buffer b = valueBuffer(v, "constant", "const" + data.substr(6));
+      b.data = data;
+      int id = add(std::move(b));
+      constBufs[def] = id;
+      constantsUsed.insert(data);
+      return id;
+    }
+    if (auto it = globalViews.find(v); it != globalViews.end())
+      return it->second;
+    auto in = operand(cast<pm::ReshapeOp>(def).getInput(), ctx);
+    if (failed(in))
+      return failure();
+    return globalViews[v] = view(v, *in, "");
+  }
+  case ValueScope::Param: {
+    StringRef name = step.paramRoot(v);
+    if (!pbufs.count(name))
+      return def->emitOpError() << "reads parameter '" << name << "' on pipeline rank " << p
+                                << ", which holds no copy of it (internal error)";
+    if (auto g = dyn_cast<pm::GetParamOp>(def))
+      return paramBuffer(g.getName(), ctx);
+    bool local = pbufs[name].st.gatherBeforeUse;
+    llvm::DenseMap<Value, int> &views = local ? ctx.views : globalViews;
+    if (auto it = views.find(v); it != views.end())
+      return it->second;
+    auto in = operand(cast<pm::ReshapeOp>(def).getInput(), ctx);
+    if (failed(in))
+      return failure();
+    int id = view(v, *in, "");
+    views[v] = id;
+    return id;
+  }
+  case ValueScope::Activation: {
+    if (auto it = inst.find({v, mb}); it != inst.end())
+      return it->second;
+    int64_t src = step.producerRank(v);
+    if (src == p)
+      return def->emitOpError() << "result is read by chunk " << ctx.a.chunk << " on micro-batch "
+                                << mb << " before pipeline rank " << p
+                                << " computes it: the schedule runs a consumer before its "
+                                   "producer (internal error)";
+    int64_t channel = -1;
+    for (auto [dst, ch] : step.remote.lookup(v))
+      if (dst == p)
+        channel = ch;
+    assert(channel >= 0 && "remote value without a channel");
+    int id = add(valueBuffer(v, "activation", tmpName()));
+    emit(json::Object{{"op", "recv"},
+                      {"out", json::Array{id}},
+                      {"peer", src},
+                      {"tag", channel * sh.opts.microbatches + mb}});
+    inst[{v, mb}] = id;
+    std::string token =
+        std::to_string(ctx.a.chunk) + "RECV_" + direction(v) + std::to_string(mb);
+    if (!llvm::is_contained(ctx.recvTokens, token))
+      ctx.recvTokens.push_back(token);
+    return id;
+  }
+  }
+  return failure();
+}
+
+void RankEmitter::sendResults(Operation *op, ActionCtx &ctx) {
+  int64_t mb = ctx.a.microbatch;
+  for (Value v : op->getResults()) {
+    auto it = step.remote.find(v);
+    if (it == step.remote.end())
+      continue;
+    int id = inst.lookup({v, mb});
+    for (auto [dst, ch] : it->second)
+      emit(json::Object{{"op", "send"},
+                        {"in", json::Array{id}},
+                        {"peer", dst},
+                        {"tag", ch * sh.opts.microbatches + mb}});
+    sentRoots.push_back(root(id));
+    std::string token =
+        std::to_string(ctx.a.chunk) + "SEND_" + direction(v) + std::to_string(mb);
+    if (!llvm::is_contained(ctx.sendTokens, token))
+      ctx.sendTokens.push_back(token);
+  }
+}
+
+int RankEmitter::gradTarget(StringRef name) {
+  ParamBufs &pb = pbufs[name];
+  if (pb.grad >= 0)
+    return pb.grad;
+  if (pb.transientGrad < 0) {
+    // zero 2/3: the whole gradient lives from here to its reduce-scatter.
+    const ParamInfo &pi = sh.params[sh.paramIndex.lookup(name)];
+    Buffer b;
+    b.name = pi.name + ".grad.full";
+    b.shape = pi.shape;
+    b.dtype = "f32";
+    b.kind = "activation";
+    pb.transientGrad = add(std::move(b));
+    emit(json::Object{{"op", "zero"}, {"out", json::Array{pb.transientGrad}}});
+  }
+  return pb.transientGrad;
+}
+
+void RankEmitter::dpReduce(llvm::ArrayRef<std::string> names) {
+  if (names.empty() || sh.opts.dp <= 1)
+    return;
+  if (sh.zero == 0) {
+    json::Array bufs;
+    for (const std::string &n : names)
+      bufs.push_back(pbufs[n].grad);
+    emit(json::Object{{"op", "allreduce"}, {"group", "dp"}, {"bufs", std::move(bufs)}});
+    return;
+  }
+  json::Array in, out, freed;
+  for (const std::string &n : names) {
+    ParamBufs &pb = pbufs[n];
+    int full = gradTarget(n);
+    in.push_back(full);
+    out.push_back(pb.gradShard);
+    if (pb.transientGrad >= 0)
+      freed.push_back(full);
+  }
+  emit(json::Object{
+      {"op", "reduce_scatter"}, {"group", "dp"}, {"in", std::move(in)}, {"out", std::move(out)}});
+  if (!freed.empty())
+    emit(json::Object{{"op", "free"}, {"bufs", std::move(freed)}});
+}
+
+LogicalResult RankEmitter::emitOp(Operation *op, ActionCtx &ctx) {
+  int64_t mb = ctx.a.microbatch;
+  if (auto r = dyn_cast<pm::ReshapeOp>(op)) {
+    auto in = operand(r.getInput(), ctx);
+    if (failed(in))
+      return failure();
+    inst[{r.getResult(), mb}] = view(r.getResult(), *in, "");
+  } else if (auto acc = dyn_cast<pm::AccumulateGradOp>(op)) {
+    auto src = operand(acc.getGrad(), ctx);
+    if (failed(src))
+      return failure();
+    if (!pbufs.count(acc.getParam()) || pbufs[acc.getParam()].m < 0)
+      return acc.emitOpError() << "accumulates the gradient of '" << acc.getParam()
+                               << "', which @optimizer_step does not update";
+    int dst = gradTarget(acc.getParam());
+    emit(json::Object{{"op", "accumulate"},
+                      {"in", json::Array{*src}},
+                      {"out", json::Array{dst}},
+                      {"scale", sh.invM}});
+  } else {
+    if (op->getDialect()->getNamespace() != "pmesh")
+      return op->emitOpError("cannot be emitted into a plan");
+    json::Array ins, outs;
+    for (Value v : op->getOperands()) {
+      auto id = operand(v, ctx);
+      if (failed(id))
+        return failure();
+      ins.push_back(*id);
+    }
+    for (Value r : op->getResults()) {
+      int id = add(valueBuffer(r, "activation", tmpName()));
+      inst[{r, mb}] = id;
+      outs.push_back(id);
+    }
+    json::Object attrs;
+    for (NamedAttribute a : op->getAttrs())
+      if (a.getName().getValue() != "pmesh.stage")
+        attrs[a.getName().getValue()] = detail::attrToJson(a.getValue());
+    // Defaults are not stored on the op but the runtime needs them spelled out.
+    if (auto mm = dyn_cast<pm::MatMulOp>(op)) {
+      attrs["transpose_a"] = mm.getTransposeA();
+      attrs["transpose_b"] = mm.getTransposeB();
+    }
+    json::Object i{{"op", op->getName().getStringRef().drop_front(6)},
+                   {"in", std::move(ins)},
+                   {"out", std::move(outs)}};
+    if (!attrs.empty())
+      i["attrs"] = std::move(attrs);
+    emit(std::move(i));
+  }
+  sendResults(op, ctx);
+  if (op == step.lossOp)
+    emit(json::Object{{"op", "loss"},
+                      {"in", json::Array{inst.lookup({step.loss, mb})}},
+                      {"scale", sh.invM}});
+  return success();
+}
+
+void RankEmitter::layout(RankPlan &out) {
+  size_t n = buffers.size();
+  std::vector<int64_t> first(n, INT64_MAX), last(n, -1);
+  auto use = [&](const json::Value &idv, int64_t at) {
+    auto id = idv.getAsInteger();
+    if (!id)
+      return;
+    int r = root(*id);
+    first[r] = std::min(first[r], at);
+    last[r] = std::max(last[r], at);
+  };
+  int64_t waitAt = -1;
+  for (auto [k, instr] : llvm::enumerate(program)) {
+    for (StringRef field : {"in", "out", "bufs"})
+      if (const json::Array *a = instr.getArray(field))
+        for (const json::Value &idv : *a)
+          use(idv, k);
+    if (instr.getString("op") == "wait_sends")
+      waitAt = k;
+  }
+  // A sent buffer stays untouched until wait_sends completes the send.
+  for (int r : sentRoots)
+    last[r] = std::max(last[r], waitAt);
+  auto align = [](int64_t v) { return (v + 63) / 64 * 64; };
+  int64_t offset = 0;
+  std::vector<int> transient;
+  for (size_t i = 0; i < n; ++i) {
+    Buffer &b = buffers[i];
+    if (b.aliasOf >= 0)
+      continue;
+    if (!b.persistent()) {
+      transient.push_back(i);
+      continue;
+    }
+    b.offset = offset;
+    offset += align(b.bytes());
+  }
+  out.persistentBytes = offset;
+  llvm::SmallVector<LiveRange> ranges;
+  for (int i : transient) {
+    int64_t f = first[i] == INT64_MAX ? 0 : first[i];
+    ranges.push_back({buffers[i].bytes(), f, std::max(last[i], f)});
+  }
+  llvm::SmallVector<int64_t> offsets;
+  out.activationPeak = assignOffsets(ranges, offsets);
+  for (auto [i, off] : llvm::zip(transient, offsets))
+    buffers[i].offset = out.persistentBytes + off;
+  for (Buffer &b : buffers)
+    if (b.aliasOf >= 0)
+      b.offset = buffers[root(b.aliasOf)].offset;
+  out.arenaBytes = out.persistentBytes + out.activationPeak;
+}
+
+LogicalResult RankEmitter::run(RankPlan &out) {
+  out.pp = p;
+  for (int64_t c = p; c < step.numChunks; c += step.pp)
+    out.chunks.push_back(c);
+  out.firstStage = p == step.rankOf(0);
+  out.lastStage = p == step.rankOf(step.numChunks - 1);
+  out.tied = llvm::is_contained(sh.tiedRanks, p);
+
+  // Which data inputs this rank reads.
+  for (auto &[op, chunk] : step.chunkOf) {
+    if (step.rankOf(chunk) != p)
+      continue;
+    for (Value v : op->getOperands()) {
+      if (step.scope(v) != ValueScope::Input)
+        continue;
+      while (auto r = v.getDefiningOp<pm::ReshapeOp>())
+        v = r.getInput();
+      InputRole role = sh.argRole.lookup(cast<BlockArgument>(v).getArgNumber());
+      needTokens |= role == InputRole::Tokens;
+      needTargets |= role == InputRole::Targets;
+    }
+  }
+
+  createParamBuffers();
+  json::Array zeroed;
+  for (const std::string &n : heldParams)
+    if (pbufs[n].grad >= 0)
+      zeroed.push_back(pbufs[n].grad);
+  if (!zeroed.empty())
+    emit(json::Object{{"op", "zero"}, {"out", std::move(zeroed)}});
+
+  // Where each gradient's accumulation ends on this rank, and (zero 3)
+  // after which op of a phase a gathered parameter is no longer read.
+  std::vector<Action> actions = rankSchedule(sh.sched, p);
+  llvm::StringMap<size_t> lastAccumulation;
+  for (auto [k, a] : llvm::enumerate(actions))
+    if (a.backward)
+      for (const std::string &n : step.accumulated[a.chunk])
+        lastAccumulation[n] = k;
+  auto freeAfter = [&](llvm::ArrayRef<Operation *> ops) {
+    llvm::StringMap<size_t> lastUse;
+    for (auto [k, op] : llvm::enumerate(ops))
+      for (Value v : op->getOperands())
+        if (StringRef n = step.paramRoot(v); !n.empty())
+          lastUse[n] = k;
+    std::vector<std::vector<std::string>> after(ops.size());
+    for (auto &kv : lastUse)
+      after[kv.second].push_back(kv.getKey().str());
+    for (auto &names : after)
+      llvm::sort(names);
+    return after;
+  };
+  std::map<std::pair<int64_t, bool>, std::vector<std::vector<std::string>>> frees;
+  for (int64_t c : out.chunks) {
+    frees[{c, false}] = freeAfter(step.fwdOps[c]);
+    frees[{c, true}] = freeAfter(step.bwdOps[c]);
+  }
+
+  auto isTied = [&](StringRef n) { return step.holders.lookup(n).size() > 1; };
+  for (auto [k, a] : llvm::enumerate(actions)) {
+    ActionCtx ctx;
+    ctx.a = a;
+    const std::vector<Operation *> &ops = a.backward ? step.bwdOps[a.chunk] : step.fwdOps[a.chunk];
+    const auto &freeList = frees[{a.chunk, a.backward}];
+    for (auto [i, op] : llvm::enumerate(ops)) {
+      if (failed(emitOp(op, ctx)))
+        return failure();
+      json::Array freed;
+      for (const std::string &n : freeList[i])
+        if (auto it = ctx.gathered.find(n); it != ctx.gathered.end())
+          freed.push_back(it->second);
+      if (!freed.empty())
+        emit(json::Object{{"op", "free"}, {"bufs", std::move(freed)}});
+    }
+    row.insert(row.end(), ctx.recvTokens.begin(), ctx.recvTokens.end());
+    row.push_back(formatAction(a));
+    row.insert(row.end(), ctx.sendTokens.begin(), ctx.sendTokens.end());
+    // Data-parallel reduction as soon as a gradient is complete.
+    std::vector<std::string> done;
+    for (const std::string &n : heldParams)
+      if (pbufs[n].m >= 0 && !isTied(n) && lastAccumulation.count(n) &&
+          lastAccumulation[n] == k)
+        done.push_back(n);
+    dpReduce(done);
+  }
+
+  // Tied copies: sum over the tied group, then over dp. Last, because a
+  // collective blocks until every member reaches it.
+  std::vector<std::string> tied;
+  for (const std::string &n : heldParams)
+    if (pbufs[n].m >= 0 && isTied(n))
+      tied.push_back(n);
+  if (!tied.empty()) {
+    json::Array bufs;
+    for (const std::string &n : tied)
+      bufs.push_back(gradTarget(n));
+    emit(json::Object{{"op", "allreduce"}, {"group", "tied"}, {"bufs", std::move(bufs)}});
+    dpReduce(tied);
+  }
+  if (!sentRoots.empty())
+    emit(json::Object{{"op", "wait_sends"}});
+
+  json::Array entries, gatherIn, gatherOut;
+  for (const std::string &n : heldParams) {
+    ParamBufs &pb = pbufs[n];
+    if (pb.m < 0)
+      continue;
+    const ParamInfo &pi = sh.params[sh.paramIndex.lookup(n)];
+    json::Object e{{"param", pb.shard >= 0 ? pb.shard : pb.full},
+                   {"grad", pb.gradShard >= 0 ? pb.gradShard : pb.grad},
+                   {"m", pb.m},
+                   {"v", pb.v},
+                   {"decay", pi.decay}};
+    // Every gradient element counts once in the global norm: the tied copy
+    // on the lowest pipeline rank, and replicated (zero 0) gradients on dp
+    // rank 0 only.
+    auto holders = step.holders.find(n);
+    int64_t lowest = holders == step.holders.end() ? 0 : *holders->second.begin();
+    if (lowest != p)
+      e["norm_weight"] = 0.0;
+    else if (sh.zero == 0 && sh.opts.dp > 1)
+      e["norm_dp0_only"] = true; // resolved per dp rank
+    entries.push_back(std::move(e));
+    if (pb.shard >= 0 && pb.full >= 0) {
+      gatherIn.push_back(pb.shard);
+      gatherOut.push_back(pb.full);
+    }
+  }
+  emit(json::Object{{"op", "adamw"}, {"params", std::move(entries)}});
+  if (!gatherIn.empty())
+    emit(json::Object{{"op", "allgather"},
+                      {"group", "dp"},
+                      {"in", std::move(gatherIn)},
+                      {"out", std::move(gatherOut)}});
+
+  layout(out);
+  out.buffers = std::move(buffers);
+  out.program = std::move(program);
+  out.row = std::move(row);
+  out.constantsUsed = std::move(constantsUsed);
+  return success();
+}
+
+/// The whole plan.
+class PlanBuilder {
+public:
+  PlanBuilder(ModuleOp module, const CompileOptions &opts) : sh(module, opts) {}
+  LogicalResult run(llvm::raw_ostream &os);
+
+private:
+  LogicalResult checkOptions();
+  LogicalResult collectParams();
+  LogicalResult classifyInputs(func::FuncOp train);
+  void countFlops(func::FuncOp train);
+  json::Object rankJson(const RankPlan &rp, int64_t d);
+  json::Object manifest(std::vector<RankPlan> &ranks);
+
+  Shared sh;
+  detail::WeightsSpec weights;
+};
+
+LogicalResult PlanBuilder::checkOptions() {
+  const CompileOptions &o = sh.opts;
+  auto kind = parseScheduleKind(o.schedule);
+  if (!kind)
+    return sh.module.emitError() << "unknown schedule '" << o.schedule
+                                 << "' (gpipe, 1f1b or interleaved)";
+  sh.sched.kind = *kind;
+  sh.sched.pp = o.pp;
+  sh.sched.vpp = o.vpp;
+  sh.sched.microbatches = o.microbatches;
+  sh.sched.group = o.group;
+  std::string why;
+  if (!validateSchedule(sh.sched, why))
+    return sh.module.emitError() << why;
+  if (o.zero < 0 || o.zero > 3)
+    return sh.module.emitError() << "zero must be 0, 1, 2 or 3";
+  sh.zero = o.dp > 1 ? o.zero : 0;
+  sh.invM = 1.0 / (double)(o.microbatches * o.dp);
+  return success();
+}
+
+LogicalResult PlanBuilder::collectParams() {
   auto adamw = [&]() -> pm::AdamWOp {
-    auto opt = module.lookupSymbol<func::FuncOp>("optimizer_step");
+    auto opt = sh.module.lookupSymbol<func::FuncOp>("optimizer_step");
     if (!opt)
       return nullptr;
     pm::AdamWOp found;
@@ -194,36 +731,51 @@ LogicalResult Emitter::lowerTrainStep(func::FuncOp train) {
     return found;
   }();
   if (!adamw)
-    return module.emitError("no @optimizer_step with pmesh.adamw: run --pmesh-autodiff first");
-  for (auto [sym, decay] : llvm::zip(adamw.getParams(), adamw.getDecay()))
-    paramDecay[cast<FlatSymbolRefAttr>(sym).getValue()] = decay;
-  for (auto param : module.getOps<pm::ParamOp>()) {
-    StringRef name = param.getSymName();
+    return sh.module.emitError("no @optimizer_step with pmesh.adamw: run --pmesh-autodiff first");
+  llvm::StringMap<bool> decay;
+  for (auto [sym, d] : llvm::zip(adamw.getParams(), adamw.getDecay()))
+    decay[cast<FlatSymbolRefAttr>(sym).getValue()] = d;
+  for (auto param : sh.module.getOps<pm::ParamOp>()) {
     auto t = cast<RankedTensorType>(param.getType());
     if (!t.getElementType().isF32())
       return param.emitOpError("only float32 parameters are supported");
-    Buffer b;
-    b.name = name.str();
-    b.shape.assign(t.getShape().begin(), t.getShape().end());
-    b.dtype = "f32";
-    b.param = name.str();
-    b.kind = "param";
-    paramBuf[name] = addBuffer(b);
-    paramOrder.push_back(name.str());
-    paramSource[name] = param.getSource() ? param.getSource()->str() : name.str();
-    if (paramDecay.count(name)) {
-      b.kind = "grad", b.name = name.str() + ".grad";
-      gradBuf[name] = addBuffer(b);
-      b.kind = "adam_m", b.name = name.str() + ".adam_m";
-      mBuf[name] = addBuffer(b);
-      b.kind = "adam_v", b.name = name.str() + ".adam_v";
-      vBuf[name] = addBuffer(b);
+    ParamInfo pi;
+    pi.name = param.getSymName().str();
+    pi.shape.assign(t.getShape().begin(), t.getShape().end());
+    pi.source = param.getSource() ? param.getSource()->str() : pi.name;
+    pi.trained = decay.count(pi.name);
+    pi.decay = decay.lookup(pi.name);
+    sh.paramIndex[pi.name] = sh.params.size();
+    weights.params.push_back(pi.name);
+    weights.paramSource[pi.name] = pi.source;
+    weights.paramShape[pi.name] = pi.shape;
+    sh.params.push_back(std::move(pi));
+  }
+  // Parameters held by several pipeline ranks form the tied group; the
+  // plan has one tied group per rank, so they must share their ranks.
+  std::string first;
+  for (const ParamInfo &pi : sh.params) {
+    auto it = sh.step.holders.find(pi.name);
+    if (it == sh.step.holders.end() || it->second.size() < 2)
+      continue;
+    std::vector<int64_t> ranks(it->second.begin(), it->second.end());
+    if (first.empty()) {
+      first = pi.name;
+      sh.tiedRanks = ranks;
+    } else if (ranks != sh.tiedRanks) {
+      return sh.module.emitError()
+             << "parameters '" << first << "' and '" << pi.name
+             << "' are read on different sets of pipeline ranks; a plan has one tied-weight "
+                "group per rank";
     }
   }
+  return success();
+}
 
-  // Inputs: what the data loader feeds.
+LogicalResult PlanBuilder::classifyInputs(func::FuncOp train) {
+  const CompileOptions &opts = sh.opts;
   Block &entry = train.getBody().front();
-  int maskBuf = -1;
+  bool haveTokens = false;
   for (BlockArgument arg : entry.getArguments()) {
     auto nameAttr = train.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "pmesh.name");
     StringRef name = nameAttr ? nameAttr.getValue() : "";
@@ -232,262 +784,79 @@ LogicalResult Emitter::lowerTrainStep(func::FuncOp train) {
       return train.emitError() << "input '" << name << "' has shape "
                                << shapes::str(t.getShape()) << ", expected [batch, seq] = ["
                                << opts.batch << ", " << opts.seq << "]";
-    if (name == "input_ids" || (tokensBuf < 0 && name != "targets" && name != "labels" &&
+    unsigned k = arg.getArgNumber();
+    if (name == "input_ids" || (!haveTokens && name != "targets" && name != "labels" &&
                                 name != "attention_mask" && t.getElementType().isInteger(64))) {
-      tokensBuf = addBuffer(valueBuffer(arg, "input", name));
-      bufferOf[arg] = tokensBuf;
+      sh.argRole[k] = InputRole::Tokens;
+      sh.tokensType = t;
+      sh.tokensName = name.str();
+      haveTokens = true;
     } else if (name == "targets" || name == "labels") {
       bool same = opts.labels == "same";
       if (name == "labels" && opts.labels == "auto")
         same = llvm::any_of(arg.getUsers(), [](Operation *u) { return isa<pm::SliceOp>(u); });
       if (name == "labels")
-        lossMode = "model";
+        sh.lossMode = "model";
       if (same) {
-        lossMode = "model-shifted";
-        continue; // bound to the tokens buffer below
+        sh.lossMode = "model-shifted";
+        sh.argRole[k] = InputRole::Tokens; // labels == input ids, shifted inside the model
+        continue;
       }
-      targetsBuf = addBuffer(valueBuffer(arg, "input", name));
-      bufferOf[arg] = targetsBuf;
+      sh.argRole[k] = InputRole::Targets;
+      sh.targetsType = t;
+      sh.targetsName = name.str();
     } else if (name == "attention_mask") {
       // Every token of a training window is real: the mask is all ones.
-      Buffer b = valueBuffer(arg, "constant", name);
-      b.data = "const." + name.str();
-      auto ones = DenseElementsAttr::get(t, t.getElementType().isInteger(1)
-                                                ? (Attribute)BoolAttr::get(t.getContext(), true)
-                                                : (Attribute)IntegerAttr::get(t.getElementType(), 1));
-      if (isa<FloatType>(t.getElementType()))
-        ones = DenseElementsAttr::get(t, FloatAttr::get(t.getElementType(), 1.0));
-      constants[b.data] = ones;
-      maskBuf = addBuffer(b);
-      bufferOf[arg] = maskBuf;
+      sh.argRole[k] = InputRole::Mask;
+      sh.maskType = t;
+      Type e = t.getElementType();
+      Attribute one = e.isInteger(1)      ? (Attribute)BoolAttr::get(t.getContext(), true)
+                      : isa<FloatType>(e) ? (Attribute)FloatAttr::get(e, 1.0)
+                                          : (Attribute)IntegerAttr::get(e, 1);
+      sh.maskValue = DenseElementsAttr::get(t, one);
     } else {
       return train.emitError() << "cannot feed input '" << name
                                << "': the data loader provides input_ids, targets/labels and "
                                   "attention_mask";
     }
   }
-  if (tokensBuf < 0)
+  if (!haveTokens)
     return train.emitError("no token input (input_ids)");
-  for (BlockArgument arg : entry.getArguments())
-    if (!bufferOf.count(arg))
-      bufferOf[arg] = tokensBuf; // labels == input ids, shifted inside the model
+  return success();
+}
 
-  // The micro-batch body.
-  double invM = 1.0 / (double)(opts.microbatches * opts.dp);
-  auto use = [&](int buf, int64_t at) {
-    buf = root(buf);
-    if ((size_t)buf >= bodyUsesFirst.size()) {
-      bodyUsesFirst.resize(buffers.size(), INT32_MAX);
-      bodyUsesLast.resize(buffers.size(), -1);
-    }
-    bodyUsesFirst[buf] = std::min<int>(bodyUsesFirst[buf], at);
-    bodyUsesLast[buf] = std::max<int>(bodyUsesLast[buf], at);
-  };
-  int constCount = 0;
-  for (Operation &op : entry) {
-    int64_t at = body.size();
-    if (auto get = dyn_cast<pm::GetParamOp>(op)) {
-      bufferOf[get] = paramBuf.lookup(get.getName());
-      continue;
-    }
-    if (auto c = dyn_cast<pm::ConstantOp>(op)) {
-      Buffer b = valueBuffer(c, "constant", "const" + std::to_string(constCount));
-      b.data = "const." + std::to_string(constCount++);
-      auto dense = dyn_cast<DenseElementsAttr>(c.getValue());
-      if (!dense)
-        return c.emitOpError("only dense constants can be emitted");
-      constants[b.data] = dense;
-      bufferOf[c] = addBuffer(b);
-      continue;
-    }
-    if (auto r = dyn_cast<pm::ReshapeOp>(op)) {
-      Buffer b = valueBuffer(r, "activation", "v" + std::to_string(buffers.size()));
-      b.aliasOf = bufferOf.lookup(r.getInput());
-      bufferOf[r] = addBuffer(b);
-      continue;
-    }
-    if (auto acc = dyn_cast<pm::AccumulateGradOp>(op)) {
-      int src = bufferOf.lookup(acc.getGrad());
-      use(src, at);
-      body.push_back(json::Object{{"op", "accumulate"},
-                                  {"in", json::Array{src}},
-                                  {"out", json::Array{gradBuf.lookup(acc.getParam())}},
-                                  {"scale", invM}});
-      continue;
-    }
-    if (auto ret = dyn_cast<func::ReturnOp>(op)) {
-      int src = bufferOf.lookup(ret.getOperand(0));
-      use(src, at);
-      body.push_back(json::Object{{"op", "loss"}, {"in", json::Array{src}}, {"scale", invM}});
-      continue;
-    }
-    if (op.getDialect()->getNamespace() != "pmesh")
-      return op.emitOpError("cannot be emitted into a plan");
-    json::Array ins, outs;
-    for (Value v : op.getOperands()) {
-      int id = bufferOf.lookup(v);
-      ins.push_back(id);
-      use(id, at);
-    }
-    for (Value r : op.getResults()) {
-      int id = addBuffer(valueBuffer(r, "activation", "v" + std::to_string(buffers.size())));
-      bufferOf[r] = id;
-      outs.push_back(id);
-      use(id, at);
-    }
-    json::Object attrs;
-    for (NamedAttribute a : op.getAttrs())
-      attrs[a.getName().getValue()] = attrToJson(a.getValue());
-    // Defaults are not stored on the op but the runtime needs them spelled out.
+void PlanBuilder::countFlops(func::FuncOp train) {
+  train.walk([&](Operation *op) {
     if (auto mm = dyn_cast<pm::MatMulOp>(op)) {
-      attrs["transpose_a"] = mm.getTransposeA();
-      attrs["transpose_b"] = mm.getTransposeB();
       auto shape = cast<RankedTensorType>(mm.getType()).getShape();
       auto a = cast<RankedTensorType>(mm.getA().getType()).getShape();
       int64_t k = mm.getTransposeA() ? a[a.size() - 2] : a.back();
-      flopsPerMicrobatch += 2.0 * shapes::numElements(shape) * k;
+      sh.flopsPerMicrobatch += 2.0 * shapes::numElements(shape) * k;
     }
     auto attentionFlops = [&](Value q, Value k, double matmuls) {
       auto qs = cast<RankedTensorType>(q.getType()).getShape();
       auto ks = cast<RankedTensorType>(k.getType()).getShape();
-      flopsPerMicrobatch += matmuls * 2.0 * shapes::numElements(qs) * ks[ks.size() - 2];
+      sh.flopsPerMicrobatch += matmuls * 2.0 * shapes::numElements(qs) * ks[ks.size() - 2];
     };
     if (auto a = dyn_cast<pm::AttentionOp>(op))
       attentionFlops(a.getQ(), a.getK(), 2);
     if (auto a = dyn_cast<pm::AttentionGradOp>(op))
       attentionFlops(a.getQ(), a.getK(), 5);
-    if (auto e = dyn_cast<pm::EmbeddingOp>(op))
-      if (root(bufferOf.lookup(e.getIds())) == tokensBuf)
-        vocab = cast<RankedTensorType>(e.getTable().getType()).getDimSize(0);
-    json::Object inst{{"op", op.getName().getStringRef().drop_front(6)},
-                      {"in", std::move(ins)},
-                      {"out", std::move(outs)}};
-    if (!attrs.empty())
-      inst["attrs"] = std::move(attrs);
-    body.push_back(std::move(inst));
-  }
-  // Inputs are written by load_microbatch just before the body.
-  use(tokensBuf, -1);
-  if (targetsBuf >= 0)
-    use(targetsBuf, -1);
-  (void)maskBuf;
-  return success();
+    if (auto e = dyn_cast<pm::EmbeddingOp>(op)) {
+      Value ids = e.getIds();
+      while (auto r = ids.getDefiningOp<pm::ReshapeOp>())
+        ids = r.getInput();
+      if (auto arg = dyn_cast<BlockArgument>(ids);
+          arg && sh.argRole.lookup(arg.getArgNumber()) == InputRole::Tokens)
+        sh.vocab = cast<RankedTensorType>(e.getTable().getType()).getDimSize(0);
+    }
+  });
 }
 
-LogicalResult Emitter::layoutArena() {
-  bodyUsesFirst.resize(buffers.size(), INT32_MAX);
-  bodyUsesLast.resize(buffers.size(), -1);
-  auto align = [](int64_t v) { return (v + 63) / 64 * 64; };
-  // Persistent buffers first, in table order.
-  int64_t offset = 0;
-  std::vector<int> transient;
-  for (size_t i = 0; i < buffers.size(); ++i) {
-    Buffer &b = buffers[i];
-    if (b.aliasOf >= 0)
-      continue;
-    if (b.kind == "activation" || b.kind == "input") {
-      transient.push_back(i);
-      continue;
-    }
-    b.offset = offset;
-    offset += align(b.bytes());
-  }
-  persistentBytes = offset;
-  llvm::SmallVector<LiveRange> ranges;
-  for (int i : transient) {
-    int64_t first = std::min<int64_t>(bodyUsesFirst[i], bodyUsesLast[i]);
-    int64_t last = std::max<int64_t>(bodyUsesLast[i], first);
-    ranges.push_back({buffers[i].bytes(), first, last});
-  }
-  llvm::SmallVector<int64_t> offsets;
-  activationPeak = assignOffsets(ranges, offsets);
-  for (auto [i, off] : llvm::zip(transient, offsets))
-    buffers[i].offset = persistentBytes + off;
-  for (Buffer &b : buffers)
-    if (b.aliasOf >= 0)
-      b.offset = buffers[root(b.aliasOf)].offset;
-  arenaBytes = persistentBytes + activationPeak;
-  return success();
-}
-
-/// safetensors: 8-byte header length, JSON header, then the data.
-LogicalResult Emitter::writeWeights(std::string &blob) {
-  json::Object header;
-  std::string data;
-  std::unique_ptr<ONNXWeightReader> reader;
-  std::string source;
-  if (auto s = module->getAttrOfType<StringAttr>("pmesh.source"))
-    source = s.getValue().str();
-  if (!opts.shapesOnly) {
-    std::string why;
-    reader = ONNXWeightReader::open(source, why);
-    if (!reader)
-      return module.emitError() << "reading the initial weights: " << why;
-  }
-  auto add = [&](llvm::StringRef name, llvm::StringRef dtype, llvm::ArrayRef<int64_t> shape,
-                 llvm::StringRef bytes) {
-    int64_t begin = data.size();
-    data.append(bytes.data(), bytes.size());
-    header[name] = json::Object{{"dtype", dtype},
-                                {"shape", json::Array(shape)},
-                                {"data_offsets", json::Array{begin, (int64_t)data.size()}}};
-  };
-  if (reader) {
-    for (const std::string &p : paramOrder) {
-      std::vector<float> values;
-      std::string why;
-      if (!reader->readFloat32(paramSource.lookup(p), values, why))
-        return module.emitError() << "parameter '" << p << "': " << why;
-      const Buffer &b = buffers[paramBuf.lookup(p)];
-      if ((int64_t)values.size() != shapes::numElements(b.shape))
-        return module.emitError() << "parameter '" << p << "' has " << values.size()
-                                  << " initial values for shape " << shapes::str(b.shape);
-      add(p, "F32", b.shape,
-          llvm::StringRef(reinterpret_cast<const char *>(values.data()), values.size() * 4));
-    }
-  }
-  for (auto &kv : constants) {
-    DenseElementsAttr attr = kv.second;
-    Type elt = attr.getElementType();
-    std::string bytes;
-    llvm::StringRef dtype;
-    auto shape = attr.getType().getShape();
-    if (elt.isF32()) {
-      dtype = "F32";
-      for (float f : attr.getValues<float>())
-        bytes.append(reinterpret_cast<const char *>(&f), 4);
-    } else if (elt.isInteger(1)) {
-      dtype = "BOOL";
-      for (bool v : attr.getValues<bool>())
-        bytes.push_back(v ? 1 : 0);
-    } else if (elt.isInteger(64)) {
-      dtype = "I64";
-      for (int64_t v : attr.getValues<int64_t>())
-        bytes.append(reinterpret_cast<const char *>(&v), 8);
-    } else if (elt.isInteger(32)) {
-      dtype = "I32";
-      for (int32_t v : attr.getValues<int32_t>())
-        bytes.append(reinterpret_cast<const char *>(&v), 4);
-    } else {
-      return module.emitError() << "constant of element type " << elt << " cannot be emitted";
-    }
-    add(kv.getKey(), dtype, shape, bytes);
-  }
-  std::string headerText;
-  llvm::raw_string_ostream hs(headerText);
-  hs << json::Value(std::move(header));
-  while (headerText.size() % 8)
-    headerText.push_back(' ');
-  uint64_t n = headerText.size();
-  blob.assign(reinterpret_cast<const char *>(&n), 8);
-  blob += headerText;
-  blob += data;
-  return success();
-}
-
-json::Object Emitter::manifest() {
+json::Object PlanBuilder::rankJson(const RankPlan &rp, int64_t d) {
+  const int64_t dp = sh.opts.dp;
   json::Array bufs;
-  for (auto [i, b] : llvm::enumerate(buffers)) {
+  for (auto [i, b] : llvm::enumerate(rp.buffers)) {
     json::Object o{{"id", (int64_t)i},          {"name", b.name},
                    {"shape", json::Array(b.shape)}, {"dtype", b.dtype},
                    {"offset", b.offset},        {"bytes", b.bytes()},
@@ -498,115 +867,176 @@ json::Object Emitter::manifest() {
       o["data"] = b.data;
     if (b.aliasOf >= 0)
       o["alias_of"] = b.aliasOf;
+    if (b.sharded) {
+      o["elem_offset"] = d * b.shardNumel;
+      o["shard_numel"] = b.shardNumel;
+      o["padded_numel"] = b.paddedNumel;
+    }
     bufs.push_back(std::move(o));
   }
   json::Array program;
-  json::Array grads;
-  for (const std::string &p : paramOrder)
-    if (gradBuf.count(p))
-      grads.push_back(gradBuf.lookup(p));
-  program.push_back(json::Object{{"op", "zero"}, {"out", std::move(grads)}});
-  for (int64_t j = 0; j < opts.microbatches; ++j) {
-    json::Array outs{tokensBuf};
-    if (targetsBuf >= 0)
-      outs.push_back(targetsBuf);
-    program.push_back(
-        json::Object{{"op", "load_microbatch"}, {"index", j}, {"out", std::move(outs)}});
-    for (const json::Value &inst : body)
-      program.push_back(inst);
+  for (const json::Object &instr : rp.program) {
+    json::Object c = instr;
+    if (auto peer = c.getInteger("peer"))
+      c["peer"] = *peer * dp + d;
+    if (json::Array *entries = c.getArray("params"))
+      for (json::Value &ev : *entries) {
+        json::Object *e = ev.getAsObject();
+        if (e && e->erase("norm_dp0_only") && d != 0)
+          (*e)["norm_weight"] = 0.0;
+      }
+    program.push_back(std::move(c));
   }
-  json::Array adamParams;
-  for (const std::string &p : paramOrder)
-    if (gradBuf.count(p))
-      adamParams.push_back(json::Object{{"param", paramBuf.lookup(p)},
-                                        {"grad", gradBuf.lookup(p)},
-                                        {"m", mBuf.lookup(p)},
-                                        {"v", vBuf.lookup(p)},
-                                        {"decay", paramDecay.lookup(p)}});
-  program.push_back(json::Object{{"op", "adamw"}, {"params", std::move(adamParams)}});
+  json::Array dpGroup, tiedGroup;
+  for (int64_t e = 0; e < dp; ++e)
+    dpGroup.push_back(rp.pp * dp + e);
+  if (rp.tied)
+    for (int64_t q : sh.tiedRanks)
+      tiedGroup.push_back(q * dp + d);
+  std::string schedule;
+  for (const std::string &t : rp.row)
+    schedule += (schedule.empty() ? "" : " ") + t;
+  return json::Object{{"rank", rp.pp * dp + d},
+                      {"pp_rank", rp.pp},
+                      {"dp_rank", d},
+                      {"chunks", json::Array(rp.chunks)},
+                      {"groups",
+                       json::Object{{"dp", std::move(dpGroup)}, {"tied", std::move(tiedGroup)}}},
+                      {"first_stage", rp.firstStage},
+                      {"last_stage", rp.lastStage},
+                      {"schedule", schedule},
+                      {"arena_bytes", rp.arenaBytes},
+                      {"persistent_bytes", rp.persistentBytes},
+                      {"activation_peak_bytes", rp.activationPeak},
+                      {"buffers", std::move(bufs)},
+                      {"program", std::move(program)}};
+}
 
+json::Object PlanBuilder::manifest(std::vector<RankPlan> &ranks) {
+  const CompileOptions &o = sh.opts;
   json::Array params;
   int64_t numParams = 0;
-  for (const std::string &p : paramOrder) {
-    const Buffer &b = buffers[paramBuf.lookup(p)];
-    numParams += shapes::numElements(b.shape);
-    params.push_back(json::Object{{"name", p},
-                                  {"shape", json::Array(b.shape)},
-                                  {"source", paramSource.lookup(p)},
-                                  {"decay", paramDecay.lookup(p)},
-                                  {"trained", (bool)gradBuf.count(p)}});
+  for (const ParamInfo &pi : sh.params) {
+    numParams += shapes::numElements(pi.shape);
+    params.push_back(json::Object{{"name", pi.name},
+                                  {"shape", json::Array(pi.shape)},
+                                  {"source", pi.source},
+                                  {"decay", pi.decay},
+                                  {"trained", pi.trained}});
   }
   std::string source;
-  if (auto s = module->getAttrOfType<StringAttr>("pmesh.source")) {
+  if (auto s = sh.module->getAttrOfType<StringAttr>("pmesh.source")) {
     llvm::SmallString<256> abs(s.getValue());
     llvm::sys::fs::make_absolute(abs);
     source = std::string(abs);
   }
-  json::Object inputs{{"tokens", buffers[tokensBuf].name}};
-  if (targetsBuf >= 0)
-    inputs["targets"] = buffers[targetsBuf].name;
+  json::Object inputs{{"tokens", sh.tokensName}};
+  if (sh.targetsType)
+    inputs["targets"] = sh.targetsName;
+  json::Array rankArray;
+  for (const RankPlan &rp : ranks)
+    for (int64_t d = 0; d < o.dp; ++d)
+      rankArray.push_back(rankJson(rp, d));
+  json::Object parallel{{"pp", o.pp},
+                        {"dp", o.dp},
+                        {"vpp", o.vpp},
+                        {"microbatches", o.microbatches},
+                        {"schedule", o.schedule},
+                        {"zero", o.zero},
+                        {"world_size", o.pp * o.dp}};
+  if (effectiveKind(sh.sched) == ScheduleKind::Interleaved)
+    parallel["group"] = effectiveGroup(sh.sched);
+  if (effectiveKind(sh.sched) != sh.sched.kind)
+    parallel["schedule_run"] = scheduleKindName(effectiveKind(sh.sched));
   return json::Object{
       {"format", "pipemesh-plan"},
       {"version", (int64_t)kPlanFormatVersion},
       {"model",
        json::Object{{"source", source},
-                    {"batch", opts.batch},
-                    {"seq", opts.seq},
-                    {"vocab", vocab},
+                    {"batch", o.batch},
+                    {"seq", o.seq},
+                    {"vocab", sh.vocab},
                     {"num_params", numParams},
-                    {"flops_per_step", flopsPerMicrobatch * opts.microbatches * opts.dp},
-                    {"loss", lossMode},
-                    {"shapes_only", opts.shapesOnly}}},
-      {"parallel", json::Object{{"pp", opts.pp},
-                                {"dp", opts.dp},
-                                {"vpp", opts.vpp},
-                                {"microbatches", opts.microbatches},
-                                {"schedule", opts.schedule},
-                                {"world_size", opts.pp * opts.dp}}},
+                    {"flops_per_step", sh.flopsPerMicrobatch * o.microbatches * o.dp},
+                    {"loss", sh.lossMode},
+                    {"shapes_only", o.shapesOnly}}},
+      {"parallel", std::move(parallel)},
       {"inputs", std::move(inputs)},
       {"params", std::move(params)},
-      {"ranks", json::Array{json::Object{{"rank", 0},
-                                         {"arena_bytes", arenaBytes},
-                                         {"persistent_bytes", persistentBytes},
-                                         {"activation_peak_bytes", activationPeak},
-                                         {"buffers", std::move(bufs)},
-                                         {"program", std::move(program)}}}}};
+      {"ranks", std::move(rankArray)}};
 }
 
-LogicalResult Emitter::run(llvm::raw_ostream &os) {
-  if (opts.pp != 1 || opts.dp != 1 || opts.vpp != 1)
-    return module.emitError() << "pp=" << opts.pp << " dp=" << opts.dp << " vpp=" << opts.vpp
-                              << ": only single-process plans (pp=1 dp=1 vpp=1) are "
-                                 "implemented so far";
-  auto train = module.lookupSymbol<func::FuncOp>("train_step");
-  if (!train)
-    return module.emitError("no @train_step: run --pmesh-autodiff first");
-  if (failed(lowerTrainStep(train)) || failed(layoutArena()))
+LogicalResult PlanBuilder::run(llvm::raw_ostream &os) {
+  if (failed(checkOptions()))
     return failure();
-  std::string weights;
-  if (failed(writeWeights(weights)))
+  auto train = sh.module.lookupSymbol<func::FuncOp>("train_step");
+  if (!train)
+    return sh.module.emitError("no @train_step: run --pmesh-autodiff first");
+  auto step = detail::analyzeTrainStep(train, sh.opts.pp, sh.opts.pp * sh.opts.vpp);
+  if (failed(step))
+    return failure();
+  sh.step = std::move(*step);
+  if (failed(classifyInputs(train)) || failed(collectParams()))
+    return failure();
+  countFlops(train);
+  int64_t maxTag = sh.step.numChannels * sh.opts.microbatches - 1;
+  if (maxTag > kMaxMessageTag)
+    return sh.module.emitError()
+           << "the plan needs message tags up to " << maxTag << " (" << sh.step.numChannels
+           << " values cross pipeline ranks, x " << sh.opts.microbatches
+           << " micro-batches), more than the " << kMaxMessageTag
+           << " MPI guarantees: use fewer micro-batches or pipeline stages";
+
+  std::vector<RankPlan> ranks(sh.opts.pp);
+  for (int64_t p = 0; p < sh.opts.pp; ++p) {
+    RankEmitter re(sh, p);
+    if (failed(re.run(ranks[p])))
+      return failure();
+    for (const std::string &c : ranks[p].constantsUsed)
+      weights.constants[c] = {};
+  }
+  // The weights blob holds every constant some rank reads.
+  for (Operation &op : train.getBody().front())
+    if (auto c = dyn_cast<pm::ConstantOp>(op)) {
+      std::string name = sh.step.constantName.lookup(&op);
+      if (!weights.constants.count(name))
+        continue;
+      auto dense = dyn_cast<DenseElementsAttr>(c.getValue());
+      if (!dense)
+        return c.emitOpError("only dense constants can be emitted");
+      weights.constants[name] = dense;
+    }
+  if (weights.constants.count("const.attention_mask"))
+    weights.constants["const.attention_mask"] = sh.maskValue;
+
+  json::Object m = manifest(ranks);
+  if (std::string why = checkPlanDeadlock(m); !why.empty())
+    return sh.module.emitError() << "the plan fails the deadlock check: " << why;
+
+  std::string blob;
+  if (failed(detail::writeWeights(sh.module, weights, sh.opts.shapesOnly, blob)))
     return failure();
   std::string manifestText;
   llvm::raw_string_ostream ms(manifestText);
-  ms << json::Value(manifest());
-  uint64_t hash = fnv1a64(weights, fnv1a64(manifestText));
+  ms << json::Value(std::move(m));
+  uint64_t hash = fnv1a64(blob, fnv1a64(manifestText));
   uint32_t version = kPlanFormatVersion, reserved = 0;
-  uint64_t lm = manifestText.size(), lw = weights.size();
+  uint64_t lm = manifestText.size(), lw = blob.size();
   os.write(kPlanMagic, 8);
   os.write(reinterpret_cast<const char *>(&version), 4);
   os.write(reinterpret_cast<const char *>(&reserved), 4);
   os.write(reinterpret_cast<const char *>(&lm), 8);
   os.write(reinterpret_cast<const char *>(&lw), 8);
   os.write(reinterpret_cast<const char *>(&hash), 8);
-  os << manifestText << weights;
+  os << manifestText << blob;
   return success();
 }
 
 } // namespace
 
 LogicalResult emitPlan(ModuleOp module, const CompileOptions &opts, llvm::raw_ostream &os) {
-  Emitter emitter(module, opts);
-  return emitter.run(os);
+  PlanBuilder builder(module, opts);
+  return builder.run(os);
 }
 
 } // namespace pipemesh::plan

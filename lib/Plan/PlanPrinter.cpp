@@ -20,6 +20,14 @@ std::string shapeText(const json::Array *shape) {
   return s + "]";
 }
 
+std::string intList(const json::Array *a) {
+  std::string s;
+  if (a)
+    for (size_t i = 0; i < a->size(); ++i)
+      s += (i ? ", " : "") + std::to_string((*a)[i].getAsInteger().value_or(-1));
+  return s;
+}
+
 std::string ids(const json::Array *a) {
   std::string s;
   if (a)
@@ -83,7 +91,14 @@ bool printPlan(llvm::StringRef path, llvm::raw_ostream &os, std::string &why) {
      << " dp=" << par->getInteger("dp").value_or(0)
      << " vpp=" << par->getInteger("vpp").value_or(0)
      << " microbatches=" << par->getInteger("microbatches").value_or(0)
-     << " schedule=" << par->getString("schedule").value_or("?") << "\n";
+     << " schedule=" << par->getString("schedule").value_or("?");
+  if (auto run = par->getString("schedule_run"))
+    os << " (runs " << *run << ")";
+  if (auto group = par->getInteger("group"))
+    os << " group=" << *group;
+  if (auto zero = par->getInteger("zero"))
+    os << " zero=" << *zero;
+  os << "\n";
   for (const json::Value &rv : *ranks) {
     const json::Object *r = rv.getAsObject();
     if (!r)
@@ -91,20 +106,35 @@ bool printPlan(llvm::StringRef path, llvm::raw_ostream &os, std::string &why) {
     const json::Array *bufs = r->getArray("buffers");
     const json::Array *prog = r->getArray("program");
     int64_t arena = r->getInteger("arena_bytes").value_or(0);
-    os << "\nrank " << r->getInteger("rank").value_or(-1) << ": arena " << arena << " bytes ("
-       << llvm::format("%.2f", arena / 1048576.0) << " MiB; persistent "
-       << r->getInteger("persistent_bytes").value_or(0) << ", activations "
-       << r->getInteger("activation_peak_bytes").value_or(0) << ")\n";
-    // Schedule row in PyTorch's action notation: F<j> / B<j> per micro-batch.
-    if (prog) {
+    os << "\nrank " << r->getInteger("rank").value_or(-1);
+    if (auto pp = r->getInteger("pp_rank")) {
+      os << " (pp " << *pp << ", dp " << r->getInteger("dp_rank").value_or(0) << "; chunks "
+         << intList(r->getArray("chunks"));
+      if (const json::Object *g = r->getObject("groups")) {
+        os << "; dp group [" << intList(g->getArray("dp")) << "]";
+        if (const json::Array *t = g->getArray("tied"); t && !t->empty())
+          os << ", tied group [" << intList(t) << "]";
+      }
+      if (r->getBoolean("first_stage").value_or(false))
+        os << "; first stage";
+      if (r->getBoolean("last_stage").value_or(false))
+        os << "; last stage";
+      os << ")";
+    }
+    os << ": arena " << arena << " bytes (" << llvm::format("%.2f", arena / 1048576.0)
+       << " MiB; persistent " << r->getInteger("persistent_bytes").value_or(0)
+       << ", activations " << r->getInteger("activation_peak_bytes").value_or(0) << ")\n";
+    // The schedule row in PyTorch's action notation (older single-rank plans
+    // have none: F then B per micro-batch).
+    if (auto row = r->getString("schedule")) {
+      os << "  schedule: " << *row << "\n";
+    } else if (prog) {
       os << "  schedule:";
       for (const json::Value &iv : *prog) {
         const json::Object *in = iv.getAsObject();
         if (in && in->getString("op") == "load_microbatch")
           os << " 0F" << in->getInteger("index").value_or(0) << " 0B"
              << in->getInteger("index").value_or(0);
-        if (in && in->getString("op") == "adamw")
-          os << " OPT";
       }
       os << "\n";
     }
@@ -114,13 +144,20 @@ bool printPlan(llvm::StringRef path, llvm::raw_ostream &os, std::string &why) {
         const json::Object *b = bv.getAsObject();
         if (!b)
           continue;
-        os << llvm::format("    %%%-4lld %-10s %-5s %-18s @%-10lld %s\n",
+        os << llvm::format("    %%%-4lld %-10s %-5s %-18s @%-10lld %s",
                            (long long)b->getInteger("id").value_or(-1),
                            b->getString("kind").value_or("?").str().c_str(),
                            b->getString("dtype").value_or("?").str().c_str(),
                            shapeText(b->getArray("shape")).c_str(),
                            (long long)b->getInteger("offset").value_or(0),
                            b->getString("name").value_or("").str().c_str());
+        if (auto n = b->getInteger("shard_numel"))
+          os << " [shard " << b->getInteger("elem_offset").value_or(0) << ".."
+             << b->getInteger("elem_offset").value_or(0) + *n << " of "
+             << b->getInteger("padded_numel").value_or(0) << "]";
+        if (auto a = b->getInteger("alias_of"))
+          os << " (view of %" << *a << ")";
+        os << "\n";
       }
     os << "  program:\n";
     if (prog)
@@ -130,17 +167,36 @@ bool printPlan(llvm::StringRef path, llvm::raw_ostream &os, std::string &why) {
           continue;
         std::string op = in->getString("op").value_or("?").str();
         os << llvm::format("    %4zu  ", k) << op;
-        if (op == "load_microbatch")
+        if (op == "load_microbatch") {
           os << " " << in->getInteger("index").value_or(0);
+          if (auto what = in->getString("what"))
+            os << " " << *what;
+        }
+        if (auto g = in->getString("group"))
+          os << " " << *g;
         if (op == "adamw") {
-          os << " (" << (in->getArray("params") ? in->getArray("params")->size() : 0)
-             << " parameters)\n";
+          const json::Array *ps = in->getArray("params");
+          size_t zeroWeight = 0;
+          if (ps)
+            for (const json::Value &e : *ps)
+              if (const json::Object *eo = e.getAsObject())
+                zeroWeight += eo->getNumber("norm_weight").value_or(1.0) == 0.0;
+          os << " (" << (ps ? ps->size() : 0) << " parameters";
+          if (zeroWeight)
+            os << ", " << zeroWeight << " with norm_weight 0";
+          os << ")\n";
           continue;
         }
+        if (auto *a = in->getArray("bufs"); a && !a->empty())
+          os << " " << ids(a);
         if (auto *a = in->getArray("in"); a && !a->empty())
           os << " " << ids(a);
         if (auto *a = in->getArray("out"); a && !a->empty())
           os << " -> " << ids(a);
+        if (auto peer = in->getInteger("peer"))
+          os << (op == "recv" ? " from rank " : " to rank ") << *peer;
+        if (auto tag = in->getInteger("tag"))
+          os << " tag " << *tag;
         if (auto s = in->getNumber("scale"))
           os << " scale " << *s;
         if (auto *attrs = in->getObject("attrs")) {

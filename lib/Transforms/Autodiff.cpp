@@ -6,6 +6,8 @@
 #include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/MapVector.h"
 
+#include <map>
+
 namespace pipemesh {
 #define GEN_PASS_DEF_PMESHAUTODIFF
 #include "pipemesh/Transforms/Passes.h.inc"
@@ -16,6 +18,34 @@ using namespace pipemesh;
 namespace pm = pipemesh::pmesh;
 
 namespace {
+constexpr StringLiteral kStage = "pmesh.stage";
+
+std::optional<int64_t> stageOf(Operation *op) {
+  if (auto a = op ? op->getAttrOfType<IntegerAttr>(kStage) : IntegerAttr())
+    return a.getInt();
+  return std::nullopt;
+}
+
+/// After --pmesh-partition: stamps `pmesh.stage` on every op the builder
+/// creates while `stage` is set (ops that already have one keep it).
+struct StageStamper : OpBuilder::Listener {
+  std::optional<int64_t> stage;
+  void notifyOperationInserted(Operation *op, OpBuilder::InsertPoint) override {
+    if (stage && !op->hasAttr(kStage))
+      op->setAttr(kStage, IntegerAttr::get(IntegerType::get(op->getContext(), 64), *stage));
+  }
+};
+
+/// Sets the stamper's stage for a scope.
+struct StageScope {
+  StageStamper &s;
+  std::optional<int64_t> saved;
+  StageScope(StageStamper &s, std::optional<int64_t> stage) : s(s), saved(s.stage) {
+    s.stage = stage;
+  }
+  ~StageScope() { s.stage = saved; }
+};
+
 bool isFloatTensor(Value v) {
   auto t = dyn_cast<RankedTensorType>(v.getType());
   return t && isa<FloatType>(t.getElementType());
@@ -72,12 +102,24 @@ struct PMeshAutodiffPass : pipemesh::impl::PMeshAutodiffBase<PMeshAutodiffPass> 
     auto choice = chooseLoss(fwd);
     if (failed(choice))
       return signalPassFailure();
+    // Partitioned: every op of @forward has a stage, or none has.
+    Operation *staged = nullptr, *unstaged = nullptr;
+    for (Operation &op : fwd.getBody().front().without_terminator())
+      (op.hasAttr(kStage) ? staged : unstaged) = &op;
+    if (staged && unstaged) {
+      unstaged->emitOpError("has no pmesh.stage while other ops of @forward have one");
+      return signalPassFailure();
+    }
+    this->staged = staged != nullptr;
     if (failed(buildTrainStep(module, fwd, *choice)))
       return signalPassFailure();
   }
 
+  bool staged = false;
+
   LogicalResult buildTrainStep(ModuleOp module, func::FuncOp fwd, const LossChoice &choice) {
     OpBuilder b(module.getContext());
+    StageStamper stamper;
     Location loc = fwd.getLoc();
     Type f32 = b.getF32Type();
     auto lossType = RankedTensorType::get({}, f32);
@@ -98,6 +140,8 @@ struct PMeshAutodiffPass : pipemesh::impl::PMeshAutodiffBase<PMeshAutodiffPass> 
     if (targetsType)
       step.setArgAttr(argTypes.size() - 1, "pmesh.name", b.getStringAttr("targets"));
     step.setResultAttr(0, "pmesh.name", b.getStringAttr("loss"));
+    if (staged)
+      b.setListener(&stamper);
 
     // Forward: a copy of @forward's body.
     IRMapping map;
@@ -114,14 +158,20 @@ struct PMeshAutodiffPass : pipemesh::impl::PMeshAutodiffBase<PMeshAutodiffPass> 
       forwardOps.push_back(b.clone(op, map));
     }
     Value loss;
+    // The loss, its seed and a cast go on the stage of the value they start from.
+    std::optional<int64_t> lossStage;
     if (choice.logitsIndex) {
       Value logits = map.lookup(fwdReturn.getOperand(*choice.logitsIndex));
+      lossStage = stageOf(logits.getDefiningOp());
+      StageScope scope(stamper, lossStage);
       auto ce = b.create<pm::CrossEntropyOp>(loc, lossType, logits, body->getArguments().back(),
                                              b.getI64IntegerAttr(-100), b.getStringAttr("mean"));
       forwardOps.push_back(ce);
       loss = ce;
     } else {
       loss = map.lookup(fwdReturn.getOperand(*choice.lossIndex));
+      lossStage = stageOf(loss.getDefiningOp());
+      StageScope scope(stamper, lossStage);
       if (loss.getType() != lossType) {
         // Part of the forward program, so the backward differentiates it too.
         auto cast = b.create<pm::CastOp>(loc, lossType, loss);
@@ -145,13 +195,31 @@ struct PMeshAutodiffPass : pipemesh::impl::PMeshAutodiffBase<PMeshAutodiffPass> 
 
     // Backward, in reverse program order; fan-out gradients are summed.
     DenseMap<Value, Value> grads;
-    grads[loss] = pm::scalarConstant(b, loc, f32, 1.0);
+    {
+      StageScope scope(stamper, lossStage);
+      grads[loss] = pm::scalarConstant(b, loc, f32, 1.0);
+    }
     auto accumulate = [&](Value v, Value g) {
       Value &slot = grads[v];
-      slot = slot ? b.create<pm::AddOp>(g.getLoc(), g.getType(), slot, g).getResult() : g;
+      if (!slot) {
+        slot = g;
+        return;
+      }
+      // Fan-out: contributions from one stage are summed there (one transfer
+      // per stage boundary, not one per use); from different stages they
+      // meet on the stage of the value's producer. The order of the sums is
+      // the unpartitioned one, so gradients are bitwise the same.
+      std::optional<int64_t> here = stageOf(slot.getDefiningOp());
+      if (here != stageOf(g.getDefiningOp()))
+        here = stageOf(v.getDefiningOp());
+      StageScope scope(stamper, here);
+      slot = b.create<pm::AddOp>(g.getLoc(), g.getType(), slot, g).getResult();
     };
-    llvm::MapVector<StringRef, Value> paramGrads;
+    // Per (parameter, stage): a tied parameter read on several stages gets a
+    // gradient on each (-1 when not partitioned).
+    llvm::MapVector<std::pair<StringRef, int64_t>, Value> paramGrads;
     for (Operation *op : llvm::reverse(forwardOps)) {
+      StageScope scope(stamper, stageOf(op));
       SmallVector<Value> resultGrads;
       bool any = false;
       for (Value r : op->getResults()) {
@@ -162,7 +230,7 @@ struct PMeshAutodiffPass : pipemesh::impl::PMeshAutodiffBase<PMeshAutodiffPass> 
       if (!any)
         continue;
       if (auto get = dyn_cast<pm::GetParamOp>(op)) {
-        Value &slot = paramGrads[get.getName()];
+        Value &slot = paramGrads[{get.getName(), stageOf(get).value_or(-1)}];
         Value g = resultGrads[0];
         slot = slot ? b.create<pm::AddOp>(get.getLoc(), g.getType(), slot, g).getResult() : g;
         continue;
@@ -186,18 +254,27 @@ struct PMeshAutodiffPass : pipemesh::impl::PMeshAutodiffBase<PMeshAutodiffPass> 
       }
     }
 
-    // One summed gradient per parameter, in declaration order.
+    // One summed gradient per parameter (per reading stage when partitioned),
+    // in declaration order.
+    std::map<StringRef, SmallVector<std::pair<int64_t, Value>>> gradsOfParam;
+    for (auto &[key, g] : paramGrads)
+      gradsOfParam[key.first].push_back({key.second, g});
     SmallVector<Attribute> optimized;
     SmallVector<bool> decay;
     for (auto param : module.getOps<pm::ParamOp>()) {
-      Value g = paramGrads.lookup(param.getSymName());
-      if (!g)
+      auto it = gradsOfParam.find(param.getSymName());
+      if (it == gradsOfParam.end())
         continue; // unused: like PyTorch, AdamW skips parameters without a gradient
-      b.create<pm::AccumulateGradOp>(param.getLoc(), param.getSymName(), g);
+      llvm::sort(it->second, [](auto &x, auto &y) { return x.first < y.first; });
+      for (auto [stage, g] : it->second) {
+        StageScope scope(stamper, staged ? std::optional<int64_t>(stage) : std::nullopt);
+        b.create<pm::AccumulateGradOp>(param.getLoc(), param.getSymName(), g);
+      }
       optimized.push_back(FlatSymbolRefAttr::get(param.getSymNameAttr()));
       decay.push_back(cast<RankedTensorType>(param.getType()).getRank() >= 2);
     }
     b.create<func::ReturnOp>(loc, loss);
+    b.setListener(nullptr);
 
     b.setInsertionPointAfter(step);
     auto opt = b.create<func::FuncOp>(loc, "optimizer_step", b.getFunctionType({}, {}));

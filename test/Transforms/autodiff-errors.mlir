@@ -108,3 +108,15 @@ func.func @forward() -> tensor<f32> {
   %l = pmesh.reduce_sum %g axes = [0] {keepdims = false} : tensor<4xf32> -> tensor<f32>
   return %l : tensor<f32>
 }
+
+// -----
+
+// After --pmesh-partition every op of @forward has a stage; a partial
+// annotation is a broken input.
+// CHECK: error: 'pmesh.reduce_sum' op has no pmesh.stage while other ops of @forward have one
+pmesh.param @a : tensor<4xf32>
+func.func @forward() -> tensor<f32> {
+  %a = pmesh.get_param @a {pmesh.stage = 0 : i64} : tensor<4xf32>
+  %l = pmesh.reduce_sum %a axes = [0] {keepdims = false} : tensor<4xf32> -> tensor<f32>
+  return %l : tensor<f32>
+}

@@ -16,6 +16,7 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
 #include "mlir/Support/FileUtilities.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 #include "mlir/Transforms/Passes.h"
@@ -53,7 +54,8 @@ cl::OptionCategory compileCategory("Compiling a plan");
 cl::opt<std::string> compileOpt(
     "pipemesh-compile",
     cl::desc("Run the whole pipeline and write a plan: \"batch=B seq=T [pp=1 dp=1 vpp=1 "
-             "microbatches=M schedule=1f1b labels=auto|next|same shapes-only=false]\""),
+             "microbatches=M schedule=gpipe|1f1b|interleaved group=N zero=0|1|2|3 "
+             "layers-per-stage=a,b,... labels=auto|next|same shapes-only=false]\""),
     cl::init(""), cl::cat(compileCategory));
 cl::opt<bool> printPlanOpt("print-plan", cl::desc("Print the input plan file as text"),
                            cl::init(false), cl::cat(compileCategory));
@@ -147,6 +149,8 @@ int compileToPlan(StringRef inputFilename, StringRef outputFilename, DialectRegi
   opts->shapesOnly |= copts.shapesOnly;
   MLIRContext context(registry);
   context.loadAllAvailableDialects();
+  // A failing pass names its op by location; the whole module is no help.
+  context.printOpOnDiagnostic(false);
   SourceMgr sourceMgr;
   SourceMgrDiagnosticHandler diagHandler(sourceMgr, &context);
   OwningOpRef<ModuleOp> module;
@@ -165,8 +169,40 @@ int compileToPlan(StringRef inputFilename, StringRef outputFilename, DialectRegi
   if (!module)
     return 1;
   PassManager pm(&context);
-  pm.addPass(pipemesh::createPMeshRaise());
-  pm.addPass(pipemesh::createPMeshAutodiff());
+  // A module that already has its @train_step (hand-written or staged by an
+  // earlier run) is emitted as it is; otherwise: raise, partition into
+  // pp * vpp chunks when there are several (unless @forward already carries
+  // stages), build the training step.
+  if (!module->lookupSymbol("train_step")) {
+    pm.addPass(pipemesh::createPMeshRaise());
+    int64_t chunks = copts.pp * copts.vpp;
+    auto forward = module->lookupSymbol<func::FuncOp>("forward");
+    bool staged = forward && llvm::any_of(forward.getOps(), [](Operation &op) {
+                    return op.hasAttr("pmesh.stage");
+                  });
+    if (chunks > 1 && !staged) {
+      if (!PassInfo::lookup("pmesh-partition")) {
+        errs() << "error: pp * vpp = " << chunks
+               << " pipeline chunks need the pmesh-partition pass, which this build lacks\n";
+        return 1;
+      }
+      std::string pipeline = "pmesh-partition{stages=" + std::to_string(chunks);
+      if (!copts.layersPerStage.empty()) {
+        pipeline += " layers-per-stage=";
+        for (auto [k, n] : llvm::enumerate(copts.layersPerStage))
+          pipeline += (k ? "," : "") + std::to_string(n);
+      }
+      pipeline += "}";
+      std::string message;
+      raw_string_ostream ms(message);
+      if (failed(parsePassPipeline(pipeline, pm, ms))) {
+        errs() << "error: --pipemesh-compile: cannot run '" << pipeline << "': " << message
+               << "\n";
+        return 1;
+      }
+    }
+    pm.addPass(pipemesh::createPMeshAutodiff());
+  }
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
   if (failed(pm.run(*module)))

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace pipemesh::plan {
 
@@ -25,7 +26,14 @@ struct CompileOptions {
   int64_t seq = 0;
   int64_t pp = 1, dp = 1, vpp = 1;
   int64_t microbatches = 1;
-  std::string schedule = "1f1b";
+  std::string schedule = "1f1b"; // gpipe | 1f1b | interleaved
+  /// Interleaved: micro-batches per group through one chunk (0 = pp).
+  int64_t group = 0;
+  /// ZeRO level over the dp replicas (0..3; nothing is sharded when dp = 1).
+  int64_t zero = 0;
+  /// Explicit transformer layers per chunk for --pmesh-partition (empty: the
+  /// partitioner balances by its cost model).
+  std::vector<int64_t> layersPerStage;
   bool shapesOnly = false;
   /// How the model's own `labels` input relates to the tokens: "next" (labels
   /// are the next tokens), "same" (labels = input ids, shifted inside the
@@ -36,9 +44,14 @@ struct CompileOptions {
 /// Parses "batch=8 seq=1024 pp=1 ..." into `opts`; false with `why`.
 bool parseCompileOptions(llvm::StringRef text, CompileOptions &opts, std::string &why);
 
-/// Writes the plan for a module that has been through pmesh-autodiff.
+/// Writes the plan for a module that has been through pmesh-autodiff (and,
+/// for pp * vpp > 1, pmesh-partition: every @train_step op carries its
+/// `pmesh.stage`). Every plan passes the deadlock check before it is written.
 mlir::LogicalResult emitPlan(mlir::ModuleOp module, const CompileOptions &opts,
                              llvm::raw_ostream &os);
+
+/// The largest tag a plan may use (MPI guarantees MPI_TAG_UB >= 32767).
+constexpr int64_t kMaxMessageTag = 32767;
 
 /// Prints a plan file as readable text; false with `why` for a bad file.
 bool printPlan(llvm::StringRef path, llvm::raw_ostream &os, std::string &why);

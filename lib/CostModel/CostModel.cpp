@@ -1,0 +1,215 @@
+//===- CostModel.cpp - FLOPs, bytes and time of pmesh ops ------------------===//
+#include "pipemesh/CostModel/CostModel.h"
+
+#include "pipemesh/Dialect/PMesh/PMesh.h"
+
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <algorithm>
+
+using namespace mlir;
+using namespace pipemesh;
+using namespace pipemesh::cost;
+namespace pm = pipemesh::pmesh;
+
+//===----------------------------------------------------------------------===//
+// Devices
+//===----------------------------------------------------------------------===//
+
+Device Device::cpu() { return {"cpu", 150e9, 20e9, 0.8}; }
+Device Device::a100() { return {"a100", 19.5e12, 2.0e12, 0.6}; }
+Device Device::h100() { return {"h100", 67e12, 3.35e12, 0.6}; }
+
+std::optional<Device> Device::byName(llvm::StringRef name) {
+  if (name == "cpu")
+    return cpu();
+  if (name == "a100")
+    return a100();
+  if (name == "h100")
+    return h100();
+  return std::nullopt;
+}
+
+std::vector<std::string> Device::presetNames() { return {"cpu", "a100", "h100"}; }
+
+double Device::time(const OpCost &c) const {
+  double t = std::max(peakFlops > 0 ? c.flops / peakFlops : 0.0,
+                      memBandwidth > 0 ? c.bytes / memBandwidth : 0.0);
+  return efficiency > 0 ? t / efficiency : t;
+}
+
+//===----------------------------------------------------------------------===//
+// Shape-level formulas
+//===----------------------------------------------------------------------===//
+
+int64_t cost::attentionVisiblePairs(int64_t tq, int64_t tk, bool causal) {
+  if (!causal)
+    return tq * tk;
+  // Query i sees keys [0, min(i + off + 1, tk)), off = tk - tq.
+  int64_t off = tk - tq, total = 0;
+  for (int64_t i = 0; i < tq; ++i)
+    total += std::clamp<int64_t>(i + off + 1, 0, tk);
+  return total;
+}
+
+double cost::attentionFlops(int64_t bh, int64_t tq, int64_t tk, int64_t d, int64_t dv,
+                            bool causal) {
+  return 2.0 * bh * (double)attentionVisiblePairs(tq, tk, causal) * (d + dv);
+}
+
+double cost::attentionGradFlops(int64_t bh, int64_t tq, int64_t tk, int64_t d, int64_t dv,
+                                bool causal) {
+  // Pass 1: scores (d), dP = dO v^T (dv), dq = dS k (d); pass 2: scores (d),
+  // dP (dv), dv = P^T dO (dv), dk = dS^T q (d).
+  return 2.0 * bh * (double)attentionVisiblePairs(tq, tk, causal) * (4.0 * d + 3.0 * dv);
+}
+
+double cost::matmulFlops(int64_t batch, int64_t m, int64_t n, int64_t k, bool bias) {
+  double mn = (double)batch * m * n;
+  return 2.0 * mn * k + (bias ? mn : 0.0);
+}
+
+OpCost cost::crossEntropyCost(int64_t rows, int64_t vocab, int64_t elementBytes, bool grad) {
+  double n = (double)rows * vocab;
+  OpCost c;
+  // Forward: row max, exp-sum, log, pick the target (about 4 flops a logit);
+  // gradient: softmax minus one-hot, scaled (about 5 flops a logit).
+  c.flops = (grad ? 5.0 : 4.0) * n;
+  c.bytes = (grad ? 2.0 : 1.0) * n * elementBytes + 8.0 * rows;
+  return c;
+}
+
+//===----------------------------------------------------------------------===//
+// Per-op costs
+//===----------------------------------------------------------------------===//
+
+int64_t cost::typeBytes(Type type) {
+  auto t = dyn_cast<RankedTensorType>(type);
+  if (!t || !t.hasStaticShape())
+    return 0;
+  unsigned bits = t.getElementType().getIntOrFloatBitWidth();
+  return t.getNumElements() * (int64_t)std::max(1u, (bits + 7) / 8);
+}
+
+namespace {
+double numel(Value v) {
+  auto t = dyn_cast<RankedTensorType>(v.getType());
+  return t && t.hasStaticShape() ? (double)t.getNumElements() : 0.0;
+}
+double bytesOf(Value v) { return (double)typeBytes(v.getType()); }
+double operandBytes(Operation *op) {
+  double b = 0;
+  for (Value v : op->getOperands())
+    b += bytesOf(v);
+  return b;
+}
+double resultBytes(Operation *op) {
+  double b = 0;
+  for (Value v : op->getResults())
+    b += bytesOf(v);
+  return b;
+}
+/// Every operand read and every result written once.
+double moved(Operation *op) { return operandBytes(op) + resultBytes(op); }
+ArrayRef<int64_t> shapeOf(Value v) { return cast<RankedTensorType>(v.getType()).getShape(); }
+
+/// Elementwise-style op: `perElement` flops per result element.
+OpCost elementwise(Operation *op, double perElement) {
+  double n = 0;
+  for (Value r : op->getResults())
+    n += numel(r);
+  return {perElement * n, moved(op)};
+}
+
+OpCost attentionCost(Value q, Value k, Value v, bool causal, bool grad, Operation *op) {
+  ArrayRef<int64_t> qs = shapeOf(q), ks = shapeOf(k), vs = shapeOf(v);
+  int64_t tq = qs[qs.size() - 2], d = qs.back(), tk = ks[ks.size() - 2], dv = vs.back();
+  int64_t bh = 1;
+  for (size_t i = 0; i + 2 < qs.size(); ++i)
+    bh *= qs[i];
+  double flops = grad ? attentionGradFlops(bh, tq, tk, d, dv, causal)
+                      : attentionFlops(bh, tq, tk, d, dv, causal);
+  return {flops, moved(op)};
+}
+
+/// cross_entropy (or its gradient) over `logits` [rows..., vocab].
+OpCost logitsLoss(Value logits, bool grad) {
+  auto t = cast<RankedTensorType>(logits.getType());
+  int64_t vocab = t.getRank() ? t.getShape().back() : 1;
+  int64_t elt = (t.getElementType().getIntOrFloatBitWidth() + 7) / 8;
+  return crossEntropyCost(t.getNumElements() / std::max<int64_t>(1, vocab), vocab, elt, grad);
+}
+
+OpCost adamwCost(pm::AdamWOp op) {
+  OpCost c;
+  for (Attribute a : op.getParams()) {
+    auto ref = cast<FlatSymbolRefAttr>(a);
+    auto param = SymbolTable::lookupNearestSymbolFrom<pm::ParamOp>(op, ref.getAttr());
+    if (!param)
+      continue;
+    double n = (double)cast<RankedTensorType>(param.getType()).getNumElements();
+    double eb = (double)typeBytes(param.getType()) / std::max(1.0, n);
+    // Norm pass reads g; the update reads p, g, m, v and writes p, m, v.
+    c.flops += 16.0 * n;
+    c.bytes += 8.0 * n * eb;
+  }
+  return c;
+}
+} // namespace
+
+OpCost cost::opCost(Operation *op) {
+  return llvm::TypeSwitch<Operation *, OpCost>(op)
+      .Case<pm::GetParamOp, pm::ConstantOp, pm::ParamOp>([](auto) { return OpCost{}; })
+      .Case<pm::AddOp, pm::SubOp, pm::MulOp, pm::DivOp, pm::MaxOp, pm::EqualOp, pm::LessOp,
+            pm::AndOp, pm::NegOp, pm::NotOp, pm::WhereOp>(
+          [](Operation *o) { return elementwise(o, 1.0); })
+      .Case<pm::PowOp, pm::SqrtOp, pm::TanhOp, pm::ErfOp, pm::ExpOp, pm::LogOp>(
+          [](Operation *o) { return elementwise(o, 8.0); })
+      .Case<pm::CastOp, pm::ReshapeOp, pm::TransposeOp, pm::BroadcastOp, pm::SplitOp,
+            pm::ConcatOp, pm::SliceOp, pm::SliceGradOp>(
+          [](Operation *o) { return OpCost{0.0, moved(o)}; })
+      .Case<pm::ReduceSumOp, pm::ReduceMeanOp>(
+          [](Operation *o) { return OpCost{numel(o->getOperand(0)), moved(o)}; })
+      .Case([](pm::MatMulOp mm) {
+        ArrayRef<int64_t> as = shapeOf(mm.getA()), rs = shapeOf(mm.getResult());
+        int64_t k = as.size() == 1 ? as[0] : (mm.getTransposeA() ? as[as.size() - 2] : as.back());
+        // The result is [batch..., M, N] (or lower rank for vector operands):
+        // 2 * K flops per result element.
+        int64_t n = rs.empty() ? 1 : rs.back();
+        double rows = numel(mm.getResult()) / std::max<int64_t>(1, n);
+        return OpCost{matmulFlops(1, (int64_t)rows, n, k, (bool)mm.getBias()), moved(mm)};
+      })
+      .Case([](pm::LayerNormOp o) { return elementwise(o, 8.0); })
+      .Case([](pm::LayerNormGradOp o) { return OpCost{12.0 * numel(o.getX()), moved(o)}; })
+      .Case([](pm::GeluOp o) { return elementwise(o, 15.0); })
+      .Case([](pm::GeluGradOp o) { return elementwise(o, 20.0); })
+      .Case<pm::SoftmaxOp, pm::LogSoftmaxOp>([](Operation *o) { return elementwise(o, 5.0); })
+      .Case<pm::SoftmaxGradOp, pm::LogSoftmaxGradOp>(
+          [](Operation *o) { return elementwise(o, 4.0); })
+      .Case([](pm::AttentionOp o) {
+        return attentionCost(o.getQ(), o.getK(), o.getV(), o.getCausal(), false, o);
+      })
+      .Case([](pm::AttentionGradOp o) {
+        return attentionCost(o.getQ(), o.getK(), o.getV(), o.getCausal(), true, o);
+      })
+      .Case([](pm::EmbeddingOp o) {
+        // Gathers one table row per id: reads the ids and the rows, writes them.
+        return OpCost{0.0, bytesOf(o.getIds()) + 2.0 * bytesOf(o.getResult())};
+      })
+      .Case([](pm::EmbeddingGradOp o) {
+        // Zero-fills the table, then adds every dy row into its table row.
+        double dy = bytesOf(o.getDy());
+        return OpCost{numel(o.getDy()), bytesOf(o.getDtable()) + 3.0 * dy + bytesOf(o.getIds())};
+      })
+      .Case([](pm::CrossEntropyOp o) { return logitsLoss(o.getLogits(), false); })
+      .Case([](pm::CrossEntropyGradOp o) { return logitsLoss(o.getLogits(), true); })
+      .Case([](pm::AccumulateGradOp o) {
+        return OpCost{numel(o.getGrad()), 3.0 * bytesOf(o.getGrad())};
+      })
+      .Case([](pm::AdamWOp o) { return adamwCost(o); })
+      .Default([](Operation *o) { return OpCost{0.0, moved(o)}; });
+}
+
+double cost::opTime(Operation *op, const Device &device) { return device.time(opCost(op)); }

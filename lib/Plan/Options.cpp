@@ -1,0 +1,90 @@
+//===- Options.cpp - the --pipemesh-compile="..." options ------------------===//
+#include "pipemesh/Plan/Plan.h"
+#include "pipemesh/Plan/Schedule.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallVector.h"
+
+namespace pipemesh::plan {
+
+uint64_t fnv1a64(llvm::StringRef bytes, uint64_t hash) {
+  for (unsigned char c : bytes) {
+    hash ^= c;
+    hash *= 0x100000001b3ull;
+  }
+  return hash;
+}
+
+bool parseCompileOptions(llvm::StringRef text, CompileOptions &opts, std::string &why) {
+  llvm::SmallVector<llvm::StringRef> items;
+  text.split(items, ' ', -1, /*KeepEmpty=*/false);
+  for (llvm::StringRef item : items) {
+    auto [key, value] = item.split('=');
+    auto setInt = [&](int64_t &dst) {
+      if (value.getAsInteger(10, dst) || dst <= 0) {
+        why = "'" + key.str() + "' needs a positive integer, got '" + value.str() + "'";
+        return false;
+      }
+      return true;
+    };
+    if (key == "batch" ? !setInt(opts.batch)
+        : key == "seq" ? !setInt(opts.seq)
+        : key == "pp" ? !setInt(opts.pp)
+        : key == "dp" ? !setInt(opts.dp)
+        : key == "vpp" ? !setInt(opts.vpp)
+        : key == "microbatches" ? !setInt(opts.microbatches)
+        : key == "group" ? !setInt(opts.group)
+                         : false)
+      return false;
+    if (key == "schedule") {
+      if (!parseScheduleKind(value)) {
+        why = "schedule must be gpipe, 1f1b or interleaved, got '" + value.str() + "'";
+        return false;
+      }
+      opts.schedule = value.str();
+    } else if (key == "zero") {
+      if (value.getAsInteger(10, opts.zero) || opts.zero < 0 || opts.zero > 3) {
+        why = "zero must be 0, 1, 2 or 3, got '" + value.str() + "'";
+        return false;
+      }
+    } else if (key == "layers-per-stage") {
+      llvm::SmallVector<llvm::StringRef> parts;
+      value.split(parts, ',');
+      opts.layersPerStage.clear();
+      for (llvm::StringRef part : parts) {
+        int64_t n;
+        if (part.getAsInteger(10, n) || n < 0) {
+          why = "layers-per-stage needs a comma-separated list of layer counts, got '" +
+                value.str() + "'";
+          return false;
+        }
+        opts.layersPerStage.push_back(n);
+      }
+    } else if (key == "shapes-only") {
+      opts.shapesOnly = value == "true" || value == "1";
+    } else if (key == "labels") {
+      if (value != "auto" && value != "next" && value != "same") {
+        why = "labels must be auto, next or same, got '" + value.str() + "'";
+        return false;
+      }
+      opts.labels = value.str();
+    } else if (!llvm::is_contained({"batch", "seq", "pp", "dp", "vpp", "microbatches", "group"},
+                                   key)) {
+      why = "unknown option '" + key.str() + "'";
+      return false;
+    }
+  }
+  if (!opts.batch || !opts.seq) {
+    why = "batch=B and seq=T are required";
+    return false;
+  }
+  if (!opts.layersPerStage.empty() &&
+      (int64_t)opts.layersPerStage.size() != opts.pp * opts.vpp) {
+    why = "layers-per-stage lists " + std::to_string(opts.layersPerStage.size()) +
+          " chunks but pp * vpp = " + std::to_string(opts.pp * opts.vpp);
+    return false;
+  }
+  return true;
+}
+
+} // namespace pipemesh::plan

@@ -1,0 +1,167 @@
+//===- StagedStep.cpp - @train_step split into chunks and phases -----------===//
+#include "StagedStep.h"
+
+#include "pipemesh/Dialect/PMesh/PMesh.h"
+
+using namespace mlir;
+namespace pm = pipemesh::pmesh;
+
+namespace pipemesh::plan::detail {
+
+ValueScope StagedStep::scope(Value v) const {
+  while (true) {
+    if (isa<BlockArgument>(v))
+      return ValueScope::Input;
+    Operation *def = v.getDefiningOp();
+    if (isa<pm::ConstantOp>(def))
+      return ValueScope::Constant;
+    if (isa<pm::GetParamOp>(def))
+      return ValueScope::Param;
+    if (auto r = dyn_cast<pm::ReshapeOp>(def)) {
+      v = r.getInput();
+      continue;
+    }
+    return ValueScope::Activation;
+  }
+}
+
+llvm::StringRef StagedStep::paramRoot(Value v) const {
+  while (Operation *def = v.getDefiningOp()) {
+    if (auto g = dyn_cast<pm::GetParamOp>(def))
+      return g.getName();
+    auto r = dyn_cast<pm::ReshapeOp>(def);
+    if (!r)
+      break;
+    v = r.getInput();
+  }
+  return "";
+}
+
+int64_t StagedStep::producerRank(Value v) const {
+  return rankOf(chunkOf.lookup(v.getDefiningOp()));
+}
+
+FailureOr<StagedStep> analyzeTrainStep(func::FuncOp train, int64_t pp, int64_t numChunks) {
+  StagedStep s;
+  s.train = train;
+  s.pp = pp;
+  s.numChunks = numChunks;
+  Block &entry = train.getBody().front();
+  auto ret = cast<func::ReturnOp>(entry.getTerminator());
+  if (ret.getNumOperands() < 1)
+    return train.emitError("@train_step returns no loss");
+  s.loss = ret.getOperand(0);
+  s.lossOp = s.loss.getDefiningOp();
+  if (!s.lossOp || s.scope(s.loss) != ValueScope::Activation)
+    return train.emitError("the loss of @train_step is not computed from the model");
+
+  // The ops that need a chunk: everything but inputs, constants, parameters
+  // and views of those.
+  auto isFree = [&](Operation *op) {
+    if (isa<pm::ConstantOp, pm::GetParamOp, func::ReturnOp>(op))
+      return true;
+    if (auto r = dyn_cast<pm::ReshapeOp>(op))
+      return s.scope(r.getResult()) != ValueScope::Activation;
+    return false;
+  };
+  llvm::SmallVector<Operation *> ops;
+  for (Operation &op : entry)
+    if (!isFree(&op))
+      ops.push_back(&op);
+
+  // Chunks: the `pmesh.stage` attribute; ops without one (made by a cleanup
+  // after partitioning) go where their first user runs, else where their
+  // operands were computed.
+  bool anyStage = false;
+  for (Operation *op : ops) {
+    if (numChunks == 1) {
+      s.chunkOf[op] = 0;
+      continue;
+    }
+    auto attr = op->getAttrOfType<IntegerAttr>("pmesh.stage");
+    if (!attr)
+      continue;
+    anyStage = true;
+    int64_t c = attr.getInt();
+    if (c < 0 || c >= numChunks)
+      return op->emitOpError() << "has pmesh.stage = " << c << " but the plan has pp * vpp = "
+                               << numChunks << " chunks";
+    s.chunkOf[op] = c;
+  }
+  if (numChunks > 1) {
+    if (!anyStage)
+      return train.emitError() << "pp * vpp = " << numChunks
+                               << " chunks but @train_step has no pmesh.stage attributes: run "
+                                  "--pmesh-partition before --pmesh-autodiff";
+    for (Operation *op : llvm::reverse(ops)) {
+      if (s.chunkOf.count(op))
+        continue;
+      int64_t best = -1;
+      for (Operation *user : op->getUsers())
+        if (auto it = s.chunkOf.find(user); it != s.chunkOf.end())
+          best = best < 0 ? it->second : std::min(best, it->second);
+      if (best >= 0)
+        s.chunkOf[op] = best;
+    }
+    for (Operation *op : ops) {
+      if (s.chunkOf.count(op))
+        continue;
+      int64_t best = 0;
+      for (Value v : op->getOperands())
+        if (Operation *def = v.getDefiningOp())
+          if (auto it = s.chunkOf.find(def); it != s.chunkOf.end())
+            best = std::max(best, it->second);
+      s.chunkOf[op] = best;
+    }
+  }
+
+  // The forward phase: what the loss depends on.
+  llvm::SmallVector<Operation *> work{s.lossOp};
+  while (!work.empty()) {
+    Operation *op = work.pop_back_val();
+    if (!s.forward.insert(op).second)
+      continue;
+    for (Value v : op->getOperands())
+      if (Operation *def = v.getDefiningOp())
+        work.push_back(def);
+  }
+  s.fwdOps.assign(numChunks, {});
+  s.bwdOps.assign(numChunks, {});
+  s.accumulated.assign(numChunks, {});
+  for (Operation *op : ops) {
+    int64_t c = s.chunkOf[op];
+    (s.forward.count(op) ? s.fwdOps : s.bwdOps)[c].push_back(op);
+    if (auto acc = dyn_cast<pm::AccumulateGradOp>(op)) {
+      s.accumulated[c].insert(acc.getParam().str());
+      s.holders[acc.getParam()].insert(s.rankOf(c));
+    }
+  }
+
+  // Parameter copies: every rank that reads a parameter holds one.
+  for (Operation *op : ops)
+    for (Value v : op->getOperands())
+      if (llvm::StringRef p = s.paramRoot(v); !p.empty())
+        s.holders[p].insert(s.rankOf(s.chunkOf[op]));
+
+  // Channels: an activation read on another pipeline rank is sent there
+  // once per micro-batch, right after it is computed.
+  for (Operation *op : ops)
+    for (Value v : op->getResults()) {
+      std::set<int64_t> dst;
+      int64_t src = s.rankOf(s.chunkOf[op]);
+      for (Operation *user : v.getUsers())
+        if (auto it = s.chunkOf.find(user); it != s.chunkOf.end())
+          if (s.rankOf(it->second) != src)
+            dst.insert(s.rankOf(it->second));
+      for (int64_t d : dst)
+        s.remote[v].push_back({d, s.numChannels++});
+    }
+
+  int64_t k = 0;
+  for (Operation &op : entry)
+    if (isa<pm::ConstantOp>(op))
+      s.constantName[&op] = "const." + std::to_string(k++);
+  return s;
+}
+
+} // namespace pipemesh::plan::detail

@@ -1,0 +1,74 @@
+//===- StagedStep.h - @train_step split into chunks and phases --*- C++ -*-===//
+//
+// Internal to lib/Plan. Reads the `pmesh.stage` of every op of @train_step
+// (set by --pmesh-partition and the staged autodiff), splits each chunk's
+// ops into its forward phase (F: the ops the loss depends on) and its
+// backward phase (B: everything else, gradients and accumulate_grad), and
+// finds the values that cross pipeline ranks (one message channel per
+// (value, destination rank)) and the ranks that hold each parameter.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PIPEMESH_LIB_PLAN_STAGEDSTEP_H
+#define PIPEMESH_LIB_PLAN_STAGEDSTEP_H
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Value.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/StringMap.h"
+
+#include <set>
+#include <string>
+#include <vector>
+
+namespace pipemesh::plan::detail {
+
+/// Where a value's buffer comes from on a rank.
+enum class ValueScope {
+  Input,      // a @train_step argument (loaded per micro-batch) or a view of one
+  Constant,   // a pmesh.constant or a view of one (one buffer per rank)
+  Param,      // a get_param or a view of one (the rank's copy of the parameter)
+  Activation, // computed per micro-batch
+};
+
+struct StagedStep {
+  mlir::func::FuncOp train;
+  int64_t pp = 1;
+  int64_t numChunks = 1;
+  /// The returned loss and the op that computes it.
+  mlir::Value loss;
+  mlir::Operation *lossOp = nullptr;
+  /// Chunk of every op that produces activations (or accumulates a gradient).
+  llvm::DenseMap<mlir::Operation *, int64_t> chunkOf;
+  /// The ops the loss depends on (the forward phase).
+  llvm::DenseSet<mlir::Operation *> forward;
+  /// Per chunk, the ops each phase runs, in program order (views of inputs,
+  /// constants and parameters are left out: every rank materializes those).
+  std::vector<std::vector<mlir::Operation *>> fwdOps, bwdOps;
+  /// Activations read on other pipeline ranks: (destination rank, channel).
+  llvm::DenseMap<mlir::Value, llvm::SmallVector<std::pair<int64_t, int64_t>, 1>> remote;
+  int64_t numChannels = 0;
+  /// Per parameter: the pipeline ranks that read it or accumulate its
+  /// gradient (more than one: a tied parameter, one copy per rank).
+  llvm::StringMap<std::set<int64_t>> holders;
+  /// Per chunk: the parameters whose gradient its backward accumulates.
+  std::vector<std::set<std::string>> accumulated;
+  /// The weights entry of every constant ("const.K" in program order).
+  llvm::DenseMap<mlir::Operation *, std::string> constantName;
+
+  int64_t rankOf(int64_t chunk) const { return chunk % pp; }
+  /// The pipeline rank that computes an Activation-scope value.
+  int64_t producerRank(mlir::Value v) const;
+  ValueScope scope(mlir::Value v) const;
+  /// The parameter a Param-scope value reads ("" otherwise).
+  llvm::StringRef paramRoot(mlir::Value v) const;
+};
+
+/// Analyzes @train_step for `pp` pipeline ranks and `numChunks` (= pp * vpp)
+/// chunks. With one chunk, stage attributes are ignored.
+mlir::FailureOr<StagedStep> analyzeTrainStep(mlir::func::FuncOp train, int64_t pp,
+                                             int64_t numChunks);
+
+} // namespace pipemesh::plan::detail
+
+#endif // PIPEMESH_LIB_PLAN_STAGEDSTEP_H

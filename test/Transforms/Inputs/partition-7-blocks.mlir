@@ -1,0 +1,49 @@
+// Seven residual "layers" (blocks.<i>), a tied embedding / output head and
+// a final norm: the input of test/Transforms/partition-uneven.mlir.
+module {
+  pmesh.param @model.embed : tensor<64x16xf32>
+  pmesh.param @blocks.0.w : tensor<16x16xf32>
+  pmesh.param @blocks.1.w : tensor<16x16xf32>
+  pmesh.param @blocks.2.w : tensor<16x16xf32>
+  pmesh.param @blocks.3.w : tensor<16x16xf32>
+  pmesh.param @blocks.4.w : tensor<16x16xf32>
+  pmesh.param @blocks.5.w : tensor<16x16xf32>
+  pmesh.param @blocks.6.w : tensor<16x16xf32>
+  pmesh.param @model.norm.weight : tensor<16xf32>
+  func.func @forward(%ids: tensor<2x8xi64>) -> tensor<2x8x64xf32> {
+    %emb = pmesh.get_param @model.embed : tensor<64x16xf32>
+    %x0 = pmesh.embedding %emb, %ids : (tensor<64x16xf32>, tensor<2x8xi64>) -> tensor<2x8x16xf32>
+    %w0 = pmesh.get_param @blocks.0.w : tensor<16x16xf32>
+    %m0 = pmesh.matmul %x0, %w0 : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+    %g0 = pmesh.gelu %m0 : tensor<2x8x16xf32>
+    %x1 = pmesh.add %x0, %g0 : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+    %w1 = pmesh.get_param @blocks.1.w : tensor<16x16xf32>
+    %m1 = pmesh.matmul %x1, %w1 : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+    %g1 = pmesh.gelu %m1 : tensor<2x8x16xf32>
+    %x2 = pmesh.add %x1, %g1 : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+    %w2 = pmesh.get_param @blocks.2.w : tensor<16x16xf32>
+    %m2 = pmesh.matmul %x2, %w2 : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+    %g2 = pmesh.gelu %m2 : tensor<2x8x16xf32>
+    %x3 = pmesh.add %x2, %g2 : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+    %w3 = pmesh.get_param @blocks.3.w : tensor<16x16xf32>
+    %m3 = pmesh.matmul %x3, %w3 : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+    %g3 = pmesh.gelu %m3 : tensor<2x8x16xf32>
+    %x4 = pmesh.add %x3, %g3 : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+    %w4 = pmesh.get_param @blocks.4.w : tensor<16x16xf32>
+    %m4 = pmesh.matmul %x4, %w4 : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+    %g4 = pmesh.gelu %m4 : tensor<2x8x16xf32>
+    %x5 = pmesh.add %x4, %g4 : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+    %w5 = pmesh.get_param @blocks.5.w : tensor<16x16xf32>
+    %m5 = pmesh.matmul %x5, %w5 : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+    %g5 = pmesh.gelu %m5 : tensor<2x8x16xf32>
+    %x6 = pmesh.add %x5, %g5 : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+    %w6 = pmesh.get_param @blocks.6.w : tensor<16x16xf32>
+    %m6 = pmesh.matmul %x6, %w6 : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+    %g6 = pmesh.gelu %m6 : tensor<2x8x16xf32>
+    %x7 = pmesh.add %x6, %g6 : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+    %nw = pmesh.get_param @model.norm.weight : tensor<16xf32>
+    %n = pmesh.layer_norm %x7, %nw : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+    %logits = pmesh.matmul %n, %emb {transpose_b = true} : (tensor<2x8x16xf32>, tensor<64x16xf32>) -> tensor<2x8x64xf32>
+    return %logits : tensor<2x8x64xf32>
+  }
+}

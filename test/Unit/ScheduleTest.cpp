@@ -1,0 +1,210 @@
+//===- ScheduleTest.cpp - GPipe, 1F1B and interleaved action orders -------===//
+#include "pipemesh/Plan/DeadlockCheck.h"
+#include "pipemesh/Plan/Schedule.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+
+using namespace pipemesh::plan;
+
+namespace {
+ScheduleConfig config(ScheduleKind kind, int64_t pp, int64_t vpp, int64_t m, int64_t group = 0) {
+  ScheduleConfig c;
+  c.kind = kind, c.pp = pp, c.vpp = vpp, c.microbatches = m, c.group = group;
+  return c;
+}
+
+std::string row(const ScheduleConfig &c, int64_t rank) {
+  return formatSchedule(rankSchedule(c, rank));
+}
+
+/// Forwards a rank runs before its first backward.
+int64_t forwardsBeforeFirstBackward(const std::vector<Action> &actions) {
+  auto it = std::find_if(actions.begin(), actions.end(), [](const Action &a) { return a.backward; });
+  return it - actions.begin();
+}
+
+/// Megatron's constraints on the interleaved schedule.
+bool megatronAccepts(const ScheduleConfig &c) {
+  if (effectiveKind(c) != ScheduleKind::Interleaved)
+    return true;
+  int64_t g = effectiveGroup(c), m = c.microbatches;
+  return g >= c.pp && (m <= g || m % g == 0 || m % g >= c.pp);
+}
+
+const ScheduleKind kKinds[] = {ScheduleKind::GPipe, ScheduleKind::OneFOneB,
+                               ScheduleKind::Interleaved};
+} // namespace
+
+TEST(Schedule, OneFOneBWarmupIsPpMinusRankMinusOne) {
+  // Megatron: min(pp - rank - 1, M) forwards before the steady state.
+  for (int64_t m : {1, 2, 3, 8})
+    for (int64_t r = 0; r < 4; ++r) {
+      ScheduleConfig c = config(ScheduleKind::OneFOneB, 4, 1, m);
+      int64_t warm = std::min<int64_t>(4 - r - 1, m);
+      EXPECT_EQ(warmupForwards(c, r), warm) << "rank " << r << " M " << m;
+      // The steady state opens with one more forward, then the first backward.
+      EXPECT_EQ(forwardsBeforeFirstBackward(rankSchedule(c, r)), std::min(warm + 1, m));
+    }
+}
+
+TEST(Schedule, InterleavedWarmupIsMegatrons) {
+  // (pp - rank - 1) * 2 + (vpp - 1) * group, capped at M * vpp.
+  struct Case {
+    int64_t pp, vpp, m, group, rank, expected;
+  } cases[] = {
+      {4, 2, 8, 0, 0, 10}, {4, 2, 8, 0, 1, 8},  {4, 2, 8, 0, 2, 6},  {4, 2, 8, 0, 3, 4},
+      {4, 2, 4, 0, 0, 8},  {4, 2, 4, 0, 1, 8},  {4, 2, 4, 0, 2, 6},  {4, 2, 4, 0, 3, 4},
+      {2, 3, 4, 0, 0, 6},  {2, 3, 4, 0, 1, 4},  {2, 2, 6, 3, 0, 5},  {2, 2, 6, 3, 1, 3},
+      {3, 2, 2, 0, 0, 4},  {1, 2, 4, 0, 0, 1},
+  };
+  for (const Case &k : cases) {
+    ScheduleConfig c = config(ScheduleKind::Interleaved, k.pp, k.vpp, k.m, k.group);
+    EXPECT_EQ(warmupForwards(c, k.rank), k.expected)
+        << "pp " << k.pp << " vpp " << k.vpp << " M " << k.m << " group " << k.group << " rank "
+        << k.rank;
+    int64_t total = k.m * k.vpp;
+    EXPECT_EQ(forwardsBeforeFirstBackward(rankSchedule(c, k.rank)),
+              std::min(k.expected + 1, total));
+  }
+}
+
+TEST(Schedule, HandWrittenOrders) {
+  ScheduleConfig gpipe = config(ScheduleKind::GPipe, 2, 1, 2);
+  EXPECT_EQ(row(gpipe, 0), "0F0 0F1 0B0 0B1");
+  EXPECT_EQ(row(gpipe, 1), "1F0 1F1 1B0 1B1");
+
+  ScheduleConfig ofob = config(ScheduleKind::OneFOneB, 2, 1, 3);
+  EXPECT_EQ(row(ofob, 0), "0F0 0F1 0B0 0F2 0B1 0B2");
+  EXPECT_EQ(row(ofob, 1), "1F0 1B0 1F1 1B1 1F2 1B2");
+
+  ScheduleConfig ofob4 = config(ScheduleKind::OneFOneB, 4, 1, 4);
+  EXPECT_EQ(row(ofob4, 0), "0F0 0F1 0F2 0F3 0B0 0B1 0B2 0B3");
+  EXPECT_EQ(row(ofob4, 1), "1F0 1F1 1F2 1B0 1F3 1B1 1B2 1B3");
+  EXPECT_EQ(row(ofob4, 2), "2F0 2F1 2B0 2F2 2B1 2F3 2B2 2B3");
+  EXPECT_EQ(row(ofob4, 3), "3F0 3B0 3F1 3B1 3F2 3B2 3F3 3B3");
+
+  // Megatron's interleaved schedule, pp=2 vpp=2 M=4 (groups of 2).
+  ScheduleConfig il = config(ScheduleKind::Interleaved, 2, 2, 4);
+  EXPECT_EQ(row(il, 0), "0F0 0F1 2F0 2F1 0F2 2B0 0F3 2B1 2F2 0B0 2F3 0B1 2B2 2B3 0B2 0B3");
+  EXPECT_EQ(row(il, 1), "1F0 1F1 3F0 3B0 3F1 3B1 1F2 1B0 1F3 1B1 3F2 3B2 3F3 3B3 1B2 1B3");
+  // M = pp: every forward first on rank 0.
+  ScheduleConfig il2 = config(ScheduleKind::Interleaved, 2, 2, 2);
+  EXPECT_EQ(row(il2, 0), "0F0 0F1 2F0 2F1 2B0 2B1 0B0 0B1");
+  EXPECT_EQ(row(il2, 1), "1F0 1F1 3F0 3B0 3F1 3B1 1B0 1B1");
+
+  // Breadth-first (GPipe with virtual stages).
+  ScheduleConfig bfs = config(ScheduleKind::GPipe, 2, 2, 2);
+  EXPECT_EQ(row(bfs, 0), "0F0 0F1 2F0 2F1 2B0 2B1 0B0 0B1");
+}
+
+TEST(Schedule, VirtualStagesPickTheInterleavedSchedule) {
+  EXPECT_EQ(effectiveKind(config(ScheduleKind::OneFOneB, 2, 2, 4)), ScheduleKind::Interleaved);
+  EXPECT_EQ(effectiveKind(config(ScheduleKind::Interleaved, 2, 1, 4)), ScheduleKind::OneFOneB);
+  EXPECT_EQ(effectiveKind(config(ScheduleKind::GPipe, 2, 2, 4)), ScheduleKind::GPipe);
+  EXPECT_EQ(effectiveGroup(config(ScheduleKind::Interleaved, 3, 2, 4)), 3);
+  EXPECT_EQ(effectiveGroup(config(ScheduleKind::Interleaved, 3, 2, 4, 5)), 5);
+}
+
+TEST(Schedule, EveryActionOnceAndInDependencyOrder) {
+  for (ScheduleKind kind : kKinds)
+    for (int64_t pp = 1; pp <= 4; ++pp)
+      for (int64_t vpp = 1; vpp <= 3; ++vpp)
+        for (int64_t m = 1; m <= 8; ++m)
+          for (int64_t group : {0, 1, 3}) {
+            ScheduleConfig c = config(kind, pp, vpp, m, group);
+            std::string label = std::string(scheduleKindName(kind)) + " pp " +
+                                std::to_string(pp) + " vpp " + std::to_string(vpp) + " M " +
+                                std::to_string(m) + " group " + std::to_string(group);
+            std::map<std::tuple<int64_t, int64_t, bool>, int> seen;
+            for (int64_t r = 0; r < pp; ++r) {
+              std::vector<Action> actions = rankSchedule(c, r);
+              ASSERT_EQ((int64_t)actions.size(), 2 * m * vpp) << label;
+              std::map<std::tuple<int64_t, int64_t, bool>, size_t> at;
+              for (auto [k, a] : llvm::enumerate(actions)) {
+                ASSERT_EQ(a.chunk % pp, r) << label << ": rank " << r << " runs chunk " << a.chunk;
+                ++seen[{a.chunk, a.microbatch, a.backward}];
+                at[{a.chunk, a.microbatch, a.backward}] = k;
+              }
+              // Backward after its own forward; on one rank, chunk order holds.
+              for (auto &[key, k] : at) {
+                auto [chunk, j, backward] = key;
+                if (backward) {
+                  EXPECT_LT((at[{chunk, j, false}]), k) << label << ": B before F of " << chunk;
+                }
+                int64_t dep = backward ? chunk + 1 : chunk - 1;
+                if (dep >= 0 && dep < pp * vpp && dep % pp == r) {
+                  EXPECT_LT((at[{dep, j, backward}]), k) << label << ": chunk " << chunk
+                                                       << " before its input chunk " << dep;
+                }
+              }
+            }
+            EXPECT_EQ((int64_t)seen.size(), 2 * m * vpp * pp) << label;
+            for (auto &[key, n] : seen)
+              EXPECT_EQ(n, 1) << label;
+          }
+}
+
+TEST(Schedule, ChainOfChunksNeverDeadlocks) {
+  // Every GPipe and 1F1B order, and every interleaved order within
+  // Megatron's constraints, is deadlock-free; what validateSchedule refuses
+  // is exactly what deadlocks.
+  int checked = 0;
+  for (ScheduleKind kind : kKinds)
+    for (int64_t pp = 1; pp <= 4; ++pp)
+      for (int64_t vpp = 1; vpp <= 3; ++vpp)
+        for (int64_t m = 1; m <= 9; ++m)
+          for (int64_t group : {0, 1, 2, 3, 4, 5}) {
+            ScheduleConfig c = config(kind, pp, vpp, m, group);
+            std::string label = std::string(scheduleKindName(kind)) + " pp " +
+                                std::to_string(pp) + " vpp " + std::to_string(vpp) + " M " +
+                                std::to_string(m) + " group " + std::to_string(group);
+            std::string dead = findDeadlock(chainPrograms(c)), why;
+            if (megatronAccepts(c)) {
+              EXPECT_EQ(dead, "") << label;
+              ++checked;
+            }
+            EXPECT_EQ(validateSchedule(c, why), dead.empty()) << label << ": " << why;
+          }
+  EXPECT_GT(checked, 1000);
+}
+
+TEST(Schedule, DeadlockingInterleavedOrdersAreRefused) {
+  std::string why;
+  // A group smaller than pp.
+  EXPECT_FALSE(validateSchedule(config(ScheduleKind::Interleaved, 4, 2, 8, 2), why));
+  EXPECT_EQ(why, "the interleaved schedule with pp=4 vpp=2 microbatches=8 group=2 deadlocks (a "
+                 "forward waits for a backward that waits for it); Megatron's interleaved "
+                 "schedule needs group >= pp and microbatches % group either 0 or >= pp");
+  // A last group of one micro-batch with three virtual stages.
+  EXPECT_FALSE(validateSchedule(config(ScheduleKind::Interleaved, 4, 3, 5), why));
+  // Outside Megatron's constraints but deadlock-free (a bubblier order): allowed.
+  EXPECT_TRUE(validateSchedule(config(ScheduleKind::Interleaved, 3, 2, 4), why)) << why;
+  EXPECT_TRUE(validateSchedule(config(ScheduleKind::Interleaved, 4, 2, 5), why)) << why;
+  // Fewer micro-batches than pp: one group, every forward first.
+  EXPECT_TRUE(validateSchedule(config(ScheduleKind::Interleaved, 4, 2, 3), why)) << why;
+}
+
+TEST(Schedule, SwappedRecvOrderDeadlocks) {
+  // 1F1B pp=2 M=4: rank 0 waits for the gradient of micro-batch 2 where it
+  // should wait for micro-batch 0's, but rank 1 computes it only after rank
+  // 0's forward of micro-batch 2, which comes later.
+  std::vector<RankProgram> programs = chainPrograms(config(ScheduleKind::OneFOneB, 2, 1, 4));
+  ASSERT_EQ(findDeadlock(programs), "");
+  std::vector<size_t> recvs;
+  for (auto [k, op] : llvm::enumerate(programs[0].ops))
+    if (op.kind == CommOp::Kind::Recv)
+      recvs.push_back(k);
+  ASSERT_EQ(recvs.size(), 4u);
+  std::swap(programs[0].ops[recvs[0]], programs[0].ops[recvs[2]]);
+  std::string why = findDeadlock(programs);
+  EXPECT_NE(why.find("deadlock"), std::string::npos) << why;
+  std::string tag = std::to_string(programs[0].ops[recvs[0]].tag); // micro-batch 2's
+  EXPECT_NE(why.find("rank 0 instruction " + std::to_string(recvs[0]) + " (recv from rank 1 tag " +
+                     tag + ") waits for rank 1 to send tag " + tag),
+            std::string::npos)
+      << why;
+  EXPECT_NE(why.find("rank 1 instruction"), std::string::npos) << why;
+}
