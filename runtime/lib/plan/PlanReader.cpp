@@ -279,8 +279,13 @@ struct PlanParser {
           if (bi.numel != bi.shardNumel)
             fail("plan '", file, "': ", label, " has ", bi.numel, " elements but shard_numel ",
                  bi.shardNumel);
+          // A shard may hold padding only (a scalar on dp=2, 5 elements on dp=4):
+          // with padded_numel it is bounded below; without, by the parameter.
+          int64_t bound = b.contains("padded_numel")
+                              ? INT64_MAX
+                              : std::max<int64_t>(pn, 1) + bi.shardNumel - 1;
           if (bi.shardNumel == 0 || bi.elemOffset < 0 || bi.elemOffset % bi.shardNumel != 0 ||
-              bi.elemOffset >= std::max<int64_t>(pn, 1) + bi.shardNumel - 1)
+              bi.elemOffset >= bound)
             fail("plan '", file, "': ", label, " is a shard [", bi.elemOffset, ", ",
                  bi.elemOffset + bi.shardNumel, ") that does not tile parameter '", bi.param,
                  "' of shape ", shapeStr(pi->shape), " (", pn, " elements)");

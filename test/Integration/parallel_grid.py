@@ -1,0 +1,93 @@
+#!/usr/bin/python3
+"""Parallel-equivalence grid (issue 4): every (pp, dp, vpp, schedule, zero) trains the
+same losses as pp=1 dp=1 within 1e-5 relative over 5 steps (DESIGN.md section 5, oracle 3).
+
+The global batch is fixed (dp * microbatches * batch), so every configuration trains on
+exactly the same data (canonical sampling). The model is a generated 8-layer GPT, so
+pp=4 x vpp=2 still has a layer per chunk. Runs with oversubscribed `mpirun`, one thread
+per rank. CI runs a subset (runtime test `compiled_parallel`); this script runs the grid:
+
+    parallel_grid.py --opt build/bin/pipemesh-opt --run build/bin/pipemesh-run \\
+        [--pp 1,2,3,4] [--dp 1,2] [--vpp 1,2] [--zero 0,1,2,3] [--microbatches 4]
+"""
+import argparse
+import itertools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--opt", required=True)
+    ap.add_argument("--run", required=True)
+    ap.add_argument("--pp", default="1,2,3,4")
+    ap.add_argument("--dp", default="1,2")
+    ap.add_argument("--vpp", default="1,2")
+    ap.add_argument("--zero", default="0,1,2,3")
+    ap.add_argument("--schedules", default="gpipe,1f1b,interleaved")
+    ap.add_argument("--microbatches", type=int, default=4, help="at dp=1 (halved at dp=2)")
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--rtol", type=float, default=1e-5)
+    args = ap.parse_args()
+    ints = lambda s: [int(x) for x in s.split(",")]
+    work = tempfile.mkdtemp(prefix="pipemesh-grid-")
+    model = os.path.join(work, "gpt8.onnx")
+    subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "models", "gen_gpt2.py"),
+                    "--layers", "8", "--embd", "32", "--heads", "2", "--vocab", "256",
+                    "--ctx", "16", "-o", model], check=True, capture_output=True)
+    corpus = os.path.join(work, "corpus.bin")
+    subprocess.run([args.run, "--write-default-corpus", corpus], check=True,
+                   capture_output=True)
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+
+    def losses(pp, dp, vpp, sched, zero):
+        m = args.microbatches // dp
+        name = f"p{pp}d{dp}v{vpp}{sched}z{zero}"
+        plan, log = os.path.join(work, name + ".plan"), os.path.join(work, name + ".jsonl")
+        r = subprocess.run([args.opt, model, f"--pipemesh-compile=batch=2 seq=8 "
+                            f"microbatches={m} pp={pp} dp={dp} vpp={vpp} schedule={sched} "
+                            f"zero={zero}", "-o", plan], capture_output=True, text=True)
+        if r.returncode:
+            return None, "compile: " + r.stderr.strip()[-300:]
+        r = subprocess.run(["mpirun", "--oversubscribe", "-np", str(pp * dp), args.run, plan,
+                            "--data", corpus, "--steps", str(args.steps), "--lr", "3e-3",
+                            "--grad-clip", "1.0", "--weight-decay", "0.1", "--log-json", log],
+                           capture_output=True, text=True, env=env, timeout=600)
+        if r.returncode:
+            return None, "run: " + (r.stdout + r.stderr).strip()[-400:]
+        return [json.loads(l)["loss"] for l in open(log)], None
+
+    ref, err = losses(1, 1, 1, "1f1b", 0)
+    if ref is None:
+        print("reference failed:", err)
+        return 1
+    print("reference pp=1 dp=1 losses:", " ".join(f"{x:.6f}" for x in ref), flush=True)
+    passed = failed = 0
+    for pp, dp, vpp, sched, zero in itertools.product(
+            ints(args.pp), ints(args.dp), ints(args.vpp), args.schedules.split(","),
+            ints(args.zero)):
+        if (dp == 1 and zero > 0) or (vpp == 1 and sched == "interleaved"):
+            continue  # zero needs replicas; interleaving needs virtual stages
+        got, err = losses(pp, dp, vpp, sched, zero)
+        if got is None:
+            failed += 1
+            print(f"FAIL pp={pp} dp={dp} vpp={vpp} {sched:11s} zero={zero}: {err}", flush=True)
+            continue
+        rel = max(abs(a - b) / abs(b) for a, b in zip(got, ref))
+        ok = rel <= args.rtol
+        passed += ok
+        failed += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} pp={pp} dp={dp} vpp={vpp} {sched:11s} zero={zero} "
+              f"max rel err {rel:.2e}", flush=True)
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
