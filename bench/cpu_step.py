@@ -8,7 +8,15 @@ warm-up. Also reports the step's achieved GFLOP/s (the plan's flops_per_step / t
 against this machine's sgemm peak measured in the same run, and pipemesh-run's peak RSS
 against the plan's arena size.
 
-    bench/cpu_step.py [--build build] [--steps 12] [--threads N] [--json OUT]
+PyTorch gets its best setting: it runs in a fresh process per setting (libgomp reads its
+environment when it loads): as launched; with OMP_WAIT_POLICY=passive (what pipemesh-run
+sets for itself when the variable is unset: idle OpenMP threads sleep instead of spinning,
+which matters a lot when the cores are shared); and with that on OpenBLAS's OpenMP build
+(the one pipemesh-run links). The fastest counts.
+On a shared machine the load drifts, so the two sides are measured in alternating rounds
+and each side's time is the median over all rounds' post-warm-up steps.
+
+    bench/cpu_step.py [--build build] [--steps 6] [--rounds 3] [--threads N] [--json OUT]
 """
 import argparse
 import json
@@ -44,7 +52,20 @@ def sgemm_peak(threads, n=2048, reps=5):
     return 2 * n ** 3 / best / 1e9
 
 
-def torch_step_ms(model_path, tokens, steps, threads):
+# PyTorch's settings: name -> environment additions. The third runs PyTorch on OpenBLAS's
+# OpenMP build, the one pipemesh-run links (Debian's libblas.so.3 is the pthread build).
+TORCH_SETTINGS = {"as launched": {}, "OMP_WAIT_POLICY=passive": {"OMP_WAIT_POLICY": "passive"}}
+_OPENMP_BLAS = "/usr/lib/x86_64-linux-gnu/openblas-openmp"
+if os.path.exists(os.path.join(_OPENMP_BLAS, "libblas.so.3")):
+    TORCH_SETTINGS["OMP_WAIT_POLICY=passive, OpenMP OpenBLAS"] = {
+        "OMP_WAIT_POLICY": "passive",
+        "LD_LIBRARY_PATH": ":".join(filter(None, [_OPENMP_BLAS,
+                                                  os.environ.get("LD_LIBRARY_PATH")]))}
+WARMUP = 2
+
+
+def torch_step_times(model_path, tokens, steps, threads):
+    """Per-step wall times (ms) of PyTorch training, in this process."""
     torch.set_num_threads(threads)
     net, cfg = check_training.torch_model(model_path, CFG["heads"])
     params = list(dict.fromkeys(net.parameters()))
@@ -60,16 +81,50 @@ def torch_step_ms(model_path, tokens, steps, threads):
         loss.backward()
         opt.step()
         times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times[2:])
+    return times
+
+
+def torch_worker(args):
+    """--torch-worker: PyTorch's step times as JSON on stdout."""
+    tokens = np.fromfile(args.torch_worker, dtype=np.uint16, offset=1024).astype(np.int64)
+    model = os.path.join(ROOT, "bench", "out", "gpt_L6_C384_V8192.onnx")
+    print(json.dumps(torch_step_times(model, tokens, args.steps, args.threads)))
+
+
+def torch_run(shard, steps, threads, extra_env):
+    env = dict(os.environ, **extra_env)
+    out = subprocess.run(["/usr/bin/python3", os.path.abspath(__file__), "--torch-worker", shard,
+                          "--steps", str(steps), "--threads", str(threads)],
+                         env=env, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def pipemesh_run(run, plan, shard, steps, threads, work):
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
+    log = os.path.join(work, "cpu_step.jsonl")
+    timing = os.path.join(work, "cpu_step.time")
+    subprocess.run(["/usr/bin/time", "-f", "%M", "-o", timing, run, plan, "--data", shard,
+                    "--steps", str(steps), "--log-json", log, "--lr", "1e-3",
+                    "--weight-decay", "0.1"], check=True, env=env, stdout=subprocess.DEVNULL)
+    rows = [json.loads(l) for l in open(log)]
+    rss = int(open(timing).read().split()[-1]) * 1024
+    return [r["ms"] for r in rows], rss
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
-    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--steps", type=int, default=6, help="steps per run (the first %d are "
+                    "warm-up)" % WARMUP)
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of both sides")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--json")
+    ap.add_argument("--torch-worker", metavar="SHARD", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.torch_worker:
+        return torch_worker(args)
+    if args.steps <= WARMUP:
+        ap.error(f"--steps must be above the {WARMUP} warm-up steps")
     opt, run = (os.path.join(args.build, "bin", t) for t in ("pipemesh-opt", "pipemesh-run"))
     work = os.path.join(ROOT, "bench", "out")
     os.makedirs(work, exist_ok=True)
@@ -93,34 +148,43 @@ def main():
     with open(shard, "wb") as f:
         f.write(header.tobytes())
         f.write(tokens.tobytes())
-
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads),
-               OPENBLAS_NUM_THREADS=str(args.threads))
-    log = os.path.join(work, "cpu_step.jsonl")
-    timing = os.path.join(work, "cpu_step.time")
-    subprocess.run(["/usr/bin/time", "-f", "%M", "-o", timing, run, plan, "--data", shard,
-                    "--steps", str(args.steps), "--log-json", log, "--lr", "1e-3",
-                    "--weight-decay", "0.1"], check=True, env=env, stdout=subprocess.DEVNULL)
-    rows = [json.loads(l) for l in open(log)]
-    ours_ms = statistics.median(r["ms"] for r in rows[2:])
-    rss = int(open(timing).read().split()[-1]) * 1024
     flops = json.loads(subprocess.run(
         ["/usr/bin/python3", "-c", "import sys,json,struct;d=open(sys.argv[1],'rb').read();"
          "L=struct.unpack('<Q',d[16:24])[0];print(json.dumps(json.loads(d[40:40+L])['model']))",
          plan], capture_output=True, text=True, check=True).stdout)["flops_per_step"]
 
-    torch_ms = torch_step_ms(model, tokens.astype(np.int64), args.steps, args.threads)
+    ours, rss = [], 0
+    theirs = {name: [] for name in TORCH_SETTINGS}
+    for r in range(args.rounds):
+        times, peak_rss = pipemesh_run(run, plan, shard, args.steps, args.threads, work)
+        ours += times[WARMUP:]
+        rss = max(rss, peak_rss)
+        line = f"round {r + 1}/{args.rounds}: pipemesh {statistics.median(times[WARMUP:]):.0f} ms"
+        for name, extra in TORCH_SETTINGS.items():
+            t = torch_run(shard, args.steps, args.threads, extra)[WARMUP:]
+            theirs[name] += t
+            line += f", torch ({name}) {statistics.median(t):.0f} ms"
+        print(line, flush=True)
+    ours_ms = statistics.median(ours)
+    torch_by_setting = {name: statistics.median(t) for name, t in theirs.items()}
+    best = min(torch_by_setting, key=torch_by_setting.get)
+    torch_ms = torch_by_setting[best]
+
     peak = sgemm_peak(args.threads)
     result = {
         "model": CFG, "batch": B, "seq": T, "threads": args.threads,
+        "steps_per_run": args.steps, "warmup_steps": WARMUP, "rounds": args.rounds,
         "pipemesh_step_ms": ours_ms, "torch_step_ms": torch_ms,
+        "torch_setting": best, "torch_step_ms_by_setting": torch_by_setting,
+        "pipemesh_step_ms_all": ours, "torch_step_ms_all": theirs,
         "time_ratio_pipemesh_over_torch": ours_ms / torch_ms,
         "flops_per_step": flops, "pipemesh_gflops": flops / ours_ms / 1e6,
         "sgemm_peak_gflops": peak, "fraction_of_sgemm_peak": flops / ours_ms / 1e6 / peak,
         "peak_rss_bytes": rss, "plan_arena_bytes": arena,
         "rss_over_arena": rss / arena,
+        "load_average": os.getloadavg(),
     }
-    print(f"step time   pipemesh {ours_ms:8.1f} ms   torch {torch_ms:8.1f} ms   "
+    print(f"step time   pipemesh {ours_ms:8.1f} ms   torch {torch_ms:8.1f} ms ({best})   "
           f"ratio {ours_ms / torch_ms:.3f} (below 1 = faster than PyTorch)")
     print(f"throughput  {result['pipemesh_gflops']:.1f} GFLOP/s = "
           f"{100 * result['fraction_of_sgemm_peak']:.1f}% of sgemm peak {peak:.1f} GFLOP/s")

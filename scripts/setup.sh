@@ -8,7 +8,10 @@ PACKAGES=(
   llvm-19-dev llvm-19-tools libmlir-19-dev mlir-19-tools
   libonnx-dev libprotobuf-dev protobuf-compiler python3-onnx
   libopenmpi-dev openmpi-bin
-  libopenblas-dev libgtest-dev
+  # The runtime links OpenBLAS's OpenMP build: BLAS and the kernels share one
+  # thread pool (runtime/CMakeLists.txt). Installing it leaves the system's
+  # default libblas (the pthread build) as it is.
+  libopenblas-dev libopenblas-openmp-dev libgtest-dev
   nlohmann-json3-dev
   python3-numpy python3-torch
   clang-14 libclang-rt-14-dev

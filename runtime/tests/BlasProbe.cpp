@@ -1,10 +1,11 @@
 //===- BlasProbe.cpp - end-to-end check of configureBlas' re-execution ------===//
 //
-// Run as `env -u OPENBLAS_CORETYPE LD_PRELOAD=libpipemesh-fake-blas-core.so
-// pipemesh-blas-probe first "second arg"`: OpenBLAS then claims the generic
-// Prescott core, so on a CPU with AVX2 or AVX-512 configureBlas must re-execute
-// the probe exactly once, with OPENBLAS_CORETYPE set and the arguments intact.
-// Exit status 0 when all of that holds.
+// Run as `env -u OPENBLAS_CORETYPE -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT
+// LD_PRELOAD=libpipemesh-fake-blas-core.so pipemesh-blas-probe first "second arg"`:
+// OpenBLAS then claims the generic Prescott core, so on a CPU with AVX2 or
+// AVX-512 configureBlas must re-execute the probe exactly once, with
+// OPENBLAS_CORETYPE set, the idle threads' wait policy set, and the arguments
+// intact. Exit status 0 when all of that holds.
 //
 //===----------------------------------------------------------------------===//
 
@@ -33,13 +34,18 @@ int main(int argc, char **argv) {
       ++failures;
     }
   };
+  const char *policy = std::getenv("OMP_WAIT_POLICY");
+  check(marker && std::strcmp(marker, "1") == 0, "re-execution marker set");
+  check(policy && std::strcmp(policy, "passive") == 0, "OMP_WAIT_POLICY=passive set");
+  check(line.find("OMP_WAIT_POLICY=passive set by pipemesh") != std::string::npos,
+        "log line names the wait policy");
   if (want.empty()) {
-    std::printf("CPU without AVX2: no re-execution expected\n");
-    check(!core && !marker, "no re-execution");
+    std::printf("CPU without AVX2: no core type expected\n");
+    check(!core, "OPENBLAS_CORETYPE left unset");
   } else {
     check(core && want == core, "OPENBLAS_CORETYPE set to the preferred core");
-    check(marker && std::strcmp(marker, "1") == 0, "re-execution marker set");
-    check(line.find("set by pipemesh") != std::string::npos, "log line names pipemesh");
+    check(line.find("set by pipemesh for this CPU") != std::string::npos,
+          "log line names pipemesh");
   }
   check(argc == 3 && std::strcmp(argv[1], "first") == 0 &&
             std::strcmp(argv[2], "second arg") == 0,

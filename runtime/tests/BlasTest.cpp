@@ -10,6 +10,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <optional>
+#include <string>
 
 namespace pipemesh::rt::cpu::test {
 namespace {
@@ -26,7 +28,33 @@ TEST(ReexecSentinel, NotReexecuted) {
       << "configureBlas re-executed the test binary";
 }
 
+/// Sets a variable for one test and restores it afterwards.
+class ScopedEnv {
+public:
+  ScopedEnv(const char *name, const char *value) : name(name) {
+    if (const char *old = std::getenv(name))
+      saved = old;
+    if (value)
+      setenv(name, value, 1);
+    else
+      unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (saved)
+      setenv(name, saved->c_str(), 1);
+    else
+      unsetenv(name);
+  }
+
+private:
+  const char *name;
+  std::optional<std::string> saved;
+};
+
 TEST(ConfigureBlas, KeepsAnOpenblasCoretypeThatIsSet) {
+  // A wait policy is set too, so that nothing else asks for a re-execution.
+  ScopedEnv policy("OMP_WAIT_POLICY", "passive");
+  ScopedEnv timeout("OPENBLAS_THREAD_TIMEOUT", "4");
   for (const char *value : {"Prescott", "Haswell"}) {
     ASSERT_EQ(setenv("OPENBLAS_CORETYPE", value, 1), 0);
     unsetenv("PIPEMESH_BLAS_REEXEC");
@@ -46,6 +74,35 @@ TEST(ConfigureBlas, MarkerPreventsASecondReexecution) {
   EXPECT_EQ(std::getenv("OPENBLAS_CORETYPE"), nullptr);
   EXPECT_NE(line.find("OpenBLAS core"), std::string::npos) << line;
   unsetenv("PIPEMESH_BLAS_REEXEC");
+}
+
+TEST(ConfigureBlas, KeepsAWaitPolicyThatIsSet) {
+  ScopedEnv core("OPENBLAS_CORETYPE", "Haswell");
+  ScopedEnv timeout("OPENBLAS_THREAD_TIMEOUT", "4");
+  for (const char *var : {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"}) {
+    ScopedEnv policy("OMP_WAIT_POLICY", nullptr);
+    ScopedEnv spin("GOMP_SPINCOUNT", nullptr);
+    ScopedEnv chosen(var, std::string(var) == "OMP_WAIT_POLICY" ? "active" : "1000");
+    unsetenv("PIPEMESH_BLAS_REEXEC");
+    const std::string line = configureBlas(2, fakeArgv);
+    EXPECT_EQ(std::getenv("PIPEMESH_BLAS_REEXEC"), nullptr);
+    EXPECT_NE(line.find(std::string(var) + "="), std::string::npos) << line;
+    EXPECT_NE(line.find("from the environment"), std::string::npos) << line;
+  }
+}
+
+TEST(ConfigureBlas, PreferredThreadEnv) {
+  using Env = std::vector<std::pair<std::string, std::string>>;
+  const Env passive{{"OMP_WAIT_POLICY", "passive"}};
+  EXPECT_EQ(preferredThreadEnv(nullptr, nullptr, nullptr, 2), passive);
+  EXPECT_EQ(preferredThreadEnv("", "", "", 2), passive);
+  EXPECT_EQ(preferredThreadEnv("active", nullptr, nullptr, 2), Env{});
+  EXPECT_EQ(preferredThreadEnv(nullptr, "10000", nullptr, 2), Env{});
+  // The pthread build's own threads also sleep at once.
+  EXPECT_EQ(preferredThreadEnv(nullptr, nullptr, nullptr, 1),
+            (Env{{"OMP_WAIT_POLICY", "passive"}, {"OPENBLAS_THREAD_TIMEOUT", "4"}}));
+  EXPECT_EQ(preferredThreadEnv("active", nullptr, "28", 1), Env{});
+  EXPECT_EQ(preferredThreadEnv(nullptr, nullptr, nullptr, 0), passive);
 }
 
 TEST(ConfigureBlas, PreferredCore) {

@@ -1,29 +1,29 @@
-//===- Attention.cpp - flash-style scaled dot-product attention -------------===//
+//===- Attention.cpp - blocked scaled dot-product attention -----------------===//
 //
 // o = softmax(scale * q k^T + mask, causal) v for each of the BH slices, with
 // q [BH, Tq, D], k [BH, Tk, D], v [BH, Tk, Dv]; with off = Tk - Tq, causal
 // hides key j from query i when j > i + off. A query that sees no key at all
 // gets o = 0 and no gradient.
 //
-// Forward: one task per (bh, block of Bq queries). The task walks the visible
-// keys in blocks of Bk with an online softmax (running max m, running sum l):
-//   S = scale * Q_blk K_blk^T + mask;  m' = max(m, rowmax S);  P = exp(S - m')
-//   l = exp(m - m') l + rowsum P;      O = exp(m - m') O + P V_blk
-// and finally o = O / l. Nothing of size Tq * Tk is ever held.
+// The queries are taken in blocks of Bq rows; a block sees keys [0, kEnd)
+// (causal: up to the last row's horizon). Per block, whole score rows are held
+// (Bq x kEnd per thread: memory O(Bq * Tk), nothing of size Tq * Tk), so that
+// every product is one GEMM of useful size and the softmax needs no rescaling.
 //
-// Backward (nothing saved by the forward; probabilities are recomputed):
-//  pass 1, per (bh, query block): the block's scores against every visible key
-//    (Bq x Tk per thread), then per row m = max S, P = exp(S - m) / l,
-//    dP = dO V^T, Dr = rowsum(P * dP), dS = P * (dP - Dr) and
-//    dq = scale * dS K. m, 1/l and Dr of every row are kept (BH * Tq each).
-//  pass 2, per (bh, key block): over the query blocks that see it, recompute
-//    P = exp(S - m) / l and dS = P * (dP - Dr) block by block, and accumulate
-//    dv = P^T dO and dk = scale * dS^T Q.
-// Every output row is written by one task, so the results do not depend on
-// the number of threads, and no atomics are needed.
+// Forward, one task per (bh, query block):
+//   S = scale * Q_blk K^T + mask;  P = exp(S - rowmax S);  l = rowsum P
+//   o_blk = (P V) / l
+// Backward, one task per bh (nothing saved by the forward; P is recomputed
+// once), for each query block in order:
+//   S, P as above (normalized: P /= l);  dP = dO_blk V^T
+//   Dr = rowsum(P * dP);  dS = P * (dP - Dr)
+//   dq_blk = scale * dS K;  dv += P^T dO_blk;  dk += scale * dS^T Q_blk
+// The task owns its bh's dq, dk and dv, and adds the blocks in a fixed
+// order, so the results do not depend on the number of threads, with no
+// atomics. (The keys of a bh are first written by the block that first sees
+// them, so nothing is zeroed in advance.)
 //
-// The block products go to BLAS with M*N*K <= kSingleThreadGemm so that
-// OpenBLAS runs them on the calling OpenMP thread.
+// The products run on the calling OpenMP thread (gemmOnThisThread).
 //
 //===----------------------------------------------------------------------===//
 
@@ -38,18 +38,10 @@ namespace {
 
 template <typename T> constexpr T kNegInf = -std::numeric_limits<T>::infinity();
 
-struct Blocks {
-  int64_t q = 64, k = 64;
-  Blocks(int64_t D, int64_t Dv) {
-    const int64_t d = std::max<int64_t>({D, Dv, 1});
-    while (q * k * d > kSingleThreadGemm && k > 8)
-      k /= 2;
-    while (q * k * d > kSingleThreadGemm && q > 8)
-      q /= 2;
-  }
-};
+/// Query rows per block.
+constexpr int64_t kBlockQ = 64;
 
-/// The problem's constant parts, shared by the forward and both backward passes.
+/// The problem's constant parts, shared by the forward and the backward.
 template <typename T> struct Problem {
   const T *q, *k, *v, *mask;
   int64_t mBH, mQ, mK;
@@ -63,33 +55,68 @@ template <typename T> struct Problem {
     return causal ? std::clamp<int64_t>(i + offset() + 1, 0, Tk) : Tk;
   }
 
-  /// S[nq x nk] (leading dim ldS) = scale * q[i0..] k[j0..]^T + mask, -inf
+  /// S[nq x nk] (leading dim ldS) = scale * q[i0..] k[0..nk)^T + mask, -inf
   /// where causal hides the key.
-  void scores(int64_t bh, int64_t i0, int64_t nq, int64_t j0, int64_t nk, T *S,
-              int64_t ldS) const {
-    gemm<T>(false, true, nq, nk, D, scale, q + (bh * Tq + i0) * D, D, k + (bh * Tk + j0) * D, D,
-            T(0), S, ldS);
+  void scores(int64_t bh, int64_t i0, int64_t nq, int64_t nk, T *S, int64_t ldS) const {
+    gemmOnThisThread<T>(false, true, nq, nk, D, scale, q + (bh * Tq + i0) * D, D, k + bh * Tk * D,
+                        D, T(0), S, ldS);
     for (int64_t r = 0; r < nq; ++r) {
       T *s = S + r * ldS;
       if (mask) {
-        const T *m = mask + bh * mBH + (i0 + r) * mQ + j0 * mK;
+        const T *m = mask + bh * mBH + (i0 + r) * mQ;
         for (int64_t c = 0; c < nk; ++c)
           s[c] += m[c * mK];
       }
-      const int64_t visible = keyEnd(i0 + r) - j0;
-      for (int64_t c = std::max<int64_t>(visible, 0); c < nk; ++c)
+      for (int64_t c = std::max<int64_t>(keyEnd(i0 + r), 0); c < nk; ++c)
         s[c] = kNegInf<T>;
     }
   }
 };
 
-template <typename T> T rowMax(const T *x, int64_t n) {
-  T m = kNegInf<T>;
-#pragma omp simd reduction(max : m)
-  for (int64_t j = 0; j < n; ++j)
-    m = std::max(m, x[j]);
-  return m;
+// --- row loops (float: AVX2 + FMA build where the CPU has it) ----------------
+
+/// s = exp(s - max s); returns 1 / sum(s) (0, with s zeroed, when the row is
+/// entirely -inf: the query sees no key).
+template <typename T> PIPEMESH_ALWAYS_INLINE T expRowImpl(T *s, int64_t n) {
+  T mx = kNegInf<T>;
+#pragma omp simd reduction(max : mx)
+  for (int64_t c = 0; c < n; ++c)
+    mx = std::max(mx, s[c]);
+  if (mx == kNegInf<T>) {
+    for (int64_t c = 0; c < n; ++c)
+      s[c] = T(0);
+    return T(0);
+  }
+  Acc sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t c = 0; c < n; ++c) {
+    s[c] = fastExp(s[c] - mx);
+    sum += Acc(s[c]);
+  }
+  return T(1.0 / sum);
 }
+PIPEMESH_MULTIVERSION(float, expRow, (float *s, int64_t n), (s, n))
+double expRow(double *s, int64_t n) { return expRowImpl(s, n); }
+
+/// s = P = softmax(s) and dp = dS = P * (dp - sum(P * dp)), one row.
+template <typename T> PIPEMESH_ALWAYS_INLINE void softmaxBackRowImpl(T *s, T *dp, int64_t n) {
+  const T inv = expRowImpl(s, n);
+  Acc dsum = 0;
+#pragma omp simd reduction(+ : dsum)
+  for (int64_t c = 0; c < n; ++c) {
+    s[c] *= inv;
+    dsum += Acc(s[c]) * Acc(dp[c]);
+  }
+  const T Dr = T(dsum);
+#pragma omp simd
+  for (int64_t c = 0; c < n; ++c)
+    dp[c] = s[c] * (dp[c] - Dr);
+}
+PIPEMESH_MULTIVERSION(void, softmaxBackRow, (float *s, float *dp, int64_t n), (s, dp, n))
+void softmaxBackRow(double *s, double *dp, int64_t n) { softmaxBackRowImpl(s, dp, n); }
+
+/// dst[0..n) = 0.
+template <typename T> void zero(T *dst, int64_t n) { std::fill(dst, dst + n, T(0)); }
 
 } // namespace
 
@@ -99,54 +126,31 @@ void attention(const T *q, const T *k, const T *v, const T *mask, int64_t maskSt
                int64_t D, int64_t Dv, T scale, bool causal) {
   const Problem<T> P{q, k, v, mask, maskStrideBH, maskStrideQ, maskStrideK,
                      Tq, Tk, D, Dv, scale, causal};
-  const Blocks B(D, Dv);
-  const int64_t qBlocks = (Tq + B.q - 1) / B.q;
+  const int64_t Bq = std::max<int64_t>(std::min(kBlockQ, Tq), 1);
+  const int64_t qBlocks = (Tq + Bq - 1) / Bq;
 #pragma omp parallel if (BH * Tq * Tk * (D + Dv) > kParallelGrain)
   {
-    std::vector<T> S(B.q * B.k), acc(B.q * Dv), m(B.q);
-    std::vector<Acc> l(B.q);
+    std::vector<T> S(Bq * std::max<int64_t>(Tk, 1)), inv(Bq);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < BH * qBlocks; ++t) {
-      const int64_t bh = t / qBlocks, i0 = t % qBlocks * B.q;
-      const int64_t nq = std::min(B.q, Tq - i0);
+      const int64_t bh = t / qBlocks, i0 = t % qBlocks * Bq;
+      const int64_t nq = std::min(Bq, Tq - i0);
       const int64_t kEnd = P.keyEnd(i0 + nq - 1);
-      std::fill(acc.begin(), acc.end(), T(0));
-      std::fill(m.begin(), m.end(), kNegInf<T>);
-      std::fill(l.begin(), l.end(), Acc(0));
-      for (int64_t j0 = 0; j0 < kEnd; j0 += B.k) {
-        const int64_t nk = std::min(B.k, kEnd - j0);
-        P.scores(bh, i0, nq, j0, nk, S.data(), B.k);
-        for (int64_t r = 0; r < nq; ++r) {
-          T *s = S.data() + r * B.k;
-          const T mNew = std::max(m[r], rowMax(s, nk));
-          if (mNew == kNegInf<T>) { // nothing visible yet
-            std::fill(s, s + nk, T(0));
-            continue;
-          }
-          const T alpha = fastExp(m[r] - mNew);
-          Acc sum = 0;
-#pragma omp simd reduction(+ : sum)
-          for (int64_t c = 0; c < nk; ++c) {
-            s[c] = fastExp(s[c] - mNew);
-            sum += Acc(s[c]);
-          }
-          l[r] = Acc(alpha) * l[r] + sum;
-          m[r] = mNew;
-          if (alpha != T(1)) {
-            T *a = acc.data() + r * Dv;
-            for (int64_t c = 0; c < Dv; ++c)
-              a[c] *= alpha;
-          }
-        }
-        gemm<T>(false, false, nq, Dv, nk, T(1), S.data(), B.k, v + (bh * Tk + j0) * Dv, Dv, T(1),
-                acc.data(), Dv);
+      T *oBlk = o + (bh * Tq + i0) * Dv;
+      if (kEnd <= 0) {
+        zero(oBlk, nq * Dv);
+        continue;
       }
+      P.scores(bh, i0, nq, kEnd, S.data(), kEnd);
+      for (int64_t r = 0; r < nq; ++r)
+        inv[r] = expRow(S.data() + r * kEnd, kEnd);
+      gemmOnThisThread<T>(false, false, nq, Dv, kEnd, T(1), S.data(), kEnd, v + bh * Tk * Dv, Dv,
+                          T(0), oBlk, Dv);
       for (int64_t r = 0; r < nq; ++r) {
-        T *out = o + (bh * Tq + i0 + r) * Dv;
-        const T inv = l[r] > 0 ? T(1.0 / l[r]) : T(0);
-        const T *a = acc.data() + r * Dv;
+        T *out = oBlk + r * Dv;
+        const T f = inv[r];
         for (int64_t c = 0; c < Dv; ++c)
-          out[c] = a[c] * inv;
+          out[c] *= f;
       }
     }
   }
@@ -159,105 +163,48 @@ void attentionGrad(const T *dO, const T *q, const T *k, const T *v, const T *mas
                    bool causal) {
   const Problem<T> P{q, k, v, mask, maskStrideBH, maskStrideQ, maskStrideK,
                      Tq, Tk, D, Dv, scale, causal};
-  const Blocks B(D, Dv);
-  const int64_t qBlocks = (Tq + B.q - 1) / B.q, kBlocks = (Tk + B.k - 1) / B.k;
-  // Per query row: max score, 1 / sum(exp(S - max)) (both 0 when the row sees
-  // no key, which makes its P zero) and Dr = sum_j P_ij dP_ij.
-  std::vector<T> rowMx(BH * Tq), rowInv(BH * Tq), rowD(BH * Tq);
-  const bool parallel = BH * Tq * Tk * (D + Dv) > kParallelGrain;
-
-  // Pass 1: statistics and dq, per (bh, query block).
-#pragma omp parallel if (parallel)
+  const int64_t Bq = std::max<int64_t>(std::min(kBlockQ, Tq), 1);
+#pragma omp parallel if (BH > 1 && BH * Tq * Tk * (D + Dv) > kParallelGrain)
   {
-    std::vector<T> S(B.q * Tk), dP(B.q * Tk);
+    std::vector<T> S(Bq * std::max<int64_t>(Tk, 1)), dP(Bq * std::max<int64_t>(Tk, 1));
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t t = 0; t < BH * qBlocks; ++t) {
-      const int64_t bh = t / qBlocks, i0 = t % qBlocks * B.q;
-      const int64_t nq = std::min(B.q, Tq - i0);
-      const int64_t kEnd = P.keyEnd(i0 + nq - 1);
-      T *dqBlk = dq + (bh * Tq + i0) * D;
-      const T *dOBlk = dO + (bh * Tq + i0) * Dv;
-      for (int64_t j0 = 0; j0 < kEnd; j0 += B.k) {
-        const int64_t nk = std::min(B.k, kEnd - j0);
-        P.scores(bh, i0, nq, j0, nk, S.data() + j0, Tk);
-        gemm<T>(false, true, nq, nk, Dv, T(1), dOBlk, Dv, v + (bh * Tk + j0) * Dv, Dv, T(0),
-                dP.data() + j0, Tk);
-      }
-      for (int64_t r = 0; r < nq; ++r) {
-        T *s = S.data() + r * Tk, *dp = dP.data() + r * Tk;
-        const int64_t row = bh * Tq + i0 + r;
-        const T mx = rowMax(s, kEnd);
-        if (mx == kNegInf<T>) {
-          rowMx[row] = rowInv[row] = rowD[row] = T(0);
-          std::fill(dp, dp + kEnd, T(0));
+    for (int64_t bh = 0; bh < BH; ++bh) {
+      const T *qB = q + bh * Tq * D, *kB = k + bh * Tk * D, *vB = v + bh * Tk * Dv;
+      const T *dOB = dO + bh * Tq * Dv;
+      T *dqB = dq + bh * Tq * D, *dkB = dk + bh * Tk * D, *dvB = dv + bh * Tk * Dv;
+      int64_t touched = 0; // keys [0, touched) of dk, dv hold a partial sum
+      for (int64_t i0 = 0; i0 < Tq; i0 += Bq) {
+        const int64_t nq = std::min(Bq, Tq - i0);
+        const int64_t kEnd = P.keyEnd(i0 + nq - 1); // non-decreasing in i0
+        if (kEnd <= 0) {
+          zero(dqB + i0 * D, nq * D);
           continue;
         }
-        Acc sum = 0;
-#pragma omp simd reduction(+ : sum)
-        for (int64_t c = 0; c < kEnd; ++c) {
-          s[c] = fastExp(s[c] - mx);
-          sum += Acc(s[c]);
+        P.scores(bh, i0, nq, kEnd, S.data(), kEnd);
+        gemmOnThisThread<T>(false, true, nq, kEnd, Dv, T(1), dOB + i0 * Dv, Dv, vB, Dv, T(0),
+                            dP.data(), kEnd);
+        for (int64_t r = 0; r < nq; ++r)
+          softmaxBackRow(S.data() + r * kEnd, dP.data() + r * kEnd, kEnd);
+        // S now holds P, dP holds dS.
+        gemmOnThisThread<T>(false, false, nq, D, kEnd, scale, dP.data(), kEnd, kB, D, T(0),
+                            dqB + i0 * D, D);
+        // Keys seen before add to their sums (beta 1); new keys start theirs.
+        const int64_t old = std::min(touched, kEnd);
+        for (int64_t part = 0; part < 2; ++part) {
+          const int64_t j0 = part == 0 ? 0 : old, nk = part == 0 ? old : kEnd - old;
+          if (nk <= 0)
+            continue;
+          const T beta = part == 0 ? T(1) : T(0);
+          gemmOnThisThread<T>(true, false, nk, Dv, nq, T(1), S.data() + j0, kEnd, dOB + i0 * Dv,
+                              Dv, beta, dvB + j0 * Dv, Dv);
+          gemmOnThisThread<T>(true, false, nk, D, nq, scale, dP.data() + j0, kEnd, qB + i0 * D, D,
+                              beta, dkB + j0 * D, D);
         }
-        const T inv = T(1.0 / sum);
-        Acc dsum = 0;
-#pragma omp simd reduction(+ : dsum)
-        for (int64_t c = 0; c < kEnd; ++c) {
-          s[c] *= inv;
-          dsum += Acc(s[c]) * Acc(dp[c]);
-        }
-        const T Dr = T(dsum);
-        rowMx[row] = mx;
-        rowInv[row] = inv;
-        rowD[row] = Dr;
-        for (int64_t c = 0; c < kEnd; ++c)
-          dp[c] = s[c] * (dp[c] - Dr);
+        touched = std::max(touched, kEnd);
       }
-      if (kEnd <= 0)
-        std::fill(dqBlk, dqBlk + nq * D, T(0));
-      for (int64_t j0 = 0; j0 < kEnd; j0 += B.k) {
-        const int64_t nk = std::min(B.k, kEnd - j0);
-        gemm<T>(false, false, nq, D, nk, scale, dP.data() + j0, Tk, k + (bh * Tk + j0) * D, D,
-                j0 == 0 ? T(0) : T(1), dqBlk, D);
-      }
-    }
-  }
-
-  // Pass 2: dk and dv, per (bh, key block).
-#pragma omp parallel if (parallel)
-  {
-    std::vector<T> S(B.q * B.k), dP(B.q * B.k);
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t t = 0; t < BH * kBlocks; ++t) {
-      const int64_t bh = t / kBlocks, j0 = t % kBlocks * B.k;
-      const int64_t nk = std::min(B.k, Tk - j0);
-      T *dkBlk = dk + (bh * Tk + j0) * D, *dvBlk = dv + (bh * Tk + j0) * Dv;
-      // The first query that may see key j0.
-      const int64_t qStart = causal ? std::clamp<int64_t>(j0 - P.offset(), 0, Tq) : 0;
-      if (qStart >= Tq) {
-        std::fill(dkBlk, dkBlk + nk * D, T(0));
-        std::fill(dvBlk, dvBlk + nk * Dv, T(0));
-        continue;
-      }
-      for (int64_t i0 = qStart; i0 < Tq; i0 += B.q) {
-        const int64_t nq = std::min(B.q, Tq - i0);
-        const T *dOBlk = dO + (bh * Tq + i0) * Dv;
-        P.scores(bh, i0, nq, j0, nk, S.data(), B.k);
-        gemm<T>(false, true, nq, nk, Dv, T(1), dOBlk, Dv, v + (bh * Tk + j0) * Dv, Dv, T(0),
-                dP.data(), B.k);
-        for (int64_t r = 0; r < nq; ++r) {
-          T *s = S.data() + r * B.k, *dp = dP.data() + r * B.k;
-          const int64_t row = bh * Tq + i0 + r;
-          const T mx = rowMx[row], inv = rowInv[row], Dr = rowD[row];
-          for (int64_t c = 0; c < nk; ++c) {
-            s[c] = fastExp(s[c] - mx) * inv;
-            dp[c] = s[c] * (dp[c] - Dr);
-          }
-        }
-        const T beta = i0 == qStart ? T(0) : T(1);
-        gemm<T>(true, false, nk, Dv, nq, T(1), S.data(), B.k, dOBlk, Dv, beta, dvBlk, Dv);
-        gemm<T>(true, false, nk, D, nq, scale, dP.data(), B.k, q + (bh * Tq + i0) * D, D, beta,
-                dkBlk, D);
-      }
+      // Keys no query sees.
+      zero(dkB + touched * D, (Tk - touched) * D);
+      zero(dvB + touched * Dv, (Tk - touched) * Dv);
     }
   }
 }

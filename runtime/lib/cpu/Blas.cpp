@@ -1,17 +1,29 @@
-//===- Blas.cpp - picking OpenBLAS's kernels for this CPU -------------------===//
+//===- Blas.cpp - picking OpenBLAS's kernels and the threads' waiting -------===//
 //
-// OpenBLAS (DYNAMIC_ARCH builds, as Debian's) chooses its kernels once, when
-// the library loads, from the CPU model or from OPENBLAS_CORETYPE. 0.3.21 does
-// not know the newest Xeons and falls back to the generic "Prescott" kernels,
-// 4-5x slower on sgemm. configureBlas compares the chosen core with the CPU's
-// features and, when it is weaker, sets OPENBLAS_CORETYPE and re-executes the
-// program once (the variable must be set before the library loads). It never
-// overrides a set OPENBLAS_CORETYPE, and an environment marker guards against
-// re-executing twice.
+// Two process-wide settings are read only when the libraries load, so
+// configureBlas (first thing in main) sets them and re-executes the program
+// once when they are missing; it never overrides a value already set, and an
+// environment marker guards against re-executing twice.
+//
+// - OPENBLAS_CORETYPE. OpenBLAS (DYNAMIC_ARCH builds, as Debian's) chooses its
+//   kernels from the CPU model. 0.3.21 does not know the newest Xeons and falls
+//   back to the generic "Prescott" kernels, 4-5x slower on sgemm. When the
+//   chosen core is weaker than the CPU's features, the matching core is set.
+// - How idle threads wait. libgomp's threads (the kernels' `omp parallel`
+//   regions, and OpenBLAS's own threads in its OpenMP build) spin-wait for
+//   ~300000 iterations before sleeping, and the pthread build's BLAS threads
+//   spin for 2^28 cycles. The executor alternates GEMMs with serial code and
+//   short parallel regions, so the threads spend much of the step spinning;
+//   on a machine whose cores are shared (other jobs, other ranks) the spinning
+//   takes the cores' time from the threads doing the work, and the step
+//   slows by 2x and more. OMP_WAIT_POLICY=passive (and, for the pthread build,
+//   OPENBLAS_THREAD_TIMEOUT=4) makes idle threads sleep at once; a wake-up
+//   costs tens of microseconds, well under 1% of a step. Set either
+//   OMP_WAIT_POLICY or GOMP_SPINCOUNT to choose otherwise.
 //
 //===----------------------------------------------------------------------===//
 
-#include "pipemesh/runtime/CpuKernels.h"
+#include "KernelUtil.h"
 
 #include <cblas.h>
 
@@ -29,6 +41,8 @@ namespace {
 
 constexpr const char *kCoreTypeVar = "OPENBLAS_CORETYPE";
 constexpr const char *kMarkerVar = "PIPEMESH_BLAS_REEXEC";
+/// Space-separated names of the variables the re-execution set.
+constexpr const char *kSetVar = "PIPEMESH_BLAS_SET";
 
 std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
@@ -61,7 +75,54 @@ std::string coreName() {
   return name ? name : "unknown";
 }
 
+const char *env(const char *name) {
+  const char *v = std::getenv(name);
+  return v && *v ? v : nullptr;
+}
+
+bool setByPipemesh(const char *name) {
+  const char *set = env(kSetVar);
+  if (!set)
+    return false;
+  const std::string list = std::string(" ") + set + " ";
+  return list.find(std::string(" ") + name + " ") != std::string::npos;
+}
+
+/// "OpenMP threads, OMP_WAIT_POLICY=passive set by pipemesh" and the like.
+std::string describeThreads(int parallel) {
+  std::string s = parallel == 2   ? "OpenMP threads"
+                  : parallel == 1 ? "pthread threads"
+                                  : "single-threaded";
+  for (const char *var : {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OPENBLAS_THREAD_TIMEOUT"})
+    if (const char *v = env(var))
+      s += std::string(", ") + var + "=" + v +
+           (setByPipemesh(var) ? " set by pipemesh" : " from the environment");
+  return s;
+}
+
 } // namespace
+
+namespace detail {
+// PIPEMESH_KERNEL_ISA=generic keeps the base builds (tests run both).
+int gKernelIsa = cpuHasAvx2() && !(env("PIPEMESH_KERNEL_ISA") &&
+                                   std::string(env("PIPEMESH_KERNEL_ISA")) == "generic")
+                     ? 1
+                     : 0;
+} // namespace detail
+
+std::string kernelIsa() { return detail::useAvx2() ? "avx2" : "generic"; }
+
+bool setKernelIsa(const std::string &isa) {
+  if (isa == "generic") {
+    detail::gKernelIsa = 0;
+    return true;
+  }
+  if (isa == "avx2" && PIPEMESH_HAVE_AVX2_BUILD && cpuHasAvx2()) {
+    detail::gKernelIsa = 1;
+    return true;
+  }
+  return false;
+}
 
 std::string preferredBlasCore(const std::string &core, bool avx512, bool avx2) {
   const std::string c = lower(core);
@@ -72,36 +133,73 @@ std::string preferredBlasCore(const std::string &core, bool avx512, bool avx2) {
   return "";
 }
 
+std::vector<std::pair<std::string, std::string>>
+preferredThreadEnv(const char *ompWaitPolicy, const char *gompSpincount,
+                   const char *openblasThreadTimeout, int openblasParallel) {
+  auto set = [](const char *v) { return v && *v; };
+  std::vector<std::pair<std::string, std::string>> out;
+  if (!set(ompWaitPolicy) && !set(gompSpincount))
+    out.emplace_back("OMP_WAIT_POLICY", "passive");
+  if (openblasParallel == 1 && !set(openblasThreadTimeout))
+    out.emplace_back("OPENBLAS_THREAD_TIMEOUT", "4");
+  return out;
+}
+
 std::string configureBlas(int argc, char **argv) {
   const std::string core = coreName();
-  if (const char *set = std::getenv(kCoreTypeVar); set && *set) {
-    if (std::getenv(kMarkerVar))
-      return "BLAS: OpenBLAS core " + core + " (" + kCoreTypeVar + "=" + set +
-             " set by pipemesh for this CPU)";
-    return "BLAS: OpenBLAS core " + core + " (" + kCoreTypeVar + "=" + set +
-           " from the environment)";
-  }
-  const std::string want = preferredBlasCore(core, cpuHasAvx512(), cpuHasAvx2());
-  if (want.empty())
-    return "BLAS: OpenBLAS core " + core;
-  if (std::getenv(kMarkerVar))
-    return "BLAS: OpenBLAS core " + core + " (" + want + " would suit this CPU; " + kCoreTypeVar +
-           " was cleared after the re-execution, not retrying)";
-  if (argc < 1 || !argv || !argv[0] || argv[argc] != nullptr)
-    return "BLAS: OpenBLAS core " + core + " (" + want +
-           " would suit this CPU; set " + kCoreTypeVar + "=" + want + ")";
+  const int parallel = openblas_get_parallel();
+  std::vector<std::pair<std::string, std::string>> fixes;
 
-  setenv(kCoreTypeVar, want.c_str(), 1);
+  // The core type, described as before any change.
+  std::string coreLine = "BLAS: OpenBLAS core " + core;
+  std::string want;
+  if (const char *set = env(kCoreTypeVar)) {
+    const bool byUs = env(kMarkerVar) && (setByPipemesh(kCoreTypeVar) || !env(kSetVar));
+    coreLine += std::string(" (") + kCoreTypeVar + "=" + set +
+                (byUs ? " set by pipemesh for this CPU)" : " from the environment)");
+  } else {
+    want = preferredBlasCore(core, cpuHasAvx512(), cpuHasAvx2());
+    if (!want.empty()) {
+      if (env(kMarkerVar))
+        coreLine += " (" + want + " would suit this CPU; " + kCoreTypeVar +
+                    " was cleared after the re-execution, not retrying)";
+      else
+        fixes.emplace_back(kCoreTypeVar, want);
+    }
+  }
+  for (auto &kv : preferredThreadEnv(env("OMP_WAIT_POLICY"), env("GOMP_SPINCOUNT"),
+                                     env("OPENBLAS_THREAD_TIMEOUT"), parallel))
+    fixes.push_back(kv);
+
+  auto line = [&] {
+    return coreLine + "; " + describeThreads(parallel) + "; kernels " + kernelIsa();
+  };
+  if (fixes.empty() || env(kMarkerVar))
+    return line();
+  if (argc < 1 || !argv || !argv[0] || argv[argc] != nullptr) {
+    std::string advice;
+    for (auto &[var, value] : fixes)
+      advice += (advice.empty() ? "" : " ") + var + "=" + value;
+    return line() + " (set " + advice + " for this CPU and machine)";
+  }
+
+  std::string names;
+  for (auto &[var, value] : fixes) {
+    setenv(var.c_str(), value.c_str(), 1);
+    names += (names.empty() ? "" : " ") + var;
+  }
+  setenv(kSetVar, names.c_str(), 1);
   setenv(kMarkerVar, "1", 1);
   std::fflush(stdout);
   std::fflush(stderr);
   execv("/proc/self/exe", argv);
-  // Still here: exec failed. Carry on with the generic kernels.
+  // Still here: exec failed. Carry on as we are.
   const int err = errno;
-  unsetenv(kCoreTypeVar);
+  for (auto &kv : fixes)
+    unsetenv(kv.first.c_str());
+  unsetenv(kSetVar);
   unsetenv(kMarkerVar);
-  return "BLAS: OpenBLAS core " + core + " (re-executing with " + kCoreTypeVar + "=" + want +
-         " failed: " + std::strerror(err) + ")";
+  return line() + " (re-executing with " + names + " set failed: " + std::strerror(err) + ")";
 }
 
 } // namespace pipemesh::rt::cpu

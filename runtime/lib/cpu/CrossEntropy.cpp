@@ -19,7 +19,8 @@ using namespace detail;
 namespace {
 
 /// max and sum(exp(x - max)) of one row.
-template <typename T> void rowMaxSum(const T *x, int64_t V, T &max, Acc &expSum) {
+template <typename T>
+PIPEMESH_ALWAYS_INLINE void rowMaxSumImpl(const T *x, int64_t V, T *max, Acc *expSum) {
   T m = -std::numeric_limits<T>::infinity();
 #pragma omp simd reduction(max : m)
   for (int64_t j = 0; j < V; ++j)
@@ -28,8 +29,39 @@ template <typename T> void rowMaxSum(const T *x, int64_t V, T &max, Acc &expSum)
 #pragma omp simd reduction(+ : sum)
   for (int64_t j = 0; j < V; ++j)
     sum += Acc(fastExp(x[j] - m));
-  max = m;
-  expSum = sum;
+  *max = m;
+  *expSum = sum;
+}
+PIPEMESH_MULTIVERSION(void, rowMaxSum, (const float *x, int64_t V, float *max, Acc *expSum),
+                      (x, V, max, expSum))
+void rowMaxSum(const double *x, int64_t V, double *max, Acc *expSum) {
+  rowMaxSumImpl(x, V, max, expSum);
+}
+
+/// dx = d * softmax(x) - d * onehot(t), one row: the exponentials are written
+/// once (dx = exp(x - max), summed on the way), then scaled in place.
+template <typename T>
+PIPEMESH_ALWAYS_INLINE void gradRowImpl(const T *x, int64_t t, T d, T *dx, int64_t V) {
+  T m = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : m)
+  for (int64_t j = 0; j < V; ++j)
+    m = std::max(m, x[j]);
+  Acc sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < V; ++j) {
+    dx[j] = fastExp(x[j] - m);
+    sum += Acc(dx[j]);
+  }
+  const T scale = T(Acc(d) / sum);
+#pragma omp simd
+  for (int64_t j = 0; j < V; ++j)
+    dx[j] *= scale;
+  dx[t] -= d;
+}
+PIPEMESH_MULTIVERSION(void, gradRow, (const float *x, int64_t t, float d, float *dx, int64_t V),
+                      (x, t, d, dx, V))
+void gradRow(const double *x, int64_t t, double d, double *dx, int64_t V) {
+  gradRowImpl(x, t, d, dx, V);
 }
 
 } // namespace
@@ -52,7 +84,7 @@ std::pair<double, int64_t> crossEntropy(const T *logits, const int64_t *targets,
     const T *x = logits + r * V;
     T m;
     Acc sum;
-    rowMaxSum(x, V, m, sum);
+    rowMaxSum(x, V, &m, &sum);
     rowLoss[r] = std::log(sum) - (Acc(x[t]) - Acc(m));
   }
   double total = 0;
@@ -74,7 +106,6 @@ void crossEntropyGrad(const T *logits, const int64_t *targets, const T *dlossPer
 #pragma omp parallel for schedule(static) if (rows * V > kParallelGrain)
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t t = targets[r];
-    const T *x = logits + r * V;
     T *dx = dlogits + r * V;
     if (t == ignoreIndex) {
       std::fill(dx, dx + V, T(0));
@@ -84,14 +115,7 @@ void crossEntropyGrad(const T *logits, const int64_t *targets, const T *dlossPer
       std::fill(dx, dx + V, std::numeric_limits<T>::quiet_NaN());
       continue;
     }
-    const T d = dlossPerRow ? dlossPerRow[r] : dlossScalar;
-    T m;
-    Acc sum;
-    rowMaxSum(x, V, m, sum);
-    const T scale = T(Acc(d) / sum);
-    for (int64_t j = 0; j < V; ++j)
-      dx[j] = scale * fastExp(x[j] - m);
-    dx[t] -= d;
+    gradRow(logits + r * V, t, dlossPerRow ? dlossPerRow[r] : dlossScalar, dx, V);
   }
 }
 

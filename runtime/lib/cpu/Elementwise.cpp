@@ -41,7 +41,7 @@ void broadcastBinary(F f, const T *a, const Dims &aShape, const T *b, const Dims
                          contiguousStrides(outShape)};
   coalesce(shape, st);
   const int64_t sa = st[0].back(), sb = st[1].back();
-  forEachRun(shape, st, [&](const std::array<int64_t, 3> &off, int64_t n) {
+  auto run = [&](const std::array<int64_t, 3> &off, int64_t n) {
     const T *pa = a + off[0];
     const T *pb = b + off[1];
     T *po = out + off[2];
@@ -60,7 +60,9 @@ void broadcastBinary(F f, const T *a, const Dims &aShape, const T *b, const Dims
       for (int64_t j = 0; j < n; ++j)
         po[j] = f(pa[j * sa], pb[j * sb]);
     }
-  });
+  };
+  // pow is the one binary op with real arithmetic; the others move memory.
+  forEachRun(shape, st, run, std::is_same_v<F, PowOp<T>> ? kParallelGrain : kCopyGrain);
 }
 
 template <typename T, typename F> void unaryLoop(F f, const T *x, T *y, int64_t n) {
@@ -126,18 +128,18 @@ void where(const uint8_t *cond, const Dims &cShape, const T *x, const Dims &xSha
 template <typename From, typename To> void castBuffer(const From *x, To *y, int64_t n) {
   if constexpr (std::is_same_v<To, uint8_t>) {
     // uint8 stores i1: anything non-zero is true (ONNX Cast to bool).
-#pragma omp parallel for schedule(static) if (n > kParallelGrain)
+#pragma omp parallel for schedule(static) if (n > kCopyGrain)
     for (int64_t i = 0; i < n; ++i)
       y[i] = x[i] != From(0);
   } else {
-#pragma omp parallel for schedule(static) if (n > kParallelGrain)
+#pragma omp parallel for schedule(static) if (n > kCopyGrain)
     for (int64_t i = 0; i < n; ++i)
       y[i] = static_cast<To>(x[i]);
   }
 }
 
 template <typename T> void axpy(T alpha, const T *x, T *y, int64_t n) {
-#pragma omp parallel for schedule(static) if (n > kParallelGrain)
+#pragma omp parallel for schedule(static) if (n > kCopyGrain)
   for (int64_t i = 0; i < n; ++i)
     y[i] += alpha * x[i];
 }

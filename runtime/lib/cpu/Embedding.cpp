@@ -21,7 +21,7 @@ bool embedding(const T *table, const int64_t *ids, T *y, int64_t n, int64_t V, i
   for (int64_t i = 0; i < n; ++i)
     if (ids[i] < 0 || ids[i] >= V)
       return false;
-#pragma omp parallel for schedule(static) if (n * C > kParallelGrain)
+#pragma omp parallel for schedule(static) if (n * C > kCopyGrain)
   for (int64_t i = 0; i < n; ++i)
     std::copy(table + ids[i] * C, table + (ids[i] + 1) * C, y + i * C);
   return true;

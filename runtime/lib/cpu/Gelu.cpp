@@ -8,7 +8,8 @@
 // Writing 1 + tanh u as 2s avoids the cancellation of 1 + tanh u for u << 0.
 // double uses libm's erfc/exp (the reference); float uses vectorizable
 // approximations (fastExp, and erfc from Numerical Recipes' Chebyshev fit,
-// relative error < 1.2e-7), so the loops vectorize.
+// relative error < 1.2e-7), so the loops vectorize (AVX2 + FMA where the CPU
+// has them: see KernelUtil.h).
 //
 //===----------------------------------------------------------------------===//
 
@@ -24,8 +25,8 @@ constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1 / sqrt(2 pi)
 constexpr double kSqrt2OverPi = 0.79788456080286535588; // sqrt(2 / pi)
 constexpr double kTanhCoef = 0.044715;
 
-inline double normalCdf(double x) { return 0.5 * std::erfc(-x * kSqrtHalf); }
-inline float normalCdf(float x) {
+PIPEMESH_ALWAYS_INLINE double normalCdf(double x) { return 0.5 * std::erfc(-x * kSqrtHalf); }
+PIPEMESH_ALWAYS_INLINE float normalCdf(float x) {
   const float w = -x * float(kSqrtHalf);
   const float z = std::fabs(w);
   const float t = 1.0f / (1.0f + 0.5f * z);
@@ -47,13 +48,13 @@ inline float normalCdf(float x) {
 /// and e * s stays a number.
 template <typename T> constexpr T kMaxExpArg = sizeof(T) == 4 ? T(80) : T(700);
 
-template <typename T> inline T geluTanh(T x) {
+template <typename T> PIPEMESH_ALWAYS_INLINE T geluTanh(T x) {
   const T u = T(kSqrt2OverPi) * (x + T(kTanhCoef) * x * x * x);
   const T e = fastExp(std::min(T(-2) * u, kMaxExpArg<T>));
   return x / (T(1) + e);
 }
 
-template <typename T> inline T geluTanhGrad(T x) {
+template <typename T> PIPEMESH_ALWAYS_INLINE T geluTanhGrad(T x) {
   const T x2 = x * x;
   const T u = T(kSqrt2OverPi) * (x + T(kTanhCoef) * x2 * x);
   const T e = fastExp(std::min(T(-2) * u, kMaxExpArg<T>));
@@ -62,34 +63,63 @@ template <typename T> inline T geluTanhGrad(T x) {
   return s + T(2) * x * s * (e * s) * du;
 }
 
-template <typename T> inline T geluExactGrad(T x) {
+template <typename T> PIPEMESH_ALWAYS_INLINE T geluExactGrad(T x) {
   return normalCdf(x) + x * T(kInvSqrt2Pi) * fastExp(T(-0.5) * x * x);
 }
 
-} // namespace
-
-template <typename T> void gelu(const T *x, T *y, int64_t n, bool tanhApprox) {
+/// y[0..n) = gelu(x[0..n)), one chunk.
+template <typename T>
+PIPEMESH_ALWAYS_INLINE void geluSpanImpl(const T *x, T *y, int64_t n, bool tanhApprox) {
   if (tanhApprox) {
-#pragma omp parallel for schedule(static) if (n > kParallelGrain)
+#pragma omp simd
     for (int64_t i = 0; i < n; ++i)
       y[i] = geluTanh(x[i]);
   } else {
-#pragma omp parallel for schedule(static) if (n > kParallelGrain)
+#pragma omp simd
     for (int64_t i = 0; i < n; ++i)
       y[i] = x[i] * normalCdf(x[i]);
   }
 }
+PIPEMESH_MULTIVERSION(void, geluSpan, (const float *x, float *y, int64_t n, bool tanhApprox),
+                      (x, y, n, tanhApprox))
+void geluSpan(const double *x, double *y, int64_t n, bool t) { geluSpanImpl(x, y, n, t); }
 
-template <typename T> void geluGrad(const T *dy, const T *x, T *dx, int64_t n, bool tanhApprox) {
+/// dx[0..n) = dy * gelu'(x), one chunk.
+template <typename T>
+PIPEMESH_ALWAYS_INLINE void geluGradSpanImpl(const T *dy, const T *x, T *dx, int64_t n,
+                                             bool tanhApprox) {
   if (tanhApprox) {
-#pragma omp parallel for schedule(static) if (n > kParallelGrain)
+#pragma omp simd
     for (int64_t i = 0; i < n; ++i)
       dx[i] = dy[i] * geluTanhGrad(x[i]);
   } else {
-#pragma omp parallel for schedule(static) if (n > kParallelGrain)
+#pragma omp simd
     for (int64_t i = 0; i < n; ++i)
       dx[i] = dy[i] * geluExactGrad(x[i]);
   }
+}
+PIPEMESH_MULTIVERSION(void, geluGradSpan,
+                      (const float *dy, const float *x, float *dx, int64_t n, bool tanhApprox),
+                      (dy, x, dx, n, tanhApprox))
+void geluGradSpan(const double *dy, const double *x, double *dx, int64_t n, bool t) {
+  geluGradSpanImpl(dy, x, dx, n, t);
+}
+
+constexpr int64_t kChunk = 8192;
+
+} // namespace
+
+// `omp simd` vectorizes the spans without alias checks: an output may be an
+// input (in place), since every element is read and written at one index.
+template <typename T> void gelu(const T *x, T *y, int64_t n, bool tanhApprox) {
+  forEachChunk(n, kChunk, kParallelGrain,
+               [&](int64_t i0, int64_t len) { geluSpan(x + i0, y + i0, len, tanhApprox); });
+}
+
+template <typename T> void geluGrad(const T *dy, const T *x, T *dx, int64_t n, bool tanhApprox) {
+  forEachChunk(n, kChunk, kParallelGrain, [&](int64_t i0, int64_t len) {
+    geluGradSpan(dy + i0, x + i0, dx + i0, len, tanhApprox);
+  });
 }
 
 template void gelu<float>(const float *, float *, int64_t, bool);

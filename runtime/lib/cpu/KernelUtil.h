@@ -22,15 +22,64 @@ namespace pipemesh::rt::cpu::detail {
 /// Below this many elements (or element-operations) a kernel runs on one
 /// thread: waking the OpenMP team costs more than it saves.
 constexpr int64_t kParallelGrain = 1 << 15;
+/// The same for kernels that only move memory (copies, transposes, adds,
+/// sums): a second thread hardly speeds up a copy of a few MiB, and each
+/// parallel region costs a wake-up (tens of microseconds with idle threads
+/// asleep, OMP_WAIT_POLICY=passive). Measured on 2 threads: a [1024, 384]
+/// residual add or transpose takes as long on one thread as on two.
+constexpr int64_t kCopyGrain = 1 << 20;
 
 /// OpenBLAS 0.3.21 runs a GEMM on the calling thread alone when
-/// M * N * K <= 65536 * GEMM_MULTITHREAD_THRESHOLD (4). GEMMs issued from inside
-/// an OpenMP region must stay at or below this size, or OpenBLAS would start
-/// its own threads on top of ours.
+/// M * N * K <= 65536 * GEMM_MULTITHREAD_THRESHOLD (4). Its OpenMP build also
+/// does for any size inside an OpenMP region; its pthread build would start
+/// its own threads on top of ours, so there GEMMs issued from inside an OpenMP
+/// region stay at or below this size (gemmOnThisThread).
 constexpr int64_t kSingleThreadGemm = 262144;
 
 /// Reductions (row sums, statistics, losses) accumulate in double.
 using Acc = double;
+
+// --- two builds of the float hot loops ---------------------------------------
+// The library is compiled for x86-64-v2 (SSE4.2), which every x86-64 machine
+// runs. The loops that dominate the float kernels (exp, GELU, row statistics,
+// sums) are compiled a second time for AVX2 + FMA, and the CPU picks
+// at run time. A loop body is written once, as an always-inline function
+// (NAME##Impl); PIPEMESH_MULTIVERSION defines NAME, which calls the body
+// inlined into a function compiled for AVX2 + FMA when the CPU has them, into
+// an ordinary one otherwise. Bodies must not contain OpenMP regions (those are
+// outlined before inlining and would keep the base ISA): parallel loops call
+// the multiversioned functions per chunk or per row. The AVX2 build contracts
+// a * b + c into FMAs, so the two builds may differ in the last bits; each is
+// deterministic, whatever the number of threads.
+
+#define PIPEMESH_ALWAYS_INLINE inline __attribute__((always_inline))
+#if defined(__x86_64__) && defined(__GNUC__)
+#define PIPEMESH_HAVE_AVX2_BUILD 1
+#define PIPEMESH_TARGET_AVX2 __attribute__((target("avx2,fma")))
+#else
+#define PIPEMESH_HAVE_AVX2_BUILD 0
+#define PIPEMESH_TARGET_AVX2
+#endif
+
+/// 1 while the AVX2 + FMA builds run (the CPU has them and no test chose
+/// otherwise), 0 for the base builds.
+extern int gKernelIsa;
+inline bool useAvx2() { return PIPEMESH_HAVE_AVX2_BUILD && gKernelIsa == 1; }
+
+#define PIPEMESH_MULTIVERSION(RET, NAME, PARAMS, ARGS)                                            \
+  PIPEMESH_TARGET_AVX2 __attribute__((noinline)) RET NAME##Avx2 PARAMS { return NAME##Impl ARGS; } \
+  __attribute__((noinline)) RET NAME##Base PARAMS { return NAME##Impl ARGS; }                     \
+  inline RET NAME PARAMS { return useAvx2() ? NAME##Avx2 ARGS : NAME##Base ARGS; }
+
+/// Calls body(begin, length) over [0, n) in chunks of `chunk`, spread over
+/// OpenMP threads when n exceeds `grain`.
+template <typename Body>
+void forEachChunk(int64_t n, int64_t chunk, int64_t grain, Body body) {
+  const int64_t chunks = (n + chunk - 1) / chunk;
+#pragma omp parallel for schedule(static) if (chunks > 1 && n > grain)
+  for (int64_t c = 0; c < chunks; ++c)
+    body(c * chunk, std::min(chunk, n - c * chunk));
+}
 
 inline int64_t numel(const Dims &d) {
   int64_t n = 1;
@@ -97,9 +146,11 @@ template <size_t N> void coalesce(Dims &shape, std::array<Dims, N> &strides) {
 /// body(offsets, len) where offsets[k] is operand k's element offset of the
 /// run's first element; the caller knows the operands' last-dim strides. Long
 /// runs are cut in chunks; runs are spread over OpenMP threads when the space
-/// is large. Every element is visited exactly once, so any order is fine.
+/// is large (more than `grain` elements). Every element is visited exactly
+/// once, so any order is fine.
 template <size_t N, typename Body>
-void forEachRun(const Dims &shape, const std::array<Dims, N> &strides, Body body) {
+void forEachRun(const Dims &shape, const std::array<Dims, N> &strides, Body body,
+                int64_t grain = kCopyGrain) {
   constexpr int64_t kChunk = 16384;
   if (numel(shape) == 0)
     return;
@@ -108,7 +159,7 @@ void forEachRun(const Dims &shape, const std::array<Dims, N> &strides, Body body
   const int64_t outer = numel(shape) / inner;
   const int64_t chunks = (inner + kChunk - 1) / kChunk;
   const int64_t tasks = outer * chunks;
-#pragma omp parallel for schedule(static) if (tasks > 1 && outer * inner > kParallelGrain)
+#pragma omp parallel for schedule(static) if (tasks > 1 && outer * inner > grain)
   for (int64_t t = 0; t < tasks; ++t) {
     int64_t r = t / chunks, c = t % chunks;
     std::array<int64_t, N> off{};
@@ -129,8 +180,8 @@ void forEachRun(const Dims &shape, const std::array<Dims, N> &strides, Body body
 /// degree-6 polynomial, within 2 ulp), written so that loops calling it
 /// vectorize; exactly 0 below -87.3 (so masked -inf scores vanish), +inf above 88,
 /// NaN stays NaN.
-inline double fastExp(double x) { return std::exp(x); }
-inline float fastExp(float x) {
+PIPEMESH_ALWAYS_INLINE double fastExp(double x) { return std::exp(x); }
+PIPEMESH_ALWAYS_INLINE float fastExp(float x) {
   constexpr float lo = -87.3f, hi = 88.0f;
   float xc = x < lo ? lo : x;
   xc = xc > hi ? hi : xc;
@@ -157,6 +208,21 @@ inline float fastExp(float x) {
 template <typename T>
 void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, T alpha, const T *A,
           int64_t lda, const T *B, int64_t ldb, T beta, T *C, int64_t ldc);
+
+/// gemm for a thread inside an OpenMP parallel region: it must run on the
+/// calling thread alone. OpenBLAS's OpenMP build does that by itself
+/// (omp_in_parallel); its pthread build would start its own threads above
+/// kSingleThreadGemm multiply-adds, so there the product is cut into pieces
+/// below that size (along M and N, then K, a split that depends on the shape
+/// only: the result does not depend on the number of threads).
+template <typename T>
+void gemmOnThisThread(bool transA, bool transB, int64_t M, int64_t N, int64_t K, T alpha,
+                      const T *A, int64_t lda, const T *B, int64_t ldb, T beta, T *C,
+                      int64_t ldc);
+
+/// True when OpenBLAS may start threads of its own for a GEMM issued inside
+/// an OpenMP region (its pthread build, with more than one thread).
+bool blasThreadsInsideOmp();
 
 } // namespace pipemesh::rt::cpu::detail
 

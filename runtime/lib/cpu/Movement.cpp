@@ -56,7 +56,7 @@ void stridedCopy(const T *src, const Dims &srcStrides, T *dst, const Dims &dstSt
     const int64_t tp = (P + kTile - 1) / kTile, tl = (L + kTile - 1) / kTile;
     const int64_t dsP = st[1][p];
     const int64_t tasks = outer * tp * tl;
-#pragma omp parallel for schedule(static) if (outer * P * L > kParallelGrain)
+#pragma omp parallel for schedule(static) if (outer * P * L > kCopyGrain)
     for (int64_t t = 0; t < tasks; ++t) {
       int64_t r = t / (tp * tl);
       int64_t i0 = (t / tl) % tp * kTile, j0 = t % tl * kTile;
@@ -103,6 +103,24 @@ inline int64_t sliceView(const Dims &xShape, const Dims &starts, const Dims &str
 
 template <typename T> using ReduceAcc = std::conditional_t<std::is_integral_v<T>, int64_t, Acc>;
 
+/// acc[j] += row[j] for j < n.
+template <typename T, typename A>
+PIPEMESH_ALWAYS_INLINE void addRowImpl(const T *row, A *acc, int64_t n) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j)
+    acc[j] += A(row[j]);
+}
+PIPEMESH_ALWAYS_INLINE void addRowFloatImpl(const float *row, Acc *acc, int64_t n) {
+  addRowImpl(row, acc, n);
+}
+PIPEMESH_MULTIVERSION(void, addRowFloat, (const float *row, Acc *acc, int64_t n), (row, acc, n))
+template <typename T, typename A> void addRow(const T *row, A *acc, int64_t n) {
+  if constexpr (std::is_same_v<T, float> && std::is_same_v<A, Acc>)
+    addRowFloat(row, acc, n);
+  else
+    addRowImpl(row, acc, n);
+}
+
 } // namespace
 
 template <typename T>
@@ -128,7 +146,7 @@ template <typename T>
 void sliceGrad(const T *dy, const Dims &yShape, const Dims &starts, const Dims &strides, T *dx,
                const Dims &xShape) {
   const int64_t n = numel(xShape);
-#pragma omp parallel for schedule(static) if (n > kParallelGrain)
+#pragma omp parallel for schedule(static) if (n > kCopyGrain)
   for (int64_t i = 0; i < n; ++i)
     dx[i] = T(0);
   Dims view;
@@ -150,7 +168,7 @@ void concat(const std::vector<const T *> &xs, const std::vector<Dims> &shapes, i
     col[k] = width;
     width += inner[k];
   }
-#pragma omp parallel for schedule(static) if (outer * width > kParallelGrain)
+#pragma omp parallel for schedule(static) if (outer * width > kCopyGrain)
   for (int64_t o = 0; o < outer; ++o)
     for (size_t k = 0; k < xs.size(); ++k)
       std::copy(xs[k] + o * inner[k], xs[k] + (o + 1) * inner[k], y + o * width + col[k]);
@@ -170,7 +188,7 @@ void split(const T *x, const Dims &xShape, int64_t axis, const std::vector<int64
     col[k] = c;
     c += inner[k];
   }
-#pragma omp parallel for schedule(static) if (outer * width > kParallelGrain)
+#pragma omp parallel for schedule(static) if (outer * width > kCopyGrain)
   for (int64_t o = 0; o < outer; ++o)
     for (size_t k = 0; k < sizes.size(); ++k)
       std::copy(x + o * width + col[k], x + o * width + col[k] + inner[k], ys[k] + o * inner[k]);
@@ -233,16 +251,13 @@ void reduce(const T *x, const Dims &xShape, const std::vector<int64_t> &axes, bo
     Dims oShape(keptShape.begin(), keptShape.end() - 1);
     Dims oStrides(keptStrides.begin(), keptStrides.end() - 1);
     const int64_t outer = numel(oShape), blocks = (I + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (nOut * nRed > kParallelGrain)
+#pragma omp parallel for schedule(static) if (nOut * nRed > kCopyGrain)
     for (int64_t t = 0; t < outer * blocks; ++t) {
       const int64_t o = t / blocks, j0 = t % blocks * kBlock, n = std::min(kBlock, I - j0);
       const T *base = x + offsetOf(oShape, oStrides, o) + j0;
       A acc[kBlock] = {};
-      for (int64_t r = 0; r < nRed; ++r) {
-        const T *row = base + offsetOf(redShape, redStrides, r);
-        for (int64_t j = 0; j < n; ++j)
-          acc[j] += A(row[j]);
-      }
+      for (int64_t r = 0; r < nRed; ++r)
+        addRow(base + offsetOf(redShape, redStrides, r), acc, n);
       for (int64_t j = 0; j < n; ++j)
         y[o * I + j0 + j] = finish(acc[j]);
     }
@@ -257,7 +272,7 @@ void reduce(const T *x, const Dims &xShape, const std::vector<int64_t> &axes, bo
     rStrides.pop_back();
   }
   const int64_t nOuterRed = numel(rShape);
-#pragma omp parallel for schedule(static) if (nOut * nRed > kParallelGrain)
+#pragma omp parallel for schedule(static) if (nOut * nRed > kCopyGrain)
   for (int64_t o = 0; o < nOut; ++o) {
     const T *base = x + offsetOf(keptShape, keptStrides, o);
     A acc = 0;

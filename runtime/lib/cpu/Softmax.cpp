@@ -18,7 +18,7 @@ using namespace detail;
 namespace {
 
 /// Largest element (NaNs are skipped here, but they reach the sum and the output).
-template <typename T> T rowMax(const T *x, int64_t n) {
+template <typename T> PIPEMESH_ALWAYS_INLINE T rowMax(const T *x, int64_t n) {
   T m = -std::numeric_limits<T>::infinity();
 #pragma omp simd reduction(max : m)
   for (int64_t j = 0; j < n; ++j)
@@ -26,79 +26,110 @@ template <typename T> T rowMax(const T *x, int64_t n) {
   return m;
 }
 
+template <typename T> PIPEMESH_ALWAYS_INLINE void softmaxRowImpl(const T *xr, T *yr, int64_t cols) {
+  const T m = rowMax(xr, cols);
+  if (m == -std::numeric_limits<T>::infinity()) {
+    for (int64_t j = 0; j < cols; ++j)
+      yr[j] = T(0);
+    return;
+  }
+  Acc sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < cols; ++j) {
+    yr[j] = fastExp(xr[j] - m);
+    sum += Acc(yr[j]);
+  }
+  const T inv = T(1.0 / sum);
+#pragma omp simd
+  for (int64_t j = 0; j < cols; ++j)
+    yr[j] *= inv;
+}
+PIPEMESH_MULTIVERSION(void, softmaxRow, (const float *xr, float *yr, int64_t cols), (xr, yr, cols))
+void softmaxRow(const double *xr, double *yr, int64_t cols) { softmaxRowImpl(xr, yr, cols); }
+
+template <typename T>
+PIPEMESH_ALWAYS_INLINE void logSoftmaxRowImpl(const T *xr, T *yr, int64_t cols) {
+  const T m = rowMax(xr, cols);
+  if (m == -std::numeric_limits<T>::infinity()) {
+    for (int64_t j = 0; j < cols; ++j)
+      yr[j] = m;
+    return;
+  }
+  Acc sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < cols; ++j)
+    sum += Acc(fastExp(xr[j] - m));
+  const T shift = T(Acc(m) + std::log(sum));
+#pragma omp simd
+  for (int64_t j = 0; j < cols; ++j)
+    yr[j] = xr[j] - shift;
+}
+PIPEMESH_MULTIVERSION(void, logSoftmaxRow, (const float *xr, float *yr, int64_t cols),
+                      (xr, yr, cols))
+void logSoftmaxRow(const double *xr, double *yr, int64_t cols) { logSoftmaxRowImpl(xr, yr, cols); }
+
+template <typename T>
+PIPEMESH_ALWAYS_INLINE void softmaxGradRowImpl(const T *dyr, const T *yr, T *dxr, int64_t cols) {
+  Acc dot = 0;
+#pragma omp simd reduction(+ : dot)
+  for (int64_t j = 0; j < cols; ++j)
+    dot += Acc(dyr[j]) * Acc(yr[j]);
+  const T d = T(dot);
+#pragma omp simd
+  for (int64_t j = 0; j < cols; ++j)
+    dxr[j] = yr[j] * (dyr[j] - d);
+}
+PIPEMESH_MULTIVERSION(void, softmaxGradRow,
+                      (const float *dyr, const float *yr, float *dxr, int64_t cols),
+                      (dyr, yr, dxr, cols))
+void softmaxGradRow(const double *dyr, const double *yr, double *dxr, int64_t cols) {
+  softmaxGradRowImpl(dyr, yr, dxr, cols);
+}
+
+template <typename T>
+PIPEMESH_ALWAYS_INLINE void logSoftmaxGradRowImpl(const T *dyr, const T *yr, T *dxr,
+                                                  int64_t cols) {
+  Acc sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < cols; ++j)
+    sum += Acc(dyr[j]);
+  const T s = T(sum);
+#pragma omp simd
+  for (int64_t j = 0; j < cols; ++j)
+    dxr[j] = dyr[j] - fastExp(yr[j]) * s;
+}
+PIPEMESH_MULTIVERSION(void, logSoftmaxGradRow,
+                      (const float *dyr, const float *yr, float *dxr, int64_t cols),
+                      (dyr, yr, dxr, cols))
+void logSoftmaxGradRow(const double *dyr, const double *yr, double *dxr, int64_t cols) {
+  logSoftmaxGradRowImpl(dyr, yr, dxr, cols);
+}
+
 } // namespace
 
 template <typename T> void softmax(const T *x, T *y, int64_t rows, int64_t cols) {
 #pragma omp parallel for schedule(static) if (rows * cols > kParallelGrain)
-  for (int64_t r = 0; r < rows; ++r) {
-    const T *xr = x + r * cols;
-    T *yr = y + r * cols;
-    const T m = rowMax(xr, cols);
-    if (m == -std::numeric_limits<T>::infinity()) {
-      std::fill(yr, yr + cols, T(0));
-      continue;
-    }
-    Acc sum = 0;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < cols; ++j) {
-      yr[j] = fastExp(xr[j] - m);
-      sum += Acc(yr[j]);
-    }
-    const T inv = T(1.0 / sum);
-    for (int64_t j = 0; j < cols; ++j)
-      yr[j] *= inv;
-  }
+  for (int64_t r = 0; r < rows; ++r)
+    softmaxRow(x + r * cols, y + r * cols, cols);
 }
 
 template <typename T> void logSoftmax(const T *x, T *y, int64_t rows, int64_t cols) {
 #pragma omp parallel for schedule(static) if (rows * cols > kParallelGrain)
-  for (int64_t r = 0; r < rows; ++r) {
-    const T *xr = x + r * cols;
-    T *yr = y + r * cols;
-    const T m = rowMax(xr, cols);
-    if (m == -std::numeric_limits<T>::infinity()) {
-      std::fill(yr, yr + cols, m);
-      continue;
-    }
-    Acc sum = 0;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < cols; ++j)
-      sum += Acc(fastExp(xr[j] - m));
-    const T shift = T(Acc(m) + std::log(sum));
-    for (int64_t j = 0; j < cols; ++j)
-      yr[j] = xr[j] - shift;
-  }
+  for (int64_t r = 0; r < rows; ++r)
+    logSoftmaxRow(x + r * cols, y + r * cols, cols);
 }
 
 template <typename T> void softmaxGrad(const T *dy, const T *y, T *dx, int64_t rows, int64_t cols) {
 #pragma omp parallel for schedule(static) if (rows * cols > kParallelGrain)
-  for (int64_t r = 0; r < rows; ++r) {
-    const T *dyr = dy + r * cols, *yr = y + r * cols;
-    T *dxr = dx + r * cols;
-    Acc dot = 0;
-#pragma omp simd reduction(+ : dot)
-    for (int64_t j = 0; j < cols; ++j)
-      dot += Acc(dyr[j]) * Acc(yr[j]);
-    const T d = T(dot);
-    for (int64_t j = 0; j < cols; ++j)
-      dxr[j] = yr[j] * (dyr[j] - d);
-  }
+  for (int64_t r = 0; r < rows; ++r)
+    softmaxGradRow(dy + r * cols, y + r * cols, dx + r * cols, cols);
 }
 
 template <typename T>
 void logSoftmaxGrad(const T *dy, const T *y, T *dx, int64_t rows, int64_t cols) {
 #pragma omp parallel for schedule(static) if (rows * cols > kParallelGrain)
-  for (int64_t r = 0; r < rows; ++r) {
-    const T *dyr = dy + r * cols, *yr = y + r * cols;
-    T *dxr = dx + r * cols;
-    Acc sum = 0;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < cols; ++j)
-      sum += Acc(dyr[j]);
-    const T s = T(sum);
-    for (int64_t j = 0; j < cols; ++j)
-      dxr[j] = dyr[j] - fastExp(yr[j]) * s;
-  }
+  for (int64_t r = 0; r < rows; ++r)
+    logSoftmaxGradRow(dy + r * cols, y + r * cols, dx + r * cols, cols);
 }
 
 #define PIPEMESH_INSTANTIATE(T)                                                                    \

@@ -156,14 +156,33 @@ void adamw(T *p, const T *g, T *m, T *v, int64_t n, double lr, double beta1, dou
            double eps, double weightDecay, int64_t step, double gradScale);
 
 /// OpenBLAS 0.3.21 picks its generic "Prescott" kernels on Xeons newer than it
-/// knows, and reads OPENBLAS_CORETYPE only when the library loads. Call first
-/// thing in main(): when OPENBLAS_CORETYPE is unset (never overriding a user's
-/// or the machine's setting), the detected core is generic and the CPU has
-/// AVX-512 (or AVX2), it sets the matching core type and re-executes the
-/// program (/proc/self/exe) once. Returns a line for the log describing the
-/// BLAS core in use. argv must be main's (argv[argc] == nullptr); the
-/// environment marker PIPEMESH_BLAS_REEXEC prevents a second re-execution.
+/// knows, and reads OPENBLAS_CORETYPE only when the library loads; libgomp
+/// reads how idle threads wait (OMP_WAIT_POLICY, GOMP_SPINCOUNT) only when it
+/// loads. Call first thing in main(): when OPENBLAS_CORETYPE is unset (never
+/// overriding a user's or the machine's setting), the detected core is generic
+/// and the CPU has AVX-512 (or AVX2), it sets the matching core type; when
+/// neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set, it sets
+/// OMP_WAIT_POLICY=passive (and OPENBLAS_THREAD_TIMEOUT=4 for OpenBLAS's
+/// pthread build): see preferredThreadEnv. If it set anything it re-executes
+/// the program (/proc/self/exe) once. Returns a line for the log describing the
+/// BLAS core and threads in use. argv must be main's (argv[argc] == nullptr);
+/// the environment marker PIPEMESH_BLAS_REEXEC prevents a second re-execution.
 std::string configureBlas(int argc, char **argv);
+/// The thread settings configureBlas adds, given the current values (null or
+/// empty: unset) and openblas_get_parallel() (0 sequential, 1 pthread, 2
+/// OpenMP build): idle threads that spin take the cores from the threads that
+/// work whenever the cores are shared, so they sleep at once unless the user
+/// chose a policy.
+std::vector<std::pair<std::string, std::string>>
+preferredThreadEnv(const char *ompWaitPolicy, const char *gompSpincount,
+                   const char *openblasThreadTimeout, int openblasParallel);
+/// The instruction set of the float kernels' hot loops: "avx2" (AVX2 + FMA,
+/// chosen when the CPU has them, unless PIPEMESH_KERNEL_ISA=generic) or
+/// "generic" (x86-64-v2). The two may differ in the last bits (FMA contraction).
+std::string kernelIsa();
+/// Selects "generic" or "avx2" (the latter only where the CPU runs it) for
+/// every thread; returns false for an ISA this CPU or build cannot run. Tests.
+bool setKernelIsa(const std::string &isa);
 /// The decision configureBlas makes: the OPENBLAS_CORETYPE to request when
 /// OpenBLAS chose `core` on a CPU with (or without) AVX-512 (F, CD, BW, DQ,
 /// VL) and AVX2 + FMA, or "" when `core` already suits the CPU.
