@@ -27,6 +27,7 @@
 #include "PlanInternal.h"
 #include "StagedStep.h"
 
+#include "pipemesh/CostModel/CostModel.h"
 #include "pipemesh/Dialect/PMesh/PMesh.h"
 #include "pipemesh/Dialect/PMesh/ShapeFunctions.h"
 #include "pipemesh/Plan/DeadlockCheck.h"
@@ -476,6 +477,10 @@ LogicalResult RankEmitter::emitOp(Operation *op, ActionCtx &ctx) {
                    {"out", std::move(outs)}};
     if (!attrs.empty())
       i["attrs"] = std::move(attrs);
+    // The cost model's work estimate, which pipemesh-sim turns into time.
+    cost::OpCost c = cost::opCost(op);
+    i["flops"] = c.flops;
+    i["bytes"] = c.bytes;
     emit(std::move(i));
   }
   sendResults(op, ctx);
@@ -603,6 +608,7 @@ LogicalResult RankEmitter::run(RankPlan &out) {
     ctx.a = a;
     const std::vector<Operation *> &ops = a.backward ? step.bwdOps[a.chunk] : step.fwdOps[a.chunk];
     const auto &freeList = frees[{a.chunk, a.backward}];
+    size_t actionStart = program.size();
     for (auto [i, op] : llvm::enumerate(ops)) {
       if (failed(emitOp(op, ctx)))
         return failure();
@@ -613,8 +619,13 @@ LogicalResult RankEmitter::run(RankPlan &out) {
       if (!freed.empty())
         emit(json::Object{{"op", "free"}, {"bufs", std::move(freed)}});
     }
+    // Which action each instruction belongs to, for pipemesh-sim's and the
+    // profiler's attribution of time.
+    std::string actionName = formatAction(a);
+    for (size_t k2 = actionStart; k2 < program.size(); ++k2)
+      program[k2]["action"] = actionName;
     row.insert(row.end(), ctx.recvTokens.begin(), ctx.recvTokens.end());
-    row.push_back(formatAction(a));
+    row.push_back(actionName);
     row.insert(row.end(), ctx.sendTokens.begin(), ctx.sendTokens.end());
     // Data-parallel reduction as soon as a gradient is complete.
     std::vector<std::string> done;
