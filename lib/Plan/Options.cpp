@@ -36,9 +36,26 @@ bool parseCompileOptions(llvm::StringRef text, CompileOptions &opts, std::string
         : key == "group" ? !setInt(opts.group)
                          : false)
       return false;
+    // "a,b,c" into non-negative integers.
+    auto parseList = [&](std::vector<int64_t> &dst) {
+      llvm::SmallVector<llvm::StringRef> parts;
+      value.split(parts, ',');
+      dst.clear();
+      for (llvm::StringRef part : parts) {
+        int64_t n;
+        if (part.getAsInteger(10, n) || n < 0) {
+          why = "'" + key.str() + "' needs a comma-separated list of counts, got '" +
+                value.str() + "'";
+          return false;
+        }
+        dst.push_back(n);
+      }
+      return true;
+    };
     if (key == "schedule") {
       if (!parseScheduleKind(value)) {
-        why = "schedule must be gpipe, 1f1b or interleaved, got '" + value.str() + "'";
+        why = "schedule must be gpipe, 1f1b, interleaved, elastic, bfs, zb-h1 or zb-h2, got '" +
+              value.str() + "'";
         return false;
       }
       opts.schedule = value.str();
@@ -48,18 +65,14 @@ bool parseCompileOptions(llvm::StringRef text, CompileOptions &opts, std::string
         return false;
       }
     } else if (key == "layers-per-stage") {
-      llvm::SmallVector<llvm::StringRef> parts;
-      value.split(parts, ',');
-      opts.layersPerStage.clear();
-      for (llvm::StringRef part : parts) {
-        int64_t n;
-        if (part.getAsInteger(10, n) || n < 0) {
-          why = "layers-per-stage needs a comma-separated list of layer counts, got '" +
-                value.str() + "'";
-          return false;
-        }
-        opts.layersPerStage.push_back(n);
-      }
+      if (!parseList(opts.layersPerStage))
+        return false;
+    } else if (key == "fwd-groups") {
+      if (!parseList(opts.fwdGroups))
+        return false;
+    } else if (key == "bwd-groups") {
+      if (!parseList(opts.bwdGroups))
+        return false;
     } else if (key == "shapes-only") {
       opts.shapesOnly = value == "true" || value == "1";
     } else if (key == "labels") {

@@ -578,9 +578,20 @@ LogicalResult RankEmitter::run(RankPlan &out) {
   // Where each gradient's accumulation ends on this rank, and (zero 3)
   // after which op of a phase a gathered parameter is no longer read.
   std::vector<Action> actions = rankSchedule(sh.sched, p);
+  const bool split = splitsBackward(sh.sched);
+  // The ops an action runs: the forward, the whole backward, or (schedules
+  // that split it) its input-gradient part B or weight-gradient part W.
+  auto actionOps = [&](const Action &a) -> const std::vector<Operation *> & {
+    if (!a.backward)
+      return step.fwdOps[a.chunk];
+    if (!split)
+      return step.bwdOps[a.chunk];
+    return a.weight ? step.bwdWeightOps[a.chunk] : step.bwdInputOps[a.chunk];
+  };
+  auto phaseKey = [](const Action &a) { return a.weight ? 2 : a.backward ? 1 : 0; };
   llvm::StringMap<size_t> lastAccumulation;
   for (auto [k, a] : llvm::enumerate(actions))
-    if (a.backward)
+    if (a.backward && (!split || a.weight))
       for (const std::string &n : step.accumulated[a.chunk])
         lastAccumulation[n] = k;
   auto freeAfter = [&](llvm::ArrayRef<Operation *> ops) {
@@ -596,18 +607,17 @@ LogicalResult RankEmitter::run(RankPlan &out) {
       llvm::sort(names);
     return after;
   };
-  std::map<std::pair<int64_t, bool>, std::vector<std::vector<std::string>>> frees;
-  for (int64_t c : out.chunks) {
-    frees[{c, false}] = freeAfter(step.fwdOps[c]);
-    frees[{c, true}] = freeAfter(step.bwdOps[c]);
-  }
+  std::map<std::pair<int64_t, int>, std::vector<std::vector<std::string>>> frees;
+  for (const Action &a : actions)
+    if (!frees.count({a.chunk, phaseKey(a)}))
+      frees[{a.chunk, phaseKey(a)}] = freeAfter(actionOps(a));
 
   auto isTied = [&](StringRef n) { return step.holders.lookup(n).size() > 1; };
   for (auto [k, a] : llvm::enumerate(actions)) {
     ActionCtx ctx;
     ctx.a = a;
-    const std::vector<Operation *> &ops = a.backward ? step.bwdOps[a.chunk] : step.fwdOps[a.chunk];
-    const auto &freeList = frees[{a.chunk, a.backward}];
+    const std::vector<Operation *> &ops = actionOps(a);
+    const auto &freeList = frees[{a.chunk, phaseKey(a)}];
     size_t actionStart = program.size();
     for (auto [i, op] : llvm::enumerate(ops)) {
       if (failed(emitOp(op, ctx)))
@@ -716,12 +726,14 @@ LogicalResult PlanBuilder::checkOptions() {
   auto kind = parseScheduleKind(o.schedule);
   if (!kind)
     return sh.module.emitError() << "unknown schedule '" << o.schedule
-                                 << "' (gpipe, 1f1b or interleaved)";
+                                 << "' (gpipe, 1f1b, interleaved, elastic, bfs, zb-h1 or zb-h2)";
   sh.sched.kind = *kind;
   sh.sched.pp = o.pp;
   sh.sched.vpp = o.vpp;
   sh.sched.microbatches = o.microbatches;
   sh.sched.group = o.group;
+  sh.sched.fwdGroups = o.fwdGroups;
+  sh.sched.bwdGroups = o.bwdGroups;
   std::string why;
   if (!validateSchedule(sh.sched, why))
     return sh.module.emitError() << why;
@@ -957,6 +969,18 @@ json::Object PlanBuilder::manifest(std::vector<RankPlan> &ranks) {
                         {"world_size", o.pp * o.dp}};
   if (effectiveKind(sh.sched) == ScheduleKind::Interleaved)
     parallel["group"] = effectiveGroup(sh.sched);
+  if (sh.sched.kind == ScheduleKind::Elastic) {
+    auto list = [](llvm::ArrayRef<int64_t> g, int64_t m) {
+      json::Array a;
+      for (int64_t x : g)
+        a.push_back(x);
+      if (g.empty())
+        a.push_back(m);
+      return a;
+    };
+    parallel["fwd_groups"] = list(sh.sched.fwdGroups, o.microbatches);
+    parallel["bwd_groups"] = list(sh.sched.bwdGroups, o.microbatches);
+  }
   if (effectiveKind(sh.sched) != sh.sched.kind)
     parallel["schedule_run"] = scheduleKindName(effectiveKind(sh.sched));
   return json::Object{

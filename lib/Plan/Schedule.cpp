@@ -3,12 +3,18 @@
 // GPipe, 1F1B and interleaved 1F1B as Megatron-LM runs them
 // (megatron/core/pipeline_parallel/schedules.py): the same warm-up counts,
 // the same steady-state order (one forward, then one backward) and, for the
-// virtual pipeline, the same micro-batch/chunk table.
+// virtual pipeline, the same micro-batch/chunk table. The elastic schedule
+// generalizes that table to separate forward and backward group vectors; the
+// Zero Bubble schedules come from a greedy list scheduling with unit costs
+// (what the Zero Bubble paper's hand-made H1/H2 orders amount to).
 //
 //===----------------------------------------------------------------------===//
 #include "pipemesh/Plan/Schedule.h"
 
+#include "llvm/ADT/STLExtras.h"
+
 #include <algorithm>
+#include <map>
 #include <utility>
 
 namespace pipemesh::plan {
@@ -20,6 +26,14 @@ std::optional<ScheduleKind> parseScheduleKind(llvm::StringRef name) {
     return ScheduleKind::OneFOneB;
   if (name == "interleaved")
     return ScheduleKind::Interleaved;
+  if (name == "elastic")
+    return ScheduleKind::Elastic;
+  if (name == "bfs")
+    return ScheduleKind::BFS;
+  if (name == "zb-h1")
+    return ScheduleKind::ZBH1;
+  if (name == "zb-h2")
+    return ScheduleKind::ZBH2;
   return std::nullopt;
 }
 
@@ -31,14 +45,30 @@ llvm::StringRef scheduleKindName(ScheduleKind kind) {
     return "1f1b";
   case ScheduleKind::Interleaved:
     return "interleaved";
+  case ScheduleKind::Elastic:
+    return "elastic";
+  case ScheduleKind::BFS:
+    return "bfs";
+  case ScheduleKind::ZBH1:
+    return "zb-h1";
+  case ScheduleKind::ZBH2:
+    return "zb-h2";
   }
   return "?";
 }
 
 ScheduleKind effectiveKind(const ScheduleConfig &cfg) {
-  if (cfg.kind == ScheduleKind::GPipe)
-    return ScheduleKind::GPipe;
-  return cfg.vpp > 1 ? ScheduleKind::Interleaved : ScheduleKind::OneFOneB;
+  switch (cfg.kind) {
+  case ScheduleKind::OneFOneB:
+  case ScheduleKind::Interleaved:
+    return cfg.vpp > 1 ? ScheduleKind::Interleaved : ScheduleKind::OneFOneB;
+  default:
+    return cfg.kind;
+  }
+}
+
+bool splitsBackward(const ScheduleConfig &cfg) {
+  return cfg.kind == ScheduleKind::ZBH1 || cfg.kind == ScheduleKind::ZBH2;
 }
 
 int64_t effectiveGroup(const ScheduleConfig &cfg) { return cfg.group > 0 ? cfg.group : cfg.pp; }
@@ -51,6 +81,33 @@ bool validateSchedule(const ScheduleConfig &cfg, std::string &why) {
   if (cfg.group < 0) {
     why = "group must be positive";
     return false;
+  }
+  if (splitsBackward(cfg) && cfg.vpp != 1) {
+    why = "the " + scheduleKindName(cfg.kind).str() +
+          " schedule runs one chunk per pipeline rank (vpp=1), got vpp=" + std::to_string(cfg.vpp);
+    return false;
+  }
+  for (auto [name, groups] : {std::pair{"fwd-groups", &cfg.fwdGroups},
+                              std::pair{"bwd-groups", &cfg.bwdGroups}}) {
+    if (groups->empty())
+      continue;
+    if (cfg.kind != ScheduleKind::Elastic) {
+      why = std::string(name) + " is an option of schedule=elastic";
+      return false;
+    }
+    int64_t sum = 0;
+    for (int64_t g : *groups) {
+      if (g <= 0) {
+        why = std::string(name) + " must list positive group sizes";
+        return false;
+      }
+      sum += g;
+    }
+    if (sum != cfg.microbatches) {
+      why = std::string(name) + " sums to " + std::to_string(sum) + " but microbatches=" +
+            std::to_string(cfg.microbatches);
+      return false;
+    }
   }
   // Megatron's interleaved order deadlocks for some sizes (a micro-batch
   // group smaller than pp, a last group of fewer than pp micro-batches): a
@@ -68,6 +125,131 @@ bool validateSchedule(const ScheduleConfig &cfg, std::string &why) {
 }
 
 namespace {
+/// (micro-batch, local chunk) in the order a group vector sends micro-batches
+/// through the local chunks: a whole group through chunk 0, then through
+/// chunk 1, ..., then the next group.
+std::vector<std::pair<int64_t, int64_t>> groupTable(llvm::ArrayRef<int64_t> groups,
+                                                    int64_t vpp) {
+  std::vector<std::pair<int64_t, int64_t>> table;
+  int64_t lo = 0;
+  for (int64_t g : groups) {
+    for (int64_t v = 0; v < vpp; ++v)
+      for (int64_t j = lo; j < lo + g; ++j)
+        table.push_back({j, v});
+    lo += g;
+  }
+  return table;
+}
+
+std::vector<int64_t> groupsOrAll(llvm::ArrayRef<int64_t> groups, int64_t m) {
+  if (groups.empty())
+    return {m};
+  return std::vector<int64_t>(groups.begin(), groups.end());
+}
+
+/// Elastic: forward table, backward table (local chunk counted from the
+/// last) and the largest lead of a forward over its backward.
+struct ElasticTables {
+  std::vector<std::pair<int64_t, int64_t>> fwd, bwd;
+  int64_t lead = 0;
+};
+ElasticTables elasticTables(const ScheduleConfig &cfg) {
+  int64_t m = cfg.microbatches, vpp = cfg.vpp;
+  ElasticTables t;
+  if (cfg.kind == ScheduleKind::BFS) {
+    t.fwd = groupTable({m}, vpp);
+    t.bwd = t.fwd;
+  } else {
+    t.fwd = groupTable(groupsOrAll(cfg.fwdGroups, m), vpp);
+    t.bwd = groupTable(groupsOrAll(cfg.bwdGroups, m), vpp);
+  }
+  std::map<std::pair<int64_t, int64_t>, int64_t> fpos;
+  for (auto [k, e] : llvm::enumerate(t.fwd))
+    fpos[e] = k;
+  for (auto [k, e] : llvm::enumerate(t.bwd)) {
+    // The k-th backward is micro-batch e.first through local chunk
+    // vpp - 1 - e.second; its forward must come among the forwards run
+    // before it.
+    int64_t f = fpos[{e.first, vpp - 1 - e.second}];
+    t.lead = std::max(t.lead, f - (int64_t)k);
+  }
+  return t;
+}
+
+/// The Zero Bubble orders (vpp = 1): a list scheduling of every rank with
+/// unit-time F, B and W. At each free moment a rank runs, in this priority,
+/// a B whose input gradient has arrived, an F whose activation has arrived
+/// while fewer than `cap` micro-batches are in flight (forwarded and not yet
+/// through W: the W still reads the forward's activations), and otherwise a
+/// deferred W; the W's left at the end run last.
+std::vector<std::vector<Action>> zeroBubbleOrders(const ScheduleConfig &cfg) {
+  const int64_t pp = cfg.pp, m = cfg.microbatches;
+  constexpr int64_t kUnknown = INT64_MAX;
+  std::vector<std::vector<int64_t>> fDone(pp, std::vector<int64_t>(m, kUnknown));
+  std::vector<std::vector<int64_t>> bDone = fDone;
+  std::vector<int64_t> nextF(pp, 0), nextB(pp, 0), time(pp, 0);
+  std::vector<std::vector<int64_t>> pendingW(pp);
+  std::vector<std::vector<Action>> out(pp);
+  auto cap = [&](int64_t r) {
+    return cfg.kind == ScheduleKind::ZBH2 ? 2 * (pp - r) - 1 : pp - r;
+  };
+  auto finished = [&](int64_t r) { return nextF[r] == m && nextB[r] == m; };
+  while (true) {
+    // The unfinished rank that is earliest in time moves next: anything a
+    // later rank will still run ends after this moment.
+    int64_t r = -1;
+    for (int64_t q = 0; q < pp; ++q)
+      if (!finished(q) && (r < 0 || time[q] < time[r]))
+        r = q;
+    if (r < 0)
+      break;
+    int64_t t = time[r];
+    int64_t j = nextB[r];
+    bool bReady = j < nextF[r] && (r == pp - 1 || bDone[r + 1][j] <= t);
+    int64_t f = nextF[r];
+    // A micro-batch holds its activations until its W has run.
+    int64_t inFlight = f - (nextB[r] - (int64_t)pendingW[r].size());
+    bool fReady = f < m && inFlight < cap(r) && (r == 0 || fDone[r - 1][f] <= t);
+    if (bReady) {
+      out[r].push_back({r, j, true, false});
+      bDone[r][j] = t + 1;
+      pendingW[r].push_back(j);
+      ++nextB[r];
+    } else if (fReady) {
+      out[r].push_back({r, f, false, false});
+      fDone[r][f] = t + 1;
+      ++nextF[r];
+    } else if (!pendingW[r].empty()) {
+      out[r].push_back({r, pendingW[r].front(), true, true});
+      pendingW[r].erase(pendingW[r].begin());
+    } else {
+      time[r] = t + 1; // idle: wait for a neighbour
+      continue;
+    }
+    time[r] = t + 1;
+  }
+  for (int64_t r = 0; r < pp; ++r)
+    for (int64_t j : pendingW[r])
+      out[r].push_back({r, j, true, true});
+  return out;
+}
+
+/// Warm-up forwards, then one forward and one backward at a time, then the
+/// remaining backwards: the steady state shared by 1F1B, interleaved and
+/// elastic.
+template <typename Fwd, typename Bwd>
+std::vector<Action> oneForwardOneBackward(int64_t total, int64_t warm, Fwd fwd, Bwd bwd) {
+  std::vector<Action> out;
+  for (int64_t k = 0; k < warm; ++k)
+    out.push_back(fwd(k));
+  for (int64_t k = 0; k < total - warm; ++k) {
+    out.push_back(fwd(warm + k));
+    out.push_back(bwd(k));
+  }
+  for (int64_t k = std::max<int64_t>(total - warm, 0); k < total; ++k)
+    out.push_back(bwd(k));
+  return out;
+}
 /// Megatron's get_schedule_table: (micro-batch, local chunk) of the k-th
 /// forward. Micro-batches go through chunk 0 in groups of `group`, then the
 /// same group through chunk 1, ...; the last group takes the remainder.
@@ -85,6 +267,44 @@ std::vector<std::pair<int64_t, int64_t>> scheduleTable(int64_t m, int64_t vpp, i
 }
 } // namespace
 
+namespace {
+template <typename Order>
+std::vector<RankProgram> programsOf(const ScheduleConfig &cfg, Order order);
+
+std::vector<Action> elasticOrder(const ScheduleConfig &cfg, const ElasticTables &t,
+                                 int64_t rank, int64_t warm) {
+  const int64_t pp = cfg.pp, vpp = cfg.vpp;
+  auto fwd = [&](int64_t k) { return Action{t.fwd[k].second * pp + rank, t.fwd[k].first, false}; };
+  auto bwd = [&](int64_t k) {
+    return Action{(vpp - 1 - t.bwd[k].second) * pp + rank, t.bwd[k].first, true};
+  };
+  return oneForwardOneBackward((int64_t)t.fwd.size(), warm, fwd, bwd);
+}
+
+/// Elastic warm-up before the deadlock repair: the pipeline term plus the
+/// tables' lead (Megatron's formula when the groups are equal).
+int64_t elasticBaseWarmup(const ScheduleConfig &cfg, const ElasticTables &t, int64_t rank) {
+  int64_t pipeline = (cfg.pp - rank - 1) * (cfg.vpp > 1 ? 2 : 1);
+  return std::min(pipeline + t.lead, cfg.microbatches * cfg.vpp);
+}
+
+/// Groups smaller than pp can deadlock the 1F1B steady state (a forward
+/// waits for a backward that waits for it, Megatron's interleaved failure);
+/// more warm-up forwards on every rank always cure it (all forwards first
+/// is GPipe). The least such extra count.
+int64_t elasticExtraWarmup(const ScheduleConfig &cfg, const ElasticTables &t) {
+  const int64_t total = cfg.microbatches * cfg.vpp;
+  for (int64_t extra = 0; extra < total; ++extra) {
+    auto order = [&](int64_t r) {
+      return elasticOrder(cfg, t, r, std::min(elasticBaseWarmup(cfg, t, r) + extra, total));
+    };
+    if (findDeadlock(programsOf(cfg, order)).empty())
+      return extra;
+  }
+  return total;
+}
+} // namespace
+
 int64_t warmupForwards(const ScheduleConfig &cfg, int64_t rank) {
   int64_t m = cfg.microbatches;
   switch (effectiveKind(cfg)) {
@@ -96,6 +316,20 @@ int64_t warmupForwards(const ScheduleConfig &cfg, int64_t rank) {
     int64_t total = m * cfg.vpp;
     int64_t w = (cfg.pp - rank - 1) * 2 + (cfg.vpp - 1) * effectiveGroup(cfg);
     return std::min(w, total);
+  }
+  case ScheduleKind::Elastic:
+  case ScheduleKind::BFS: {
+    ElasticTables t = elasticTables(cfg);
+    return std::min(elasticBaseWarmup(cfg, t, rank) + elasticExtraWarmup(cfg, t), m * cfg.vpp);
+  }
+  case ScheduleKind::ZBH1:
+  case ScheduleKind::ZBH2: {
+    // As for 1F1B: one forward fewer than run before the first backward.
+    std::vector<Action> order = zeroBubbleOrders(cfg)[rank];
+    int64_t before =
+        std::find_if(order.begin(), order.end(), [](const Action &a) { return a.backward; }) -
+        order.begin();
+    return before >= m ? m : before - 1;
   }
   }
   return 0;
@@ -115,16 +349,9 @@ std::vector<Action> rankSchedule(const ScheduleConfig &cfg, int64_t rank) {
         out.push_back({v * pp + rank, j, true});
     return out;
   case ScheduleKind::OneFOneB: {
-    int64_t warm = warmupForwards(cfg, rank);
-    for (int64_t j = 0; j < warm; ++j)
-      out.push_back({rank, j, false});
-    for (int64_t k = 0; k < m - warm; ++k) {
-      out.push_back({rank, warm + k, false});
-      out.push_back({rank, k, true});
-    }
-    for (int64_t k = std::max<int64_t>(m - warm, 0); k < m; ++k)
-      out.push_back({rank, k, true});
-    return out;
+    auto fwd = [&](int64_t j) { return Action{rank, j, false}; };
+    auto bwd = [&](int64_t j) { return Action{rank, j, true}; };
+    return oneForwardOneBackward(m, warmupForwards(cfg, rank), fwd, bwd);
   }
   case ScheduleKind::Interleaved: {
     auto table = scheduleTable(m, vpp, effectiveGroup(cfg));
@@ -136,22 +363,25 @@ std::vector<Action> rankSchedule(const ScheduleConfig &cfg, int64_t rank) {
     auto bwd = [&](int64_t k) {
       return Action{(vpp - 1 - table[k].second) * pp + rank, table[k].first, true};
     };
-    int64_t warm = warmupForwards(cfg, rank);
-    for (int64_t k = 0; k < warm; ++k)
-      out.push_back(fwd(k));
-    for (int64_t k = 0; k < total - warm; ++k) {
-      out.push_back(fwd(warm + k));
-      out.push_back(bwd(k));
-    }
-    for (int64_t k = total - warm; k < total; ++k)
-      out.push_back(bwd(k));
-    return out;
+    return oneForwardOneBackward(total, warmupForwards(cfg, rank), fwd, bwd);
   }
+  case ScheduleKind::Elastic:
+  case ScheduleKind::BFS: {
+    ElasticTables t = elasticTables(cfg);
+    return elasticOrder(cfg, t, rank, warmupForwards(cfg, rank));
+  }
+  case ScheduleKind::ZBH1:
+  case ScheduleKind::ZBH2:
+    return zeroBubbleOrders(cfg)[rank];
   }
   return out;
 }
 
-std::vector<RankProgram> chainPrograms(const ScheduleConfig &cfg) {
+namespace {
+/// The communication of a chain of chunks run in the per-rank orders
+/// `order(rank)`.
+template <typename Order>
+std::vector<RankProgram> programsOf(const ScheduleConfig &cfg, Order order) {
   const int64_t s = cfg.pp * cfg.vpp, m = cfg.microbatches;
   auto rankOf = [&](int64_t chunk) { return chunk % cfg.pp; };
   auto tag = [&](int64_t chunk, int64_t j, bool backward) {
@@ -161,7 +391,11 @@ std::vector<RankProgram> chainPrograms(const ScheduleConfig &cfg) {
   for (int64_t r = 0; r < cfg.pp; ++r) {
     RankProgram &p = out[r];
     p.rank = r;
-    for (const Action &a : rankSchedule(cfg, r)) {
+    for (const Action &a : order(r)) {
+      if (a.weight) { // no communication: only local gradients
+        p.ops.push_back(CommOp::compute());
+        continue;
+      }
       int64_t from = a.backward ? a.chunk + 1 : a.chunk - 1;
       int64_t to = a.backward ? a.chunk - 1 : a.chunk + 1;
       if (from >= 0 && from < s && rankOf(from) != r)
@@ -174,9 +408,15 @@ std::vector<RankProgram> chainPrograms(const ScheduleConfig &cfg) {
   }
   return out;
 }
+} // namespace
+
+std::vector<RankProgram> chainPrograms(const ScheduleConfig &cfg) {
+  return programsOf(cfg, [&](int64_t r) { return rankSchedule(cfg, r); });
+}
 
 std::string formatAction(const Action &a) {
-  return std::to_string(a.chunk) + (a.backward ? "B" : "F") + std::to_string(a.microbatch);
+  return std::to_string(a.chunk) + (a.weight ? "W" : a.backward ? "B" : "F") +
+         std::to_string(a.microbatch);
 }
 
 std::string formatSchedule(llvm::ArrayRef<Action> actions) {

@@ -157,6 +157,30 @@ FailureOr<StagedStep> analyzeTrainStep(func::FuncOp train, int64_t pp, int64_t n
         s.remote[v].push_back({d, s.numChannels++});
     }
 
+  // The input-gradient part of each backward: the ops the values it sends
+  // to other ranks depend on, within the chunk's backward.
+  s.bwdInputOps.assign(numChunks, {});
+  s.bwdWeightOps.assign(numChunks, {});
+  for (int64_t c = 0; c < numChunks; ++c) {
+    llvm::DenseSet<Operation *> inChunk(s.bwdOps[c].begin(), s.bwdOps[c].end());
+    llvm::DenseSet<Operation *> needed;
+    llvm::SmallVector<Operation *> work;
+    for (Operation *op : s.bwdOps[c])
+      for (Value v : op->getResults())
+        if (s.remote.count(v))
+          work.push_back(op);
+    while (!work.empty()) {
+      Operation *op = work.pop_back_val();
+      if (!needed.insert(op).second)
+        continue;
+      for (Value v : op->getOperands())
+        if (Operation *def = v.getDefiningOp(); def && inChunk.count(def))
+          work.push_back(def);
+    }
+    for (Operation *op : s.bwdOps[c])
+      (needed.count(op) ? s.bwdInputOps : s.bwdWeightOps)[c].push_back(op);
+  }
+
   int64_t k = 0;
   for (Operation &op : entry)
     if (isa<pm::ConstantOp>(op))

@@ -45,6 +45,11 @@ struct StagedStep {
   /// Per chunk, the ops each phase runs, in program order (views of inputs,
   /// constants and parameters are left out: every rank materializes those).
   std::vector<std::vector<mlir::Operation *>> fwdOps, bwdOps;
+  /// Each chunk's backward split for the Zero Bubble schedules: the input-
+  /// gradient part (what the gradients sent to other ranks depend on) and the
+  /// weight-gradient part (the rest: weight gradients and their
+  /// accumulation), each in program order.
+  std::vector<std::vector<mlir::Operation *>> bwdInputOps, bwdWeightOps;
   /// Activations read on other pipeline ranks: (destination rank, channel).
   llvm::DenseMap<mlir::Value, llvm::SmallVector<std::pair<int64_t, int64_t>, 1>> remote;
   int64_t numChannels = 0;

@@ -48,11 +48,17 @@ def main():
 
     def losses(pp, dp, vpp, sched, zero):
         m = args.microbatches // dp
-        name = f"p{pp}d{dp}v{vpp}{sched}z{zero}"
+        name = f"p{pp}d{dp}v{vpp}{sched.replace(':', '_').replace('/', '_').replace('+', '-')}z{zero}"
+        # "elastic:2+2/4" is schedule=elastic fwd-groups=2,2 bwd-groups=4.
+        extra = ""
+        if ":" in sched:
+            sched, groups = sched.split(":")
+            fwd, bwd = groups.replace("+", ",").split("/")
+            extra = f" fwd-groups={fwd} bwd-groups={bwd}"
         plan, log = os.path.join(work, name + ".plan"), os.path.join(work, name + ".jsonl")
         r = subprocess.run([args.opt, model, f"--pipemesh-compile=batch=2 seq=8 "
                             f"microbatches={m} pp={pp} dp={dp} vpp={vpp} schedule={sched} "
-                            f"zero={zero}", "-o", plan], capture_output=True, text=True)
+                            f"zero={zero}{extra}", "-o", plan], capture_output=True, text=True)
         if r.returncode:
             return None, "compile: " + r.stderr.strip()[-300:]
         r = subprocess.run(["mpirun", "--oversubscribe", "-np", str(pp * dp), args.run, plan,
@@ -74,6 +80,8 @@ def main():
             ints(args.zero)):
         if (dp == 1 and zero > 0) or (vpp == 1 and sched == "interleaved"):
             continue  # zero needs replicas; interleaving needs virtual stages
+        if vpp > 1 and sched.startswith("zb-"):
+            continue  # the Zero Bubble schedules run one chunk per rank
         got, err = losses(pp, dp, vpp, sched, zero)
         if got is None:
             failed += 1

@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
+
+#include "llvm/ADT/STLExtras.h"
 
 using namespace pipemesh::plan;
 
@@ -207,4 +210,116 @@ TEST(Schedule, SwappedRecvOrderDeadlocks) {
             std::string::npos)
       << why;
   EXPECT_NE(why.find("rank 1 instruction"), std::string::npos) << why;
+}
+
+namespace {
+/// Each (chunk, micro-batch) of the rank runs F once and B once (and W once
+/// when the schedule splits the backward), F before B before W.
+void expectComplete(const ScheduleConfig &c) {
+  for (int64_t r = 0; r < c.pp; ++r) {
+    std::map<std::tuple<int64_t, int64_t, int>, int64_t> pos;
+    auto actions = rankSchedule(c, r);
+    for (auto [k, a] : llvm::enumerate(actions)) {
+      int phase = a.weight ? 2 : a.backward ? 1 : 0;
+      EXPECT_EQ(a.chunk % c.pp, r);
+      EXPECT_TRUE(pos.insert({{a.chunk, a.microbatch, phase}, k}).second)
+          << formatAction(a) << " twice on rank " << r;
+    }
+    int phases = splitsBackward(c) ? 3 : 2;
+    EXPECT_EQ((int64_t)pos.size(), c.vpp * c.microbatches * phases) << "rank " << r;
+    for (auto &[key, k] : pos) {
+      auto [chunk, j, phase] = key;
+      if (phase > 0)
+        EXPECT_LT(pos[std::make_tuple(chunk, j, phase - 1)], k) << "rank " << r;
+    }
+  }
+}
+
+/// Most micro-batches a rank holds activations for at once (forwarded and
+/// not yet through their last backward action).
+int64_t peakInFlight(const ScheduleConfig &c, int64_t r) {
+  int64_t live = 0, peak = 0;
+  for (const Action &a : rankSchedule(c, r)) {
+    if (!a.backward)
+      peak = std::max(peak, ++live);
+    else if (a.weight || !splitsBackward(c))
+      --live;
+  }
+  return peak;
+}
+} // namespace
+
+TEST(Schedule, NewSchedulesAreCompleteAndDeadlockFree) {
+  std::string why;
+  for (int64_t pp : {1, 2, 3, 4})
+    for (int64_t m : {1, 2, 3, 4, 8}) {
+      for (auto kind : {ScheduleKind::ZBH1, ScheduleKind::ZBH2}) {
+        ScheduleConfig c = config(kind, pp, 1, m);
+        EXPECT_TRUE(validateSchedule(c, why)) << why;
+        expectComplete(c);
+      }
+      for (int64_t vpp : {1, 2, 3}) {
+        ScheduleConfig b = config(ScheduleKind::BFS, pp, vpp, m);
+        EXPECT_TRUE(validateSchedule(b, why)) << why;
+        expectComplete(b);
+        // Every split of m into forward groups and backward groups.
+        for (int64_t f = 1; f <= m; ++f)
+          for (int64_t g = 1; g <= m; ++g) {
+            ScheduleConfig e = config(ScheduleKind::Elastic, pp, vpp, m);
+            for (int64_t lo = 0; lo < m; lo += f)
+              e.fwdGroups.push_back(std::min(f, m - lo));
+            for (int64_t lo = 0; lo < m; lo += g)
+              e.bwdGroups.push_back(std::min(g, m - lo));
+            EXPECT_TRUE(validateSchedule(e, why)) << why;
+            expectComplete(e);
+          }
+      }
+    }
+}
+
+TEST(Schedule, ZeroBubbleOrdersMatchThePaper) {
+  // ZB-H1 (Zero Bubble paper, figure 3): 1F1B's warm-up, then F B W in the
+  // steady state, W's filling what would be bubbles.
+  ScheduleConfig h1 = config(ScheduleKind::ZBH1, 4, 1, 8);
+  EXPECT_EQ(row(h1, 0), "0F0 0F1 0F2 0F3 0B0 0W0 0F4 0B1 0W1 0F5 0B2 0W2 0F6 0B3 0W3 0F7 0B4 "
+                        "0W4 0B5 0W5 0B6 0W6 0B7 0W7");
+  EXPECT_EQ(row(h1, 3), "3F0 3B0 3W0 3F1 3B1 3W1 3F2 3B2 3W2 3F3 3B3 3W3 3F4 3B4 3W4 3F5 3B5 "
+                        "3W5 3F6 3B6 3W6 3F7 3B7 3W7");
+  // ZB-H2: 2 (pp - rank) - 1 forwards in the warm-up.
+  ScheduleConfig h2 = config(ScheduleKind::ZBH2, 4, 1, 8);
+  for (int64_t r = 0; r < 4; ++r) {
+    EXPECT_EQ(peakInFlight(h1, r), 4 - r) << "H1 keeps 1F1B's memory, rank " << r;
+    EXPECT_EQ(peakInFlight(h2, r), 2 * (4 - r) - 1) << "H2 rank " << r;
+  }
+  ScheduleConfig bad = config(ScheduleKind::ZBH1, 2, 2, 4);
+  std::string why;
+  EXPECT_FALSE(validateSchedule(bad, why));
+  EXPECT_NE(why.find("vpp=1"), std::string::npos) << why;
+}
+
+TEST(Schedule, ElasticSpansInterleavedToBreadthFirst) {
+  // Groups of pp in both directions are Megatron's interleaved schedule.
+  for (int64_t m : {4, 8, 12}) {
+    ScheduleConfig in = config(ScheduleKind::Interleaved, 4, 2, m);
+    ScheduleConfig el = config(ScheduleKind::Elastic, 4, 2, m);
+    el.fwdGroups = el.bwdGroups = std::vector<int64_t>(m / 4, 4);
+    for (int64_t r = 0; r < 4; ++r)
+      EXPECT_EQ(row(el, r), row(in, r)) << "M " << m << " rank " << r;
+  }
+  // One group of all: breadth-first (bfs), every chunk but the last one
+  // forwards every micro-batch before the first backward.
+  ScheduleConfig bfs = config(ScheduleKind::BFS, 2, 2, 4);
+  EXPECT_EQ(row(bfs, 0), "0F0 0F1 0F2 0F3 2F0 2F1 2F2 2B0 2F3 2B1 2B2 2B3 0B0 0B1 0B2 0B3");
+  EXPECT_EQ(row(bfs, 1), "1F0 1F1 1F2 1F3 3F0 3B0 3F1 3B1 3F2 3B2 3F3 3B3 1B0 1B1 1B2 1B3");
+  // The example: forward 8,4 and backward 6,6 for 12 micro-batches.
+  ScheduleConfig e = config(ScheduleKind::Elastic, 2, 2, 12);
+  e.fwdGroups = {8, 4};
+  e.bwdGroups = {6, 6};
+  std::string why;
+  EXPECT_TRUE(validateSchedule(e, why)) << why;
+  EXPECT_EQ(row(e, 1).substr(0, 47), "1F0 1F1 1F2 1F3 1F4 1F5 1F6 1F7 3F0 3B0 3F1 3B1");
+  // Groups that do not sum to the micro-batches are refused.
+  e.bwdGroups = {6, 5};
+  EXPECT_FALSE(validateSchedule(e, why));
+  EXPECT_NE(why.find("bwd-groups sums to 11"), std::string::npos) << why;
 }

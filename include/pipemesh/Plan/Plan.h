@@ -26,9 +26,13 @@ struct CompileOptions {
   int64_t seq = 0;
   int64_t pp = 1, dp = 1, vpp = 1;
   int64_t microbatches = 1;
-  std::string schedule = "1f1b"; // gpipe | 1f1b | interleaved
+  /// gpipe | 1f1b | interleaved | elastic | bfs | zb-h1 | zb-h2
+  std::string schedule = "1f1b";
   /// Interleaved: micro-batches per group through one chunk (0 = pp).
   int64_t group = 0;
+  /// Elastic: forward and backward micro-batch group sizes (empty: one group
+  /// of all micro-batches).
+  std::vector<int64_t> fwdGroups, bwdGroups;
   /// ZeRO level over the dp replicas (0..3; nothing is sharded when dp = 1).
   int64_t zero = 0;
   /// Explicit transformer layers per chunk for --pmesh-partition (empty: the

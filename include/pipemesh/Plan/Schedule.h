@@ -1,14 +1,29 @@
 //===- Schedule.h - per-rank pipeline action order --------------*- C++ -*-===//
 //
 // The order in which one pipeline rank runs the forward (F) and backward (B)
-// passes of its model chunks over the micro-batches: GPipe (all forwards,
-// then all backwards), 1F1B (Megatron's non-interleaved schedule) and
-// interleaved 1F1B (Megatron's virtual pipeline). Chunk c runs on pipeline
+// passes of its model chunks over the micro-batches. Chunk c runs on pipeline
 // rank c % pp (rank p holds chunks p, p + pp, p + 2pp, ...).
 //
+//   gpipe        all forwards (chunk by chunk), then all backwards;
+//   1f1b         Megatron's non-interleaved schedule;
+//   interleaved  Megatron's virtual pipeline (micro-batch groups per chunk);
+//   elastic      forward micro-batch groups and backward micro-batch groups
+//                given separately (`fwd-groups=8,4 bwd-groups=6,6`): a group
+//                goes through every local chunk before the next group starts,
+//                so a group of pp is depth-first (= interleaved) and one
+//                group of all micro-batches is breadth-first;
+//   bfs          looped breadth-first: elastic with one forward and one
+//                backward group of all micro-batches (Fold3D / BFS order);
+//   zb-h1, zb-h2 the Zero Bubble schedules (vpp = 1): the backward is split
+//                into B (input gradient, what the previous stage waits for)
+//                and W (weight gradient), and the W's fill the bubbles; at
+//                most 1F1B's pp - rank micro-batches in flight (H1) or
+//                2 (pp - rank) - 1 (H2, which also fills the warm-up bubble).
+//
 // Actions print in PyTorch's pipelining notation: `0F1` is the forward of
-// chunk 0 on micro-batch 1, `1B0` the backward of chunk 1 on micro-batch 0;
-// the emitter adds `0SEND_F1`, `1RECV_F1`, `1SEND_B0`, `0RECV_B0`.
+// chunk 0 on micro-batch 1, `1B0` the backward of chunk 1 on micro-batch 0,
+// `1W0` its weight-gradient part; the emitter adds `0SEND_F1`, `1RECV_F1`,
+// `1SEND_B0`, `0RECV_B0`.
 //
 //===----------------------------------------------------------------------===//
 #ifndef PIPEMESH_PLAN_SCHEDULE_H
@@ -26,7 +41,7 @@
 
 namespace pipemesh::plan {
 
-enum class ScheduleKind { GPipe, OneFOneB, Interleaved };
+enum class ScheduleKind { GPipe, OneFOneB, Interleaved, Elastic, BFS, ZBH1, ZBH2 };
 
 std::optional<ScheduleKind> parseScheduleKind(llvm::StringRef name);
 llvm::StringRef scheduleKindName(ScheduleKind kind);
@@ -40,17 +55,27 @@ struct ScheduleConfig {
   /// before the rank moves to its next chunk (Megatron's
   /// microbatch_group_size_per_vp_stage). 0 means pp.
   int64_t group = 0;
+  /// Elastic: micro-batches per forward group and per backward group, each
+  /// summing to microbatches (empty: one group of all, breadth-first).
+  std::vector<int64_t> fwdGroups, bwdGroups;
 };
 
 /// One compute action: the forward or backward of `chunk` on `microbatch`.
+/// In schedules that split the backward, `backward` alone is its input-
+/// gradient part B and `backward` with `weight` its weight-gradient part W.
 struct Action {
   int64_t chunk = 0;
   int64_t microbatch = 0;
   bool backward = false;
+  bool weight = false;
   bool operator==(const Action &o) const {
-    return chunk == o.chunk && microbatch == o.microbatch && backward == o.backward;
+    return chunk == o.chunk && microbatch == o.microbatch && backward == o.backward &&
+           weight == o.weight;
   }
 };
+
+/// Whether the schedule splits each backward into B and W actions.
+bool splitsBackward(const ScheduleConfig &cfg);
 
 /// The schedule actually run: `interleaved` with vpp = 1 is 1F1B, and `1f1b`
 /// with vpp > 1 is the interleaved 1F1B (Megatron runs its interleaved
@@ -69,7 +94,10 @@ bool validateSchedule(const ScheduleConfig &cfg, std::string &why);
 /// The number of forwards pipeline rank `rank` runs before its first
 /// backward. GPipe: all M * vpp of them; 1F1B (Megatron): min(pp - rank - 1,
 /// M); interleaved (Megatron): (pp - rank - 1) * 2 + (vpp - 1) * group,
-/// capped at the M * vpp forwards the rank runs.
+/// capped at the M * vpp forwards the rank runs. Elastic: the same pipeline
+/// term plus the largest lead of a forward over its backward in the group
+/// tables (for equal groups g that lead is (vpp - 1) * g: interleaved).
+/// Zero Bubble: the forwards its greedy order runs before the first B.
 int64_t warmupForwards(const ScheduleConfig &cfg, int64_t rank);
 
 /// The ordered compute actions of pipeline rank `rank` (every (chunk,

@@ -24,6 +24,10 @@ CONFIGS = [  # (pp, dp, zero, microbatches, schedule)
     (1, 2, 3, 2, "1f1b"),
     (2, 2, 1, 2, "1f1b"),
     (2, 2, 3, 2, "gpipe"),
+    (2, 1, 0, 4, "zb-h1"),
+    (2, 2, 1, 2, "zb-h2"),
+    (2, 2, 2, 2, "bfs"),
+    (2, 1, 0, 4, "elastic fwd-groups=3,1 bwd-groups=2,2"),
 ]
 
 
@@ -45,7 +49,7 @@ class CompiledParallel(common.TempDirTest):
     def test_equivalence(self):
         refs = {}
         for pp, dp, zero, m, schedule in CONFIGS:
-            name = f"pp{pp}-dp{dp}-zero{zero}-{schedule}-m{m}"
+            name = f"pp{pp}-dp{dp}-zero{zero}-{schedule}-m{m}".replace(" ", "_").replace(",", "-")
             with self.subTest(name):
                 if m * dp not in refs:
                     one = self.compile(f"one-m{m * dp}.plan", f"pp=1 dp=1 microbatches={m * dp}")
