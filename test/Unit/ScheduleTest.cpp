@@ -323,3 +323,4 @@ TEST(Schedule, ElasticSpansInterleavedToBreadthFirst) {
   EXPECT_FALSE(validateSchedule(e, why));
   EXPECT_NE(why.find("bwd-groups sums to 11"), std::string::npos) << why;
 }
+
