@@ -15,32 +15,6 @@ using namespace pipemesh::cost;
 namespace pm = pipemesh::pmesh;
 
 //===----------------------------------------------------------------------===//
-// Devices
-//===----------------------------------------------------------------------===//
-
-Device Device::cpu() { return {"cpu", 150e9, 20e9, 0.8}; }
-Device Device::a100() { return {"a100", 19.5e12, 2.0e12, 0.6}; }
-Device Device::h100() { return {"h100", 67e12, 3.35e12, 0.6}; }
-
-std::optional<Device> Device::byName(llvm::StringRef name) {
-  if (name == "cpu")
-    return cpu();
-  if (name == "a100")
-    return a100();
-  if (name == "h100")
-    return h100();
-  return std::nullopt;
-}
-
-std::vector<std::string> Device::presetNames() { return {"cpu", "a100", "h100"}; }
-
-double Device::time(const OpCost &c) const {
-  double t = std::max(peakFlops > 0 ? c.flops / peakFlops : 0.0,
-                      memBandwidth > 0 ? c.bytes / memBandwidth : 0.0);
-  return efficiency > 0 ? t / efficiency : t;
-}
-
-//===----------------------------------------------------------------------===//
 // Shape-level formulas
 //===----------------------------------------------------------------------===//
 
@@ -212,4 +186,11 @@ OpCost cost::opCost(Operation *op) {
       .Default([](Operation *o) { return OpCost{0.0, moved(o)}; });
 }
 
-double cost::opTime(Operation *op, const Device &device) { return device.time(opCost(op)); }
+KernelClass cost::kernelClass(Operation *op) {
+  StringRef name = op->getName().getStringRef();
+  return kernelClassOfName(name.starts_with("pmesh.") ? name.drop_front(6) : name);
+}
+
+double cost::opTime(Operation *op, const Device &device) {
+  return device.time(opCost(op), kernelClass(op));
+}

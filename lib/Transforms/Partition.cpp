@@ -363,9 +363,9 @@ struct PMeshPartitionPass : pipemesh::impl::PMeshPartitionBase<PMeshPartitionPas
     os << "pmesh-partition: " << L << " layer" << (L == 1 ? "" : "s") << " on "
        << p.numChunks << " stage" << (p.numChunks == 1 ? "" : "s") << " ("
        << (isExplicit ? "explicit layers-per-stage" : "balanced") << "; device " << dev.name
-       << ": " << llvm::format("%.0f", dev.peakFlops / 1e9) << " GFLOP/s, "
+       << ": " << llvm::format("%.0f", dev.peakFlops() / 1e9) << " GFLOP/s, "
        << llvm::format("%.0f", dev.memBandwidth / 1e9) << " GB/s, efficiency "
-       << llvm::format("%.2f", dev.efficiency) << ")\n";
+       << llvm::format("%.2f", dev.gemmEfficiency) << ")\n";
     os << "  costs are forward + backward (3x forward); memory = activations + 4x parameters\n";
     auto line = [&](const std::string &what, double t, size_t k) {
       os << "  " << what << ": time " << ms(t) << ", activations " << human(act[k])

@@ -16,7 +16,7 @@
 // SUM: error: pmesh-partition: layers-per-stage sums to 2 but the model has 4 transformer layers
 // MIDDLE: error: pmesh-partition: layers-per-stage gives stage 1 no layers: only the first and the last stage may have none (they still hold the embedding, or the head and the loss)
 // NEGATIVE: error: pmesh-partition: layers-per-stage gives stage 1 -1 layers; counts must be >= 0
-// DEVICE: error: pmesh-partition: unknown device 'tpu' (known: cpu, a100, h100)
+// DEVICE: error: pmesh-partition: unknown device 'tpu' (known: cpu, v100, a100, a100-40gb, a100-80gb, h100, h200)
 // AFTER-AD: error: the module already has a @train_step: run --pmesh-partition before --pmesh-autodiff
 // TWICE: error: the module is already partitioned (it has pmesh.num_stages)
 

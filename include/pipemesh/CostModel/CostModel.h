@@ -8,8 +8,8 @@
 //   - bytes: bytes the op moves to and from memory (every operand read once,
 //     every result written once; a flash-style kernel never materialises
 //     intermediates, so nothing else is counted).
-// A Device turns that into a time: max(flops / peak, bytes / bandwidth) /
-// efficiency, a roofline with one efficiency factor.
+// A Device (Hardware.h, MLIR-free) turns that into a time; kernelClass says
+// which of its rooflines an op follows (GEMM-like or memory-bound).
 //
 // Counting conventions (what the CPU kernels in runtime/ do):
 //   matmul            2 * M * N * K * batch (+ M * N * batch with a bias)
@@ -30,6 +30,8 @@
 #ifndef PIPEMESH_COSTMODEL_COSTMODEL_H
 #define PIPEMESH_COSTMODEL_COSTMODEL_H
 
+#include "pipemesh/CostModel/Hardware.h"
+
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
 
@@ -45,52 +47,13 @@ class Type;
 
 namespace pipemesh::cost {
 
-/// Work of one op (or a sum of ops).
-struct OpCost {
-  double flops = 0;
-  double bytes = 0;
-  OpCost &operator+=(const OpCost &o) {
-    flops += o.flops;
-    bytes += o.bytes;
-    return *this;
-  }
-  friend OpCost operator+(OpCost a, const OpCost &b) { return a += b; }
-  friend OpCost operator*(OpCost a, double s) {
-    a.flops *= s;
-    a.bytes *= s;
-    return a;
-  }
-};
-
-/// A compute device as a roofline: peak FLOP/s, memory bandwidth and the
-/// fraction of both that kernels reach.
-struct Device {
-  std::string name;
-  double peakFlops = 0;    // FLOP/s at the runtime's precision (fp32)
-  double memBandwidth = 0; // bytes/s
-  double efficiency = 1;   // in (0, 1]
-
-  /// This development machine: 2 AMD EPYC cores with AVX2/FMA, OpenBLAS sgemm
-  /// peaks near 150 GFLOP/s, streaming bandwidth about 20 GB/s.
-  static Device cpu();
-  /// Placeholders from the data sheets (fp32 without tensor cores, since the
-  /// runtime trains in fp32); to be replaced by calibrated values (issue 5).
-  static Device a100();
-  static Device h100();
-  /// "cpu", "a100", "h100"; nullopt for anything else.
-  static std::optional<Device> byName(llvm::StringRef name);
-  /// The names byName accepts, for error messages.
-  static std::vector<std::string> presetNames();
-
-  /// Time of `c` on this device, in seconds.
-  double time(const OpCost &c) const;
-};
-
 /// FLOPs and bytes of one op; ops the model does not know count their operand
 /// and result bytes and no flops. `pmesh.adamw` looks its parameters up in the
 /// nearest symbol table.
 OpCost opCost(mlir::Operation *op);
-/// max(flops / peak, bytes / bandwidth) / efficiency, in seconds.
+/// GEMM-like (matmul, attention and its gradient) or memory-bound.
+KernelClass kernelClass(mlir::Operation *op);
+/// device.time(opCost(op), kernelClass(op)), in seconds.
 double opTime(mlir::Operation *op, const Device &device);
 
 /// Bytes of a statically shaped tensor value type (0 for anything else).

@@ -1,0 +1,66 @@
+//===- PlanLoader.h - a plan file's programs as a simulator Job -*- C++ -*-===//
+//
+// Reads a plan (docs/plan-format.md: 40-byte header, JSON manifest,
+// safetensors weights; only the header and the manifest are read, so
+// shapes-only plans of huge models load in a moment) into one Program per
+// global rank, instruction for instruction:
+//   kernels         their "flops" and "bytes" (the compiler's cost model),
+//                   GEMM-class for matmul / attention / attention_grad;
+//                   instructions without them count the bytes of their
+//                   operands and results;
+//   accumulate      dst += s * src: reads two buffers, writes one;
+//   zero, load_microbatch, loss: write their outputs;
+//   adamw           reads param, grad, m, v and writes param, m, v
+//                   (Work::Optimizer);
+//   send / recv     bytes of their buffer; wait_sends;
+//   allreduce / reduce_scatter / allgather: blocking collectives over the
+//                   rank's "groups" entry (as pipemesh-run runs them), bytes
+//                   of the whole buffers; `"async": true` makes one
+//                   non-blocking, completed by a later `wait` (its "handle":
+//                   the collective's instruction index) or `wait_collectives`;
+//   free            nothing.
+// Each instruction's "action" (`0F1`, `1B0`, `0W1`, `0R1`) is its label and
+// decides its Work.
+//
+// Memory follows the plan's memory planner (lib/Plan layout()): param, grad,
+// adam_m, adam_v and constant buffers are live all step; every other buffer
+// (an alias counts as the buffer it views) from its first to its last use in
+// program order ("in", "out", "bufs"), and a sent buffer until the last
+// wait_sends; sizes rounded up to 64 bytes like the arena's.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PIPEMESH_SIM_PLANLOADER_H
+#define PIPEMESH_SIM_PLANLOADER_H
+
+#include "pipemesh/Sim/Program.h"
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/JSON.h"
+
+#include <cstdint>
+#include <string>
+
+namespace pipemesh::sim {
+
+/// What a plan says about itself (for reports).
+struct PlanInfo {
+  int64_t pp = 1, dp = 1, vpp = 1, microbatches = 1, worldSize = 1, zero = 0;
+  int64_t batch = 0, seq = 0;
+  std::string schedule, source;
+  bool shapesOnly = false;
+  double flopsPerStep = 0;
+};
+
+struct LoadedPlan {
+  Job job;
+  PlanInfo info;
+};
+
+/// Reads the header and manifest of a plan file. False with `why`.
+bool loadPlanFile(llvm::StringRef path, LoadedPlan &out, std::string &why);
+/// The manifest's ranks as programs. False with `why` (naming the JSON path).
+bool jobFromManifest(const llvm::json::Object &manifest, LoadedPlan &out, std::string &why);
+
+} // namespace pipemesh::sim
+
+#endif // PIPEMESH_SIM_PLANLOADER_H

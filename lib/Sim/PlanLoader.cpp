@@ -1,0 +1,382 @@
+//===- PlanLoader.cpp - a plan file's programs as a simulator Job ---------===//
+#include "pipemesh/Sim/PlanLoader.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/Support/Endian.h"
+#include "llvm/Support/MemoryBuffer.h"
+
+#include <algorithm>
+#include <climits>
+
+using namespace pipemesh;
+using namespace pipemesh::sim;
+namespace json = llvm::json;
+
+namespace {
+
+constexpr size_t kHeaderBytes = 40;
+
+int64_t align64(int64_t v) { return (v + 63) / 64 * 64; }
+
+bool persistentKind(llvm::StringRef kind) {
+  return kind == "param" || kind == "grad" || kind == "adam_m" || kind == "adam_v" ||
+         kind == "constant";
+}
+
+struct BufferInfo {
+  int64_t bytes = 0;
+  int64_t numel = 0;
+  int32_t aliasOf = -1;
+  bool persistent = false;
+};
+
+/// Reads one rank's buffers and program.
+class RankReader {
+public:
+  RankReader(const json::Object &rank, std::string path, Job &job, std::string &why)
+      : rank(rank), path(std::move(path)), job(job), why(why) {}
+  bool read(Program &out);
+
+private:
+  const json::Object &rank;
+  std::string path;
+  Job &job;
+  std::string &why;
+  std::vector<BufferInfo> bufs; // by id
+  std::vector<int32_t> index;   // id -> bufs position (ids may be sparse)
+
+  bool fail(const std::string &where, const std::string &msg) {
+    why = path + where + ": " + msg;
+    return false;
+  }
+  const BufferInfo *buffer(const json::Value &v) const {
+    std::optional<int64_t> id = v.getAsInteger();
+    if (!id || *id < 0 || *id >= (int64_t)index.size() || index[*id] < 0)
+      return nullptr;
+    return &bufs[index[*id]];
+  }
+  int32_t root(int32_t pos) const {
+    for (int guard = 0; bufs[pos].aliasOf >= 0 && guard < 64; ++guard)
+      pos = bufs[pos].aliasOf;
+    return pos;
+  }
+  bool sumBytes(const json::Object &instr, llvm::StringRef field, double &bytes, double &numel,
+                const std::string &where);
+};
+
+bool RankReader::sumBytes(const json::Object &instr, llvm::StringRef field, double &bytes,
+                          double &numel, const std::string &where) {
+  const json::Array *a = instr.getArray(field);
+  if (!a)
+    return true;
+  for (const json::Value &v : *a) {
+    const BufferInfo *b = buffer(v);
+    if (!b)
+      return fail(where + "." + field.str(), "unknown buffer id");
+    bytes += (double)b->bytes;
+    numel += (double)b->numel;
+  }
+  return true;
+}
+
+bool RankReader::read(Program &out) {
+  // Buffers.
+  const json::Array *buffers = rank.getArray("buffers");
+  if (!buffers)
+    return fail(".buffers", "missing");
+  std::vector<int64_t> ids;
+  for (auto [k, bv] : llvm::enumerate(*buffers)) {
+    std::string where = ".buffers[" + std::to_string(k) + "]";
+    const json::Object *b = bv.getAsObject();
+    std::optional<int64_t> id = b ? b->getInteger("id") : std::nullopt;
+    std::optional<int64_t> bytes = b ? b->getInteger("bytes") : std::nullopt;
+    if (!id || *id < 0 || *id > (int64_t)1 << 30)
+      return fail(where + ".id", "expected a non-negative integer");
+    if (!bytes || *bytes < 0)
+      return fail(where + ".bytes", "expected a non-negative integer");
+    BufferInfo info;
+    info.bytes = *bytes;
+    info.numel = 1;
+    if (const json::Array *shape = b->getArray("shape"))
+      for (const json::Value &d : *shape)
+        info.numel *= d.getAsInteger().value_or(1);
+    info.persistent = persistentKind(b->getString("kind").value_or(""));
+    if (*id >= (int64_t)index.size())
+      index.resize(*id + 1, -1);
+    if (index[*id] >= 0)
+      return fail(where + ".id", "duplicate buffer id " + std::to_string(*id));
+    index[*id] = bufs.size();
+    ids.push_back(b->getInteger("alias_of").value_or(-1));
+    bufs.push_back(info);
+  }
+  for (size_t k = 0; k < bufs.size(); ++k)
+    if (ids[k] >= 0) {
+      if (ids[k] >= (int64_t)index.size() || index[ids[k]] < 0)
+        return fail(".buffers[" + std::to_string(k) + "].alias_of", "unknown buffer id");
+      bufs[k].aliasOf = index[ids[k]];
+    }
+  for (const BufferInfo &b : bufs)
+    if (b.aliasOf < 0 && b.persistent)
+      out.persistentBytes += align64(b.bytes);
+  out.arenaBytes = rank.getInteger("arena_bytes").value_or(0);
+
+  // Groups: name -> members.
+  std::map<std::string, int32_t> groups;
+  if (const json::Object *g = rank.getObject("groups"))
+    for (auto &kv : *g) {
+      const json::Array *members = kv.second.getAsArray();
+      if (!members)
+        return fail(".groups." + kv.first.str(), "expected an array of ranks");
+      std::vector<int64_t> ms;
+      for (const json::Value &m : *members) {
+        std::optional<int64_t> r = m.getAsInteger();
+        if (!r)
+          return fail(".groups." + kv.first.str(), "expected an array of ranks");
+        ms.push_back(*r);
+      }
+      if (!ms.empty())
+        groups[kv.first.str()] = job.group(kv.first.str(), ms);
+    }
+
+  // Liveness, as the planner computes it.
+  const json::Array *program = rank.getArray("program");
+  if (!program)
+    return fail(".program", "missing");
+  size_t n = program->size();
+  std::vector<int64_t> first(bufs.size(), INT64_MAX), last(bufs.size(), -1);
+  std::vector<int32_t> sent;
+  int64_t waitAt = -1;
+  for (auto [k, iv] : llvm::enumerate(*program)) {
+    const json::Object *instr = iv.getAsObject();
+    if (!instr)
+      return fail(".program[" + std::to_string(k) + "]", "expected an object");
+    for (llvm::StringRef field : {"in", "out", "bufs"})
+      if (const json::Array *a = instr->getArray(field))
+        for (const json::Value &v : *a) {
+          std::optional<int64_t> id = v.getAsInteger();
+          if (!id || *id < 0 || *id >= (int64_t)index.size() || index[*id] < 0)
+            return fail(".program[" + std::to_string(k) + "]." + field.str(),
+                        "unknown buffer id");
+          int32_t r = root(index[*id]);
+          first[r] = std::min<int64_t>(first[r], k);
+          last[r] = std::max<int64_t>(last[r], k);
+          if (field == "in" && instr->getString("op") == "send")
+            sent.push_back(r);
+        }
+    if (instr->getString("op") == "wait_sends")
+      waitAt = k;
+  }
+  for (int32_t r : sent)
+    last[r] = std::max(last[r], waitAt);
+  std::vector<int64_t> alloc(n, 0), freed(n, 0);
+  for (size_t b = 0; b < bufs.size(); ++b) {
+    if (bufs[b].aliasOf >= 0 || bufs[b].persistent)
+      continue;
+    int64_t f = first[b] == INT64_MAX ? 0 : first[b];
+    int64_t l = std::max(last[b], f);
+    if (n == 0)
+      continue;
+    alloc[std::min<int64_t>(f, n - 1)] += align64(bufs[b].bytes);
+    freed[std::min<int64_t>(l, n - 1)] += align64(bufs[b].bytes);
+  }
+
+  // Instructions.
+  out.instrs.reserve(n);
+  for (auto [k, iv] : llvm::enumerate(*program)) {
+    const json::Object &instr = *iv.getAsObject();
+    std::string where = ".program[" + std::to_string(k) + "]";
+    llvm::StringRef op = instr.getString("op").value_or("");
+    if (op.empty())
+      return fail(where + ".op", "missing");
+    llvm::StringRef action = instr.getString("action").value_or("");
+    int32_t label = action.empty() ? -1 : out.label(action);
+    Work work = workOfAction(action);
+    Instr in;
+    double inBytes = 0, inNumel = 0, outBytes = 0, outNumel = 0, bufBytes = 0, bufNumel = 0;
+    if (!sumBytes(instr, "in", inBytes, inNumel, where) ||
+        !sumBytes(instr, "out", outBytes, outNumel, where) ||
+        !sumBytes(instr, "bufs", bufBytes, bufNumel, where))
+      return false;
+    auto peerTag = [&](int32_t &peer, int64_t &tag) {
+      std::optional<int64_t> p = instr.getInteger("peer"), t = instr.getInteger("tag");
+      if (!p || !t)
+        return fail(where, op.str() + " needs integer \"peer\" and \"tag\"");
+      peer = (int32_t)*p;
+      tag = *t;
+      return true;
+    };
+    auto group = [&](int32_t &g) {
+      llvm::StringRef name = instr.getString("group").value_or("dp");
+      auto it = groups.find(name.str());
+      if (it == groups.end())
+        return fail(where + ".group", "rank has no group '" + name.str() + "'");
+      g = it->second;
+      return true;
+    };
+    if (op == "send" || op == "recv") {
+      int32_t peer = -1;
+      int64_t tag = 0;
+      if (!peerTag(peer, tag))
+        return false;
+      in = op == "send" ? Instr::send(peer, tag, inBytes) : Instr::recv(peer, tag, outBytes);
+    } else if (op == "wait_sends") {
+      in = Instr::waitSends((int32_t)instr.getInteger("keep").value_or(0));
+    } else if (op == "allreduce" || op == "reduce_scatter" || op == "allgather") {
+      int32_t g = -1;
+      if (!group(g))
+        return false;
+      cost::Collective c = op == "allreduce"        ? cost::Collective::AllReduce
+                           : op == "reduce_scatter" ? cost::Collective::ReduceScatter
+                                                    : cost::Collective::AllGather;
+      // The whole buffers: the reduce-scatter's input, the all-gather's output.
+      double bytes = op == "allreduce" ? bufBytes : op == "reduce_scatter" ? inBytes : outBytes;
+      in = Instr::collective(c, g, bytes, instr.getBoolean("async").value_or(false));
+    } else if (op == "wait") {
+      in = Instr::wait((int32_t)instr.getInteger("handle").value_or(-1));
+    } else if (op == "wait_collectives") {
+      in = Instr::wait(-1);
+    } else if (op == "adamw") {
+      // Reads p, g, m, v and writes p, m, v (the norm pass reads g again).
+      double bytes = 0, numel = 0;
+      if (const json::Array *entries = instr.getArray("params"))
+        for (const json::Value &ev : *entries) {
+          const json::Object *e = ev.getAsObject();
+          if (!e)
+            return fail(where + ".params", "expected objects");
+          if (const json::Value *g = e->get("grad"))
+            if (const BufferInfo *b = buffer(*g)) {
+              bytes += 8.0 * (double)b->bytes;
+              numel += (double)b->numel;
+            }
+        }
+      in = Instr::kernel(16.0 * numel, bytes, cost::KernelClass::Memory, Work::Optimizer, label);
+    } else if (op == "free") {
+      in = Instr::compute(0.0, work, label);
+    } else {
+      std::optional<double> flops = instr.getNumber("flops"), bytes = instr.getNumber("bytes");
+      double f = flops.value_or(0.0), b = bytes.value_or(inBytes + outBytes);
+      if (op == "accumulate") {
+        f = outNumel;
+        b = inBytes + 2.0 * outBytes;
+      } else if (op == "zero" || op == "load_microbatch" || op == "loss") {
+        b = outBytes + inBytes;
+      }
+      in = Instr::kernel(f, b, cost::kernelClassOfName(op), work, label);
+    }
+    in.label = label;
+    if (in.kind == OpKind::Compute && work != Work::Other)
+      in.work = work;
+    in.source = (int32_t)k;
+    in.mem(alloc[k], freed[k]);
+    out.instrs.push_back(in);
+  }
+  return true;
+}
+
+} // namespace
+
+bool pipemesh::sim::jobFromManifest(const json::Object &m, LoadedPlan &out, std::string &why) {
+  PlanInfo &info = out.info;
+  const json::Object *model = m.getObject("model");
+  const json::Object *par = m.getObject("parallel");
+  if (!model || !par) {
+    why = std::string("manifest: missing \"") + (model ? "parallel" : "model") + "\"";
+    return false;
+  }
+  info.batch = model->getInteger("batch").value_or(0);
+  info.seq = model->getInteger("seq").value_or(0);
+  info.source = model->getString("source").value_or("").str();
+  info.shapesOnly = model->getBoolean("shapes_only").value_or(false);
+  info.flopsPerStep = model->getNumber("flops_per_step").value_or(0);
+  info.pp = par->getInteger("pp").value_or(1);
+  info.dp = par->getInteger("dp").value_or(1);
+  info.vpp = par->getInteger("vpp").value_or(1);
+  info.zero = par->getInteger("zero").value_or(0);
+  info.microbatches = par->getInteger("microbatches").value_or(1);
+  info.worldSize = par->getInteger("world_size").value_or(info.pp * info.dp);
+  info.schedule = par->getString("schedule").value_or("").str();
+  if (std::optional<llvm::StringRef> run = par->getString("schedule_run"))
+    info.schedule += " (runs " + run->str() + ")";
+
+  const json::Array *ranks = m.getArray("ranks");
+  if (!ranks) {
+    why = "manifest: missing \"ranks\"";
+    return false;
+  }
+  Job &job = out.job;
+  job.ranks.assign(ranks->size(), Program());
+  std::vector<bool> seen(ranks->size(), false);
+  for (auto [k, rv] : llvm::enumerate(*ranks)) {
+    std::string path = "ranks[" + std::to_string(k) + "]";
+    const json::Object *r = rv.getAsObject();
+    if (!r) {
+      why = path + ": expected an object";
+      return false;
+    }
+    int64_t g = r->getInteger("rank").value_or((int64_t)k);
+    if (g < 0 || g >= (int64_t)ranks->size() || seen[g]) {
+      why = path + ".rank: " + std::to_string(g) + " is out of range or repeated";
+      return false;
+    }
+    seen[g] = true;
+    Program &p = job.ranks[g];
+    p.rank = (int32_t)g;
+    RankReader reader(*r, path, job, why);
+    if (!reader.read(p))
+      return false;
+  }
+  job.tokensPerStep = (double)info.batch * info.seq * info.microbatches * info.dp;
+  job.description = "pp=" + std::to_string(info.pp) + " dp=" + std::to_string(info.dp) +
+                    " vpp=" + std::to_string(info.vpp) +
+                    " microbatches=" + std::to_string(info.microbatches) +
+                    " schedule=" + info.schedule + " zero=" + std::to_string(info.zero);
+  return true;
+}
+
+bool pipemesh::sim::loadPlanFile(llvm::StringRef path, LoadedPlan &out, std::string &why) {
+  auto head = llvm::MemoryBuffer::getFileSlice(path, kHeaderBytes, 0);
+  if (!head) {
+    why = "cannot read plan '" + path.str() + "': " + head.getError().message();
+    return false;
+  }
+  llvm::StringRef h = (*head)->getBuffer();
+  if (h.size() < kHeaderBytes || h.substr(0, 8) != llvm::StringRef("PMPLAN\0\0", 8)) {
+    why = "'" + path.str() + "' is not a PipeMesh plan (bad magic)";
+    return false;
+  }
+  auto u32 = [&](size_t at) {
+    return llvm::support::endian::read32le(h.data() + at);
+  };
+  auto u64 = [&](size_t at) {
+    return llvm::support::endian::read64le(h.data() + at);
+  };
+  if (u32(8) != 1) {
+    why = "plan '" + path.str() + "': format version " + std::to_string(u32(8)) +
+          ", this pipemesh-sim reads version 1";
+    return false;
+  }
+  uint64_t manifestLen = u64(16), weightsLen = u64(24);
+  auto whole = llvm::MemoryBuffer::getFileSlice(path, manifestLen, kHeaderBytes);
+  if (!whole || (*whole)->getBufferSize() != manifestLen) {
+    why = "plan '" + path.str() + "': truncated (manifest of " + std::to_string(manifestLen) +
+          " bytes announced)";
+    return false;
+  }
+  (void)weightsLen;
+  llvm::Expected<json::Value> v = json::parse((*whole)->getBuffer());
+  if (!v) {
+    why = "plan '" + path.str() + "': invalid manifest JSON: " + toString(v.takeError());
+    return false;
+  }
+  const json::Object *m = v->getAsObject();
+  if (!m || m->getString("format") != "pipemesh-plan") {
+    why = "plan '" + path.str() + "': the manifest is not a pipemesh-plan";
+    return false;
+  }
+  if (!jobFromManifest(*m, out, why)) {
+    why = "plan '" + path.str() + "': " + why;
+    return false;
+  }
+  out.job.name = path.str();
+  return true;
+}

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""pipemesh-sim end to end: compile a tiny fixture plan, simulate it, check the outputs.
+
+    check_sim_tool.py PIPEMESH_OPT PIPEMESH_SIM MODELS_DIR WORK_DIR
+
+Checks the --json keys the schedule search and the benchmarks read, that the trace
+and the SVG are written, that the simulated peak memory is the plan's liveness peak
+(persistent buffers + the most activation bytes live at once, never above the planned
+arena), and that bad inputs are clear errors with a non-zero exit.
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+
+
+def run(cmd, ok=True):
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if ok and p.returncode != 0:
+        sys.exit(f"FAILED ({p.returncode}): {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def manifest(path):
+    with open(path, "rb") as f:
+        head = f.read(40)
+        (length,) = struct.unpack("<Q", head[16:24])
+        return json.loads(f.read(length))
+
+
+def liveness_peaks(m):
+    """The planner's liveness rule (lib/Plan layout()), independently of lib/Sim."""
+    persistent_kinds = {"param", "grad", "adam_m", "adam_v", "constant"}
+    align = lambda b: (b + 63) // 64 * 64
+    out = []
+    for r in m["ranks"]:
+        bufs = {b["id"]: b for b in r["buffers"]}
+
+        def root(i):
+            while "alias_of" in bufs[i]:
+                i = bufs[i]["alias_of"]
+            return i
+
+        first, last, sent, wait = {}, {}, [], -1
+        for k, ins in enumerate(r["program"]):
+            for field in ("in", "out", "bufs"):
+                for i in ins.get(field, []):
+                    x = root(i)
+                    first[x] = min(first.get(x, k), k)
+                    last[x] = max(last.get(x, -1), k)
+                    if field == "in" and ins["op"] == "send":
+                        sent.append(x)
+            if ins["op"] == "wait_sends":
+                wait = k
+        for x in sent:
+            last[x] = max(last[x], wait)
+        persistent = sum(align(b["bytes"]) for b in r["buffers"]
+                         if "alias_of" not in b and b["kind"] in persistent_kinds)
+        delta = {}
+        for i, b in bufs.items():
+            if "alias_of" in b or b["kind"] in persistent_kinds:
+                continue
+            f = first.get(i, 0)
+            l = max(last.get(i, -1), f)
+            delta[f] = delta.get(f, 0) + align(b["bytes"])
+            delta[l + 1] = delta.get(l + 1, 0) - align(b["bytes"])
+        live = peak = 0
+        for t in sorted(delta):
+            live += delta[t]
+            peak = max(peak, live)
+        out.append((r["rank"], persistent + peak, r["arena_bytes"]))
+    return sorted(out)
+
+
+def main():
+    opt, sim, models, work = sys.argv[1:5]
+    os.makedirs(work, exist_ok=True)
+    plan = os.path.join(work, "tiny.plan")
+    run([opt, os.path.join(models, "fixtures", "gpt2_tiny_op17.onnx"),
+         "--pipemesh-compile=batch=2 seq=16 pp=2 microbatches=4", "-o", plan])
+    out_json = os.path.join(work, "tiny.sim.json")
+    trace = os.path.join(work, "tiny.trace.json")
+    svg = os.path.join(work, "tiny.svg")
+    p = run([sim, plan, "--cluster", "cpu", "--json", out_json, "--trace", trace, "--svg", svg])
+    assert "step" in p.stdout and "rank" in p.stdout, p.stdout
+
+    s = json.load(open(out_json))
+    for key in ("step_time_s", "tokens_per_s", "bubble_frac", "exposed_comm_frac",
+                "all_device_idle_frac", "recompute_frac", "peak_mem_bytes"):
+        assert key in s, f"--json lacks {key}: {sorted(s)}"
+    assert s["step_time_s"] > 0 and s["tokens_per_s"] > 0, s
+    assert s["tokens_per_step"] == 2 * 16 * 4, s["tokens_per_step"]
+    for key in ("bubble_frac", "exposed_comm_frac", "all_device_idle_frac", "recompute_frac"):
+        assert 0.0 <= s[key] <= 1.0, (key, s[key])
+    assert s["recompute_frac"] == 0.0
+    assert len(s["peak_mem_bytes"]) == 2, s["peak_mem_bytes"]
+    for r in s["ranks"]:
+        total = r["compute_s"] + r["bubble_s"] + r["exposed_comm_s"]
+        assert abs(total - s["step_time_s"]) <= 1e-9 * max(1.0, s["step_time_s"]), (r, total)
+
+    m = manifest(plan)
+    for (rank, live_peak, arena), sim_peak in zip(liveness_peaks(m), s["peak_mem_bytes"]):
+        assert sim_peak == live_peak, f"rank {rank}: simulated {sim_peak}, liveness {live_peak}"
+        assert sim_peak <= arena, f"rank {rank}: peak {sim_peak} above the arena {arena}"
+
+    t = json.load(open(trace))
+    names = {e["args"]["name"] for e in t["traceEvents"] if e.get("ph") == "M"}
+    assert {"rank 0", "rank 1", "compute", "p2p", "dp-collective"} <= names, names
+    assert any(e.get("ph") == "X" and e["name"] == "0F0" for e in t["traceEvents"])
+    assert open(svg).read().startswith("<svg")
+
+    # A cluster file written by --print-cluster reads back.
+    cfile = os.path.join(work, "c.json")
+    p = run([sim, "--cluster", "a100-40g-100gbps", "--print-cluster"])
+    open(cfile, "w").write(p.stdout)
+    run([sim, plan, "--cluster", cfile, "--quiet"])
+
+    p = run([sim, "--list-clusters"])
+    for name in ("a100-40g-25gbps", "a100-40g-100gbps", "cpu"):
+        assert name in p.stdout, p.stdout
+
+    # Errors: clear message, exit status 1.
+    for args, text in (([os.path.join(work, "missing.plan")], "cannot read plan"),
+                       ([plan, "--cluster", "no-such-cluster"], "unknown cluster preset"),
+                       ([out_json], "not a PipeMesh plan")):
+        p = run([sim] + args, ok=False)
+        assert p.returncode == 1 and text in p.stderr, (args, p.returncode, p.stderr)
+    bad = os.path.join(work, "bad.json")
+    open(bad, "w").write("{ not json")
+    p = run([sim, plan, "--cluster", bad], ok=False)
+    assert p.returncode == 1 and "invalid JSON" in p.stderr, p.stderr
+    print("pipemesh-sim checks passed")
+
+
+if __name__ == "__main__":
+    main()
