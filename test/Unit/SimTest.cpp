@@ -34,8 +34,9 @@ cost::Cluster freeCluster() {
   return c;
 }
 
-/// The compiler's chain programs for `cfg` with F = f, B = b per action.
-Job chainJob(const plan::ScheduleConfig &cfg, double f, double b) {
+/// The compiler's chain programs for `cfg` with F = f, B = b, W = w per
+/// action (W: the weight-gradient part of split backwards).
+Job chainJob(const plan::ScheduleConfig &cfg, double f, double b, double w = 0) {
   std::vector<plan::RankProgram> progs = plan::chainPrograms(cfg);
   Job job;
   job.ranks.resize(progs.size());
@@ -49,8 +50,11 @@ Job chainJob(const plan::ScheduleConfig &cfg, double f, double b) {
       case plan::CommOp::Kind::Compute: {
         const plan::Action &a = actions.at(next++);
         int32_t label = p.label(plan::formatAction(a));
-        p.instrs.push_back(
-            Instr::compute(a.backward ? b : f, a.backward ? Work::Backward : Work::Forward, label));
+        if (a.weight)
+          p.instrs.push_back(Instr::compute(w, Work::WeightGrad, label));
+        else
+          p.instrs.push_back(Instr::compute(a.backward ? b : f,
+                                            a.backward ? Work::Backward : Work::Forward, label));
         break;
       }
       case plan::CommOp::Kind::Send:
@@ -125,6 +129,95 @@ TEST(SimSchedule, InterleavedBubbleClosedForm) {
         for (const RankStats &s : r.ranks)
           EXPECT_NEAR(s.bubbleS / s.computeS, expected, 1e-9) << "rank " << s.rank;
       }
+}
+
+namespace {
+/// A reference Zero Bubble order, made here to check the simulator against
+/// the paper: unit-time F, B, W on a chain of p stages; each stage, at each
+/// time step, runs a B if one is ready, else an F if fewer than `limit`
+/// micro-batches are between their F and their B (p - i for H1,
+/// 2 (p - i) - 1 for H2), else a pending W (W's fill the bubbles).
+std::vector<std::vector<plan::Action>> greedyZeroBubble(int64_t p, int64_t m, bool h2) {
+  std::vector<std::vector<plan::Action>> order(p);
+  std::vector<std::vector<int64_t>> fDone(p, std::vector<int64_t>(m, -1)),
+      bDone(p, std::vector<int64_t>(m, -1));
+  std::vector<int64_t> nextF(p, 0), nextB(p, 0), nextW(p, 0);
+  for (int64_t t = 0; t < 10 * (m + p) + 10; ++t)
+    for (int64_t i = 0; i < p; ++i) {
+      int64_t limit = h2 ? 2 * (p - i) - 1 : p - i;
+      int64_t j = nextB[i];
+      bool bReady = j < m && fDone[i][j] >= 0 && fDone[i][j] < t &&
+                    (i == p - 1 || (bDone[i + 1][j] >= 0 && bDone[i + 1][j] < t));
+      int64_t f = nextF[i];
+      bool fReady = f < m && f - nextB[i] < limit && (i == 0 || (fDone[i - 1][f] >= 0 && fDone[i - 1][f] < t));
+      if (bReady) {
+        bDone[i][j] = t;
+        order[i].push_back({i, j, true, false});
+        ++nextB[i];
+      } else if (fReady) {
+        fDone[i][f] = t;
+        order[i].push_back({i, f, false, false});
+        ++nextF[i];
+      } else if (nextW[i] < nextB[i]) {
+        order[i].push_back({i, nextW[i]++, true, true});
+      }
+    }
+  return order;
+}
+
+/// Chain programs of explicit per-stage orders (vpp = 1), unit times.
+Job orderJob(const std::vector<std::vector<plan::Action>> &order, int64_t m) {
+  int64_t p = order.size();
+  Job job;
+  job.ranks.resize(p);
+  for (int64_t r = 0; r < p; ++r) {
+    Program &pr = job.ranks[r];
+    pr.rank = r;
+    for (const plan::Action &a : order[r]) {
+      Work w = a.weight ? Work::WeightGrad : a.backward ? Work::Backward : Work::Forward;
+      int64_t from = a.backward ? r + 1 : r - 1, to = a.backward ? r - 1 : r + 1;
+      if (!a.weight && from >= 0 && from < p)
+        pr.instrs.push_back(Instr::recv(from, (from * m + a.microbatch) * 2 + a.backward, 4));
+      pr.instrs.push_back(Instr::compute(1.0, w, pr.label(plan::formatAction(a))));
+      if (!a.weight && to >= 0 && to < p)
+        pr.instrs.push_back(Instr::send(to, (r * m + a.microbatch) * 2 + a.backward, 4));
+    }
+    pr.instrs.push_back(Instr::waitSends());
+  }
+  return job;
+}
+} // namespace
+
+TEST(SimSchedule, ZeroBubbleClosedForms) {
+  // Zero Bubble (Qi et al.) with T_F = T_B = T_W = 1: ZB-H1 leaves
+  // (p-1)(T_F + T_B - T_W) = p - 1 of bubble on the first rank (1F1B:
+  // (p-1)(T_F + T_B + T_W)), which is also the least any order can have on a
+  // chain (the last rank cannot start before p - 1), so ZB-H2 reaches it too.
+  // Checked on the reference orders above; the compiler's zb-h1 / zb-h2
+  // orders (Schedule.h) are printed next to them.
+  for (int64_t p : {2, 4, 8})
+    for (int64_t m : {2 * p, 4 * p}) {
+      SimResult h1 = simulate(orderJob(greedyZeroBubble(p, m, false), m), freeCluster());
+      ASSERT_TRUE(h1.ok) << h1.error;
+      EXPECT_NEAR(h1.stepTimeS, 3.0 * m + (p - 1), 1e-9) << "zb-h1 p=" << p << " m=" << m;
+      EXPECT_NEAR(h1.ranks[0].bubbleS, double(p - 1), 1e-9);
+      SimResult one = simulate(chainJob(config(plan::ScheduleKind::OneFOneB, p, m), 1, 2),
+                               freeCluster());
+      ASSERT_TRUE(one.ok) << one.error;
+      EXPECT_NEAR(one.ranks[0].bubbleS, 3.0 * (p - 1), 1e-9);
+      SimResult h2 = simulate(orderJob(greedyZeroBubble(p, m, true), m), freeCluster());
+      ASSERT_TRUE(h2.ok) << h2.error;
+      EXPECT_NEAR(h2.stepTimeS, 3.0 * m + (p - 1), 1e-9) << "zb-h2 p=" << p << " m=" << m;
+      SimResult c1 = simulate(chainJob(config(plan::ScheduleKind::ZBH1, p, m), 1, 1, 1),
+                              freeCluster());
+      SimResult c2 = simulate(chainJob(config(plan::ScheduleKind::ZBH2, p, m), 1, 1, 1),
+                              freeCluster());
+      ASSERT_TRUE(c1.ok && c2.ok) << c1.error << c2.error;
+      std::printf("  p=%lld m=%lld: step of the reference zb-h1 %.0f, zb-h2 %.0f; of the "
+                  "compiler's zb-h1 %.0f, zb-h2 %.0f (3m + p - 1 = %lld)\n",
+                  (long long)p, (long long)m, h1.stepTimeS, h2.stepTimeS, c1.stepTimeS,
+                  c2.stepTimeS, (long long)(3 * m + p - 1));
+    }
 }
 
 TEST(SimSchedule, AllDeviceIdleOnlyWhenEveryRankWaits) {
