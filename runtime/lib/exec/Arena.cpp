@@ -19,7 +19,13 @@ Arena::Arena(const RankPlan &rank) : rank(rank), bytes(rank.arenaBytes) {
   std::memset(memory, 0, bytes);
 }
 
-Arena::~Arena() { std::free(memory); }
+Arena::Arena(const RankPlan &rank, uint8_t *external)
+    : rank(rank), memory(external), bytes(rank.arenaBytes), owned(false) {}
+
+Arena::~Arena() {
+  if (owned)
+    std::free(memory);
+}
 
 TensorRef Arena::tensor(const BufferInfo &b) const {
   TensorRef t;

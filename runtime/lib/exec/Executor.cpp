@@ -24,7 +24,7 @@ static std::string prefix(const ExecEnv &env, const Instruction &inst) {
 }
 
 Executor::Executor(ExecEnv &env) : env(env) {
-  const OpTable &table = opTable();
+  const OpTable &table = env.backend ? env.backend->ops() : opTable();
   for (const Instruction &inst : env.rank.program) {
     auto it = table.find(inst.op);
     if (it == table.end())
@@ -98,6 +98,18 @@ void Executor::runStep() {
     }
     env.pendingSends.clear();
     t.commMs += std::chrono::duration<double, std::milli>(clock::now() - start).count();
+  }
+  if (env.backend) {
+    // A device backend only enqueued the work: wait for it (bounded), and
+    // collect the loss and the gradient norm. Counted as compute.
+    activity::set("the end of the step (waiting for the device)");
+    auto start = clock::now();
+    try {
+      env.backend->finishStep(env);
+    } catch (const Error &e) {
+      throw Error(concat("rank ", env.rank.rank, ", end of step ", env.state.step, ": ", e.what()));
+    }
+    t.computeMs += std::chrono::duration<double, std::milli>(clock::now() - start).count();
   }
   activity::set("the end of the step");
   lastTimings = t;

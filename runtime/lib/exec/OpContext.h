@@ -9,6 +9,7 @@
 #ifndef PIPEMESH_RUNTIME_LIB_EXEC_OPCONTEXT_H
 #define PIPEMESH_RUNTIME_LIB_EXEC_OPCONTEXT_H
 
+#include "pipemesh/runtime/Backend.h"
 #include "pipemesh/runtime/Error.h"
 #include "pipemesh/runtime/Executor.h"
 
@@ -63,8 +64,7 @@ private:
   const nlohmann::json &attr(const char *name) const;
 };
 
-using OpBinder = Thunk (*)(OpContext &);
-using OpTable = std::map<std::string, OpBinder>;
+// OpBinder and OpTable: pipemesh/runtime/Backend.h (backends bring their own table).
 
 void registerElementwiseOps(OpTable &t);
 void registerReduceOps(OpTable &t);
@@ -77,9 +77,6 @@ void registerLossOps(OpTable &t);
 void registerShapeOps(OpTable &t);
 void registerControlOps(OpTable &t);
 void registerCommOps(OpTable &t);
-
-/// Every op, built once.
-const OpTable &opTable();
 
 } // namespace pipemesh::rt
 

@@ -33,8 +33,18 @@ Trainer::Trainer(const RunOptions &o, Communicator &comm, std::ostream &log)
   // verdict, before any communication.
   validateParallelPlan(p);
   rankPlan = &p.rank(comm.rank());
-  if (o.backend != "cpu")
-    fail("backend '", o.backend, "' is not available in this build (available: cpu)");
+  const BackendFactory *factory = nullptr;
+  if (o.backend != "cpu") {
+    factory = findBackend(o.backend);
+    if (!factory) {
+      std::string avail;
+      for (const std::string &b : availableBackends())
+        avail += (avail.empty() ? "" : ", ") + b;
+      fail("backend '", o.backend, "' is not available in this build (available: ", avail, ")");
+    }
+  }
+  if (!factory && o.precision != "fp32")
+    fail("--precision ", o.precision, " needs a device backend (--backend cuda)");
   if (o.steps <= 0)
     fail("--steps must be positive (got ", o.steps, ")");
 
@@ -50,13 +60,25 @@ Trainer::Trainer(const RunOptions &o, Communicator &comm, std::ostream &log)
   // is bound against them and the point-to-point peers are warmed up.
   activity::set("start-up (creating the communicators)");
   comm.setupGroups(rankPlan->dpGroup, rankPlan->tiedGroup);
-  env = std::make_unique<ExecEnv>(p, *rankPlan, *arena);
+  if (factory) {
+    activity::set("start-up (the compute backend)");
+    BackendOptions bo;
+    bo.precision = o.precision;
+    bo.deterministic = o.deterministic;
+    bo.profile = o.profile;
+    bo.commTimeoutSeconds = comm.timeoutSeconds;
+    backend = (*factory)(p, *rankPlan, *arena, comm, bo);
+  }
+  env = std::make_unique<ExecEnv>(p, *rankPlan, backend ? backend->arena() : *arena);
+  env->backend = backend.get();
   env->sampler = sampler.get();
   env->comm = &comm;
   env->opt = o.opt;
   executor = std::make_unique<Executor>(*env);
   activity::set("start-up (warming up the point-to-point connections)");
   comm.warmUpPeers(executor->peers());
+  if (backend)
+    backend->prepare(*env);
   if (const char *t = std::getenv("PIPEMESH_TEST_EXIT_AT_STEP"))
     setUpTestExit(t);
 
@@ -89,6 +111,9 @@ Trainer::Trainer(const RunOptions &o, Communicator &comm, std::ostream &log)
       differs("warmup_steps", o.warmupSteps);
     }
   }
+  // The device starts from the host arena: initial values or the checkpoint.
+  if (backend)
+    backend->upload(*arena);
   banner();
 }
 
@@ -126,12 +151,15 @@ void Trainer::banner() {
     log << ", schedule " << p.parallel.schedule;
   log << ")\n";
   log << "pipemesh-run: " << comm.size() << (comm.size() == 1 ? " rank" : " ranks") << " via "
-      << comm.name() << "; rank 0 arena " << rankPlan->arenaBytes << " bytes; backend cpu";
+      << comm.name() << "; rank 0 arena " << rankPlan->arenaBytes << " bytes; backend "
+      << (backend ? backend->name() : std::string("cpu"));
   if (comm.size() > 1)
     log << "; --comm-timeout " << comm.timeoutSeconds << " s";
-  if (!opts.blasInfo.empty())
+  if (!backend && !opts.blasInfo.empty())
     log << " (" << opts.blasInfo << ")";
   log << "\n";
+  if (backend)
+    log << "pipemesh-run: " << backend->memoryReport() << "\n";
   log << "pipemesh-run: data " << data->origin() << " (" << data->size() << " tokens, "
       << sampler->numWindows() << " windows of " << p.model.seq << ")"
       << (opts.shuffleSeed ? ", shuffled with seed " + std::to_string(*opts.shuffleSeed) : "")
@@ -237,14 +265,21 @@ void Trainer::run() {
           {"grad_clip", opts.opt.gradClip},
           {"seed", opts.seed}};
       activity::set("writing a checkpoint");
+      syncToHost();
       std::string where = writeCheckpoint(opts.checkpointDir, cs, p, *rankPlan, *arena, comm);
       if (comm.rank() == 0)
         log << "pipemesh-run: checkpoint " << where << "\n";
     }
   }
   activity::set("the end of the run");
+  syncToHost(); // trainedParams (--export-onnx) reads the host arena
   if (opts.profile)
     printProfile();
+}
+
+void Trainer::syncToHost() {
+  if (backend)
+    backend->download(*arena);
 }
 
 void Trainer::printProfile() const {

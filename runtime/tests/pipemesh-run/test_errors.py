@@ -192,7 +192,7 @@ class CommandLine(common.TempDirTest):
                  ([path, "--steps", 1, "--lr-schedule", "linear"], "constant or cosine"),
                  ([path, "--steps", 1, "--bogus"], "unknown option '--bogus'"),
                  ([path, "--steps", 1, "--resume"], "--resume needs --checkpoint-dir"),
-                 ([path, "--steps", 1, "--backend", "cuda"], "backend 'cuda' is not available")]
+                 ([path, "--steps", 1, "--backend", "tpu"], "backend 'tpu' is not available")]
         for args, needle in cases:
             self.check_fails(common.run(args), needle)
 

@@ -39,7 +39,10 @@ run
   --stop-at-step S         stop after S completed steps, as if interrupted
   --export-onnx OUT.onnx   write the trained weights into a copy of the source model
   --onnx-source PATH       the source model, when the plan's model.source moved
-  --backend cpu            compute backend (cpu; cuda is not in this build)
+  --backend cpu|cuda       compute backend (default cpu; cuda where the build has it:
+                           one GPU per node-local rank; docs/cuda-backend.md)
+  --precision fp32|bf16    cuda: matmul operands in fp32 (default) or bf16
+  --deterministic on|off   cuda: bit-identical runs (default on)
   --comm-timeout SEC       a peer silent this long fails the job (default 300)
 debugging
   --profile                time per op name on rank 0, printed at the end
@@ -111,6 +114,18 @@ CommandLine parseCommandLine(int argc, char **argv) {
       {"--export-onnx", [&](auto &, auto &v) { c.exportOnnx = v; }},
       {"--onnx-source", [&](auto &, auto &v) { c.onnxSource = v; }},
       {"--backend", [&](auto &, auto &v) { r.backend = v; }},
+      {"--precision",
+       [&](auto &o, auto &v) {
+         if (v != "fp32" && v != "bf16")
+           fail(o, " must be fp32 or bf16, got '", v, "'");
+         r.precision = v;
+       }},
+      {"--deterministic",
+       [&](auto &o, auto &v) {
+         if (v != "on" && v != "off")
+           fail(o, " must be on or off, got '", v, "'");
+         r.deterministic = v == "on";
+       }},
       {"--shuffle", [&](auto &o, auto &v) { r.shuffleSeed = parseU64(o, v); }},
       {"--seed", [&](auto &o, auto &v) { r.seed = parseU64(o, v); }},
       {"--stop-at-step", [&](auto &o, auto &v) { r.stopAtStep = parseInt(o, v, 0); }},

@@ -17,6 +17,9 @@
 #include "pipemesh/runtime/OnnxExport.h"
 #include "pipemesh/runtime/TokenData.h"
 #include "pipemesh/runtime/Trainer.h"
+#ifdef PIPEMESH_HAVE_CUDA
+#include "pipemesh/runtime/cuda/CudaBackend.h"
+#endif
 
 #include <cstdio>
 #include <iostream>
@@ -75,6 +78,9 @@ int main(int argc, char **argv) {
   if (comm->size() > 1)
     rt::activity::installTerminationHandler(comm->rank());
   cl.run.blasInfo = blas;
+#ifdef PIPEMESH_HAVE_CUDA
+  rt::cuda::registerCudaBackend(); // --backend cuda (docs/cuda-backend.md)
+#endif
   try {
     rt::Trainer trainer(cl.run, *comm, std::cout);
     trainer.run();

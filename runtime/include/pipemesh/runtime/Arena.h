@@ -30,6 +30,9 @@ struct TensorRef {
 class Arena {
 public:
   Arena(const RankPlan &rank);
+  /// A view of memory the caller owns and keeps alive (a device backend's
+  /// allocation of `rank.arenaBytes`): not zeroed, not freed here.
+  Arena(const RankPlan &rank, uint8_t *external);
   ~Arena();
   Arena(const Arena &) = delete;
   Arena &operator=(const Arena &) = delete;
@@ -48,6 +51,7 @@ private:
   const RankPlan &rank;
   uint8_t *memory = nullptr;
   uint64_t bytes = 0;
+  bool owned = true;
 };
 
 } // namespace pipemesh::rt

@@ -14,6 +14,7 @@
 #define PIPEMESH_RUNTIME_EXECUTOR_H
 
 #include "pipemesh/runtime/Arena.h"
+#include "pipemesh/runtime/Backend.h"
 #include "pipemesh/runtime/Plan.h"
 
 #include <functional>
@@ -57,6 +58,9 @@ struct ExecEnv {
   Arena &arena;
   const Sampler *sampler = nullptr;
   Communicator *comm = nullptr;
+  /// The compute backend whose op table and arena the program binds to;
+  /// null: the CPU kernels on `arena`.
+  ComputeBackend *backend = nullptr;
   OptimizerConfig opt;
   StepState state;
   MicrobatchObserver observer;
@@ -77,8 +81,6 @@ struct ExecEnv {
 
 /// What kind of time an instruction spends (for the per-rank split in the log).
 enum class InstrClass { Compute, Comm, Control };
-
-using Thunk = std::function<void()>;
 
 struct BoundInstruction {
   const Instruction *inst = nullptr;

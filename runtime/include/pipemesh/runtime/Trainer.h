@@ -13,6 +13,7 @@
 #define PIPEMESH_RUNTIME_TRAINER_H
 
 #include "pipemesh/runtime/Arena.h"
+#include "pipemesh/runtime/Backend.h"
 #include "pipemesh/runtime/Executor.h"
 #include "pipemesh/runtime/LrSchedule.h"
 #include "pipemesh/runtime/Plan.h"
@@ -42,6 +43,8 @@ struct RunOptions {
   int64_t checkpointEvery = 0;
   bool resume = false;
   std::string backend = "cpu";
+  std::string precision = "fp32"; ///< device backends: fp32 | bf16 (--precision)
+  bool deterministic = true;      ///< device backends: bit-identical runs (--deterministic)
   std::optional<uint64_t> shuffleSeed;
   uint64_t seed = 0;
   std::optional<int64_t> stopAtStep; ///< stop after this many completed steps
@@ -71,12 +74,15 @@ private:
   void banner();
   void printProfile() const;
   void setUpTestExit(const std::string &spec);
+  /// Device backends: their persistent buffers into the host arena.
+  void syncToHost();
   const RunOptions &opts;
   Communicator &comm;
   std::ostream &log;
   Plan planData;
   const RankPlan *rankPlan = nullptr;
-  std::unique_ptr<Arena> arena;
+  std::unique_ptr<Arena> arena; ///< host memory (the device backend's mirror)
+  std::unique_ptr<ComputeBackend> backend; ///< null: the CPU kernels on `arena`
   std::shared_ptr<TokenData> data;
   std::unique_ptr<Sampler> sampler;
   std::unique_ptr<ExecEnv> env;

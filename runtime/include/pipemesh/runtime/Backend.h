@@ -1,0 +1,82 @@
+//===- Backend.h - compute backends behind the executor --------*- C++ -*-===//
+//
+// The executor interprets a rank's program by binding every instruction to a
+// thunk through an op table (one binder per op name). The CPU backend is the
+// default table (runtime/lib/exec/*Ops.cpp) over the host arena. Another
+// backend (CUDA: runtime/lib/cuda) brings its own arena in device memory and
+// its own op table; the executor, the training loop, checkpoints and the
+// world communicator (MPI) stay the same.
+//
+// Backends other than the CPU register a factory at start-up
+// (registerBackend), so that pipemesh_runtime does not link them: pipemesh-run
+// calls the CUDA backend's registration only when it was compiled in.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PIPEMESH_RUNTIME_BACKEND_H
+#define PIPEMESH_RUNTIME_BACKEND_H
+
+#include "pipemesh/runtime/Arena.h"
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace pipemesh::rt {
+
+class Communicator;
+class OpContext;
+struct ExecEnv;
+
+using Thunk = std::function<void()>;
+using OpBinder = Thunk (*)(OpContext &);
+using OpTable = std::map<std::string, OpBinder>;
+
+/// The CPU op table (every op the runtime knows).
+const OpTable &opTable();
+
+/// What a backend is asked for on the command line.
+struct BackendOptions {
+  std::string precision = "fp32"; ///< fp32 | bf16 (matmul operands)
+  bool deterministic = true;      ///< bit-identical runs (no split-K atomics etc.)
+  bool profile = false;           ///< synchronize after every instruction (--profile)
+  double commTimeoutSeconds = 300;
+};
+
+class ComputeBackend {
+public:
+  virtual ~ComputeBackend();
+  /// For the banner: "cuda (NVIDIA H200, sm_90, fp32, deterministic)".
+  virtual std::string name() const = 0;
+  /// The arena instructions bind to (buffers at the plan's offsets).
+  virtual Arena &arena() = 0;
+  /// The op table of this backend.
+  virtual const OpTable &ops() const = 0;
+  /// Host arena -> backend arena, all bytes (start, after a resume).
+  virtual void upload(const Arena &host) = 0;
+  /// Backend arena -> host arena: the persistent buffers (parameters,
+  /// moments, constants), before a checkpoint or an export.
+  virtual void download(Arena &host) = 0;
+  /// After binding: creates what the program needs (communicators, scratch).
+  virtual void prepare(ExecEnv &env) = 0;
+  /// After the last instruction of a step: waits for the device (bounded by
+  /// the communication deadline), fills env.state (loss, gradient norm) and
+  /// raises errors the device found (a token id out of range).
+  virtual void finishStep(ExecEnv &env) = 0;
+  /// Planned versus actual memory, for the banner.
+  virtual std::string memoryReport() const = 0;
+};
+
+using BackendFactory = std::function<std::unique_ptr<ComputeBackend>(
+    const Plan &, const RankPlan &, Arena &host, Communicator &, const BackendOptions &)>;
+
+void registerBackend(const std::string &name, BackendFactory factory);
+/// Null when no backend of that name was registered.
+const BackendFactory *findBackend(const std::string &name);
+/// "cpu" and every registered backend.
+std::vector<std::string> availableBackends();
+
+} // namespace pipemesh::rt
+
+#endif // PIPEMESH_RUNTIME_BACKEND_H

@@ -1,0 +1,416 @@
+//===- CudaBackend.cpp - device, memory, streams, NCCL, step end -----------===//
+#include "CudaBackend.h"
+
+#include "pipemesh/runtime/Communicator.h"
+#include "pipemesh/runtime/cuda/CudaBackend.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <thread>
+
+namespace pipemesh::rt::cuda {
+
+constexpr size_t kLtWorkspace = 32u << 20; // Hopper's GEMM kernels ask for up to 32 MiB
+constexpr double MiB = 1024.0 * 1024.0;
+
+int deviceCount(std::string &reason) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    reason = concat("cudaGetDeviceCount: ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
+    cudaGetLastError();
+    return 0;
+  }
+  if (n == 0)
+    reason = "no CUDA device is visible";
+  return n;
+}
+
+int localRank() {
+  int init = 0;
+  MPI_Initialized(&init);
+  if (init) {
+    MPI_Comm node;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) ==
+        MPI_SUCCESS) {
+      int r = 0;
+      MPI_Comm_rank(node, &r);
+      MPI_Comm_free(&node);
+      return r;
+    }
+  }
+  for (const char *v : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID"})
+    if (const char *s = std::getenv(v))
+      return std::atoi(s);
+  return 0;
+}
+
+CudaBackend::CudaBackend(const Plan &plan, const RankPlan &rank, Arena &host, Communicator &comm,
+                         const BackendOptions &o)
+    : plan(plan), rank(rank), hostArena(host), world(comm), opts(o) {
+  std::string reason;
+  int n = deviceCount(reason);
+  if (n == 0)
+    fail("backend 'cuda' is not available on this machine: ", reason);
+  if (opts.precision != "fp32" && opts.precision != "bf16")
+    fail("--precision must be fp32 or bf16");
+  if (const char *f = std::getenv("PIPEMESH_CUDA_FUSE"))
+    fuse = std::string(f) != "0";
+  device = localRank() % n;
+  checkCuda(cudaSetDevice(device), "cudaSetDevice");
+  cudaDeviceProp prop{};
+  checkCuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  deviceName = prop.name;
+  smMajor = prop.major;
+  smMinor = prop.minor;
+  checkCuda(cudaFree(nullptr), "creating the CUDA context");
+  checkCuda(cudaMemGetInfo(&freeAtStart, &totalMem), "cudaMemGetInfo");
+
+  for (cudaStream_t *s : {&compute, &up, &down, &dpStream, &tiedStream})
+    checkCuda(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking), "cudaStreamCreate");
+  lt = std::make_unique<Lt>(kLtWorkspace, opts.deterministic);
+  attentionInit();
+
+  // The plan's arena: one allocation of exactly arena_bytes (cudaMalloc
+  // aligns to 256 bytes, more than the plan's 64).
+  checkCuda(cudaMalloc(&arenaPtr, std::max<uint64_t>(rank.arenaBytes, 1)),
+            "cudaMalloc (the plan's arena)");
+  checkCuda(cudaMemset(arenaPtr, 0, rank.arenaBytes), "cudaMemset (arena)");
+  devArena = std::make_unique<Arena>(rank, arenaPtr);
+
+  checkCuda(cudaMalloc(&lossAcc, 2 * sizeof(double)), "cudaMalloc (step state)");
+  normSq = lossAcc + 1;
+  checkCuda(cudaMemset(lossAcc, 0, 2 * sizeof(double)), "cudaMemset");
+  checkCuda(cudaMalloc(&devError, sizeof(DeviceError)), "cudaMalloc (error report)");
+  DeviceError none{kErrNone, -1, INT64_MAX, 0};
+  checkCuda(cudaMemcpy(devError, &none, sizeof none, cudaMemcpyHostToDevice), "cudaMemcpy");
+
+  // The CPU binders validate every instruction against the host arena (same
+  // checks, same messages) and run the ops that have no CUDA kernel.
+  hostEnv = std::make_unique<ExecEnv>(plan, rank, hostArena);
+  hostEnv->comm = &world;
+}
+
+CudaBackend::~CudaBackend() {
+  cudaDeviceSynchronize();
+  for (CommEvent &e : commEvents) {
+    if (e.ready)
+      cudaEventDestroy(e.ready);
+    if (e.done)
+      cudaEventDestroy(e.done);
+  }
+  for (ncclComm_t c : {ncclUp, ncclDown, ncclWorld, ncclDp, ncclTied})
+    if (c)
+      ncclCommDestroy(c);
+  lt.reset();
+  cudaFree(scratchPtr);
+  cudaFree(commScratchPtr);
+  cudaFree(lossAcc);
+  cudaFree(devError);
+  devArena.reset();
+  cudaFree(arenaPtr);
+  for (cudaStream_t s : {compute, up, down, dpStream, tiedStream})
+    if (s)
+      cudaStreamDestroy(s);
+}
+
+std::string CudaBackend::name() const {
+  std::string s = concat("cuda (", deviceName, ", sm_", smMajor, smMinor, ", device ", device,
+                         "; ", opts.precision, " matmuls");
+  if (opts.deterministic)
+    s += ", deterministic";
+  if (!hostOps.empty()) {
+    s += "; on the host:";
+    for (const std::string &op : hostOps)
+      s += " " + op;
+  }
+  return s + ")";
+}
+
+const OpTable &CudaBackend::ops() const { return cudaOpTable(); }
+
+void CudaBackend::upload(const Arena &host) {
+  checkCuda(cudaDeviceSynchronize(), "before the upload");
+  checkCuda(cudaMemcpy(arenaPtr, host.base(), rank.arenaBytes, cudaMemcpyHostToDevice),
+            "cudaMemcpy (arena to the device)");
+}
+
+void CudaBackend::download(Arena &host) {
+  checkCuda(cudaDeviceSynchronize(), "before the download");
+  for (const BufferInfo &b : rank.buffers) {
+    if (b.aliasOf >= 0)
+      continue;
+    if (b.kind == BufferKind::Param || b.kind == BufferKind::AdamM ||
+        b.kind == BufferKind::AdamV || b.kind == BufferKind::Constant)
+      checkCuda(cudaMemcpy(host.base() + b.offset, arenaPtr + b.offset, b.bytes,
+                           cudaMemcpyDeviceToHost),
+                "cudaMemcpy (arena to the host)");
+  }
+}
+
+Range CudaBackend::rangeOf(int64_t id) const {
+  const BufferInfo &b = rank.buffer(id);
+  return {b.offset, b.offset + b.bytes};
+}
+
+std::vector<Range> CudaBackend::touches(const Instruction &inst) const {
+  std::vector<Range> r;
+  for (int64_t id : inst.in)
+    r.push_back(rangeOf(id));
+  for (int64_t id : inst.out)
+    r.push_back(rangeOf(id));
+  if (auto it = inst.json.find("bufs"); it != inst.json.end() && it->is_array())
+    for (const auto &id : *it)
+      if (id.is_number_integer())
+        r.push_back(rangeOf(id.get<int64_t>()));
+  if (auto it = inst.json.find("params"); it != inst.json.end() && it->is_array())
+    for (const auto &e : *it)
+      for (const char *k : {"param", "grad", "m", "v"})
+        if (e.is_object() && e.contains(k) && e[k].is_number_integer())
+          r.push_back(rangeOf(e[k].get<int64_t>()));
+  return r;
+}
+
+size_t CudaBackend::newCommEvent(size_t instruction, std::vector<Range> bytes, bool isSend,
+                                 std::string what) {
+  CommEvent e;
+  e.instruction = instruction;
+  e.bytes = std::move(bytes);
+  e.isSend = isSend;
+  e.what = std::move(what);
+  checkCuda(cudaEventCreateWithFlags(&e.ready, cudaEventDisableTiming), "cudaEventCreate");
+  checkCuda(cudaEventCreateWithFlags(&e.done, cudaEventDisableTiming), "cudaEventCreate");
+  commEvents.push_back(std::move(e));
+  return commEvents.size() - 1;
+}
+
+void CudaBackend::computeWaits() {
+  // For every transfer, the first later instruction of the program touching
+  // its bytes waits for it; none: the end of the step does.
+  const auto &prog = rank.program;
+  waitsAt.assign(prog.size() + 1, {});
+  std::vector<std::vector<Range>> touched(prog.size());
+  for (size_t i = 0; i < prog.size(); ++i)
+    touched[i] = touches(prog[i]);
+  for (size_t e = 0; e < commEvents.size(); ++e) {
+    const CommEvent &ce = commEvents[e];
+    size_t at = prog.size();
+    for (size_t j = ce.instruction + 1; j < prog.size() && at == prog.size(); ++j)
+      for (const Range &a : touched[j]) {
+        bool hit = false;
+        for (const Range &b : ce.bytes)
+          hit |= a.overlaps(b);
+        if (hit) {
+          at = j;
+          break;
+        }
+      }
+    waitsAt[at].push_back(e);
+  }
+}
+
+void CudaBackend::enter(size_t instruction) {
+  if (instruction < waitsAt.size())
+    for (size_t e : waitsAt[instruction])
+      checkCuda(cudaStreamWaitEvent(compute, commEvents[e].done, 0), "cudaStreamWaitEvent");
+}
+
+void CudaBackend::leave() {
+  if (opts.profile)
+    checkCuda(cudaStreamSynchronize(compute), "an instruction (--profile)");
+}
+
+void CudaBackend::waitSends() {
+  for (size_t e : sendsOutstanding)
+    checkCuda(cudaStreamWaitEvent(compute, commEvents[e].done, 0), "cudaStreamWaitEvent");
+  sendsOutstanding.clear();
+}
+
+void CudaBackend::checkTransferOrder() const {
+  // NCCL matches the messages between two ranks in issue order (it has no
+  // tags). The plan pairs them per (sender, receiver, tag); NCCL needs the
+  // sends from a to b, in a's program order, to equal b's receives from a in
+  // b's program order, tags and sizes included.
+  std::map<std::pair<int64_t, int64_t>, std::vector<std::pair<int64_t, uint64_t>>> sends, recvs;
+  for (const RankPlan &r : plan.ranks)
+    for (const Instruction &inst : r.program) {
+      if (inst.op != "send" && inst.op != "recv")
+        continue;
+      int64_t peer = inst.json.value("peer", (int64_t)-1), tag = inst.json.value("tag", (int64_t)-1);
+      int64_t id = inst.op == "send" ? (inst.in.empty() ? -1 : inst.in[0])
+                                     : (inst.out.empty() ? -1 : inst.out[0]);
+      uint64_t bytes = id >= 0 ? r.buffer(id).bytes : 0;
+      if (inst.op == "send")
+        sends[{r.rank, peer}].push_back({tag, bytes});
+      else
+        recvs[{peer, r.rank}].push_back({tag, bytes});
+    }
+  for (const auto &[pair, s] : sends) {
+    if (pair.first != rank.rank && pair.second != rank.rank)
+      continue;
+    auto it = recvs.find(pair);
+    if (it == recvs.end() || it->second != s)
+      fail("the transfers from rank ", pair.first, " to rank ", pair.second,
+           " are not received in the order they are sent (tags and sizes in program order); "
+           "the cuda backend's NCCL point-to-point matches messages in issue order, so it "
+           "needs that order (the CPU backend matches by tag)");
+  }
+}
+
+void CudaBackend::setUpNccl() {
+  const int n = world.size(), me = world.rank();
+  // Three world communicators from three unique ids rank 0 broadcasts over MPI.
+  ncclUniqueId ids[3];
+  if (me == 0)
+    for (ncclUniqueId &id : ids)
+      checkNccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  if (MPI_Bcast(ids, (int)sizeof ids, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
+    fail("MPI_Bcast of the NCCL unique ids failed");
+  checkNccl(ncclGroupStart(), "ncclGroupStart");
+  checkNccl(ncclCommInitRank(&ncclUp, n, ids[0], me), "ncclCommInitRank (point-to-point up)");
+  checkNccl(ncclCommInitRank(&ncclDown, n, ids[1], me), "ncclCommInitRank (point-to-point down)");
+  checkNccl(ncclCommInitRank(&ncclWorld, n, ids[2], me), "ncclCommInitRank (world)");
+  checkNccl(ncclGroupEnd(), "ncclGroupEnd (communicator creation)");
+  // The dp and tied groups: split off the world communicator (collective
+  // over the world; ranks outside a group pass NCCL_SPLIT_NOCOLOR).
+  auto split = [&](const std::vector<int64_t> &members, ncclComm_t *out, int &size,
+                   int &pos, const char *what) {
+    int color = NCCL_SPLIT_NOCOLOR, key = 0;
+    auto it = std::find(members.begin(), members.end(), (int64_t)me);
+    if (it != members.end()) {
+      color = (int)*std::min_element(members.begin(), members.end());
+      key = (int)(it - members.begin());
+      size = (int)members.size();
+      pos = key;
+    }
+    checkNccl(ncclCommSplit(ncclWorld, color, key, out, nullptr), what);
+  };
+  split(rank.dpGroup, &ncclDp, dpSize, dpRankInGroup, "ncclCommSplit (dp group)");
+  split(rank.tiedGroup, &ncclTied, tiedSize, tiedRankInGroup, "ncclCommSplit (tied group)");
+
+  // Warm-up: one tiny all-reduce on each collective communicator, so that the
+  // first step does not pay for connection set-up.
+  float *tiny = nullptr;
+  checkCuda(cudaMalloc(&tiny, 64), "cudaMalloc");
+  checkNccl(ncclAllReduce(tiny, tiny, 1, ncclFloat32, ncclSum, ncclWorld, compute), "warm-up");
+  if (ncclDp)
+    checkNccl(ncclAllReduce(tiny, tiny, 1, ncclFloat32, ncclSum, ncclDp, dpStream), "warm-up");
+  if (ncclTied)
+    checkNccl(ncclAllReduce(tiny, tiny, 1, ncclFloat32, ncclSum, ncclTied, tiedStream),
+              "warm-up");
+  checkCuda(cudaDeviceSynchronize(), "the NCCL warm-up");
+  cudaFree(tiny);
+}
+
+void CudaBackend::prepare(ExecEnv &) {
+  if (world.size() > 1) {
+    checkTransferOrder();
+    setUpNccl();
+  } else {
+    dpSize = rank.dpGroup.size() == 1 ? 1 : 0;
+    tiedSize = rank.tiedGroup.size() == 1 ? 1 : 0;
+  }
+  if (scratchBytes)
+    checkCuda(cudaMalloc(&scratchPtr, scratchBytes), "cudaMalloc (kernel scratch)");
+  if (commScratchBytes)
+    checkCuda(cudaMalloc(&commScratchPtr, commScratchBytes), "cudaMalloc (collective packing)");
+  computeWaits();
+  checkCuda(cudaDeviceSynchronize(), "start-up");
+  size_t total = 0;
+  checkCuda(cudaMemGetInfo(&freeAfterPrepare, &total), "cudaMemGetInfo");
+}
+
+void CudaBackend::waitAll() {
+  // Everything the other streams hold joins the compute stream.
+  for (cudaStream_t s : {up, down, dpStream, tiedStream}) {
+    cudaEvent_t ev;
+    checkCuda(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
+    checkCuda(cudaEventRecord(ev, s), "cudaEventRecord");
+    checkCuda(cudaStreamWaitEvent(compute, ev, 0), "cudaStreamWaitEvent");
+    cudaEventDestroy(ev);
+  }
+}
+
+void CudaBackend::finishStep(ExecEnv &env) {
+  waitAll();
+  sendsOutstanding.clear();
+  cudaEvent_t end;
+  checkCuda(cudaEventCreateWithFlags(&end, cudaEventDisableTiming), "cudaEventCreate");
+  checkCuda(cudaEventRecord(end, compute), "cudaEventRecord");
+  // Bounded wait: a peer that stopped answering leaves a transfer pending
+  // forever; report the first one not done (after --comm-timeout).
+  using clock = std::chrono::steady_clock;
+  const auto deadline =
+      clock::now() + std::chrono::duration<double>(std::max(1.0, opts.commTimeoutSeconds));
+  for (;;) {
+    cudaError_t q = cudaEventQuery(end);
+    if (q == cudaSuccess)
+      break;
+    if (q != cudaErrorNotReady) {
+      cudaEventDestroy(end);
+      checkCuda(q, "the step's device work");
+    }
+    if (clock::now() > deadline) {
+      std::string pending = "the compute stream";
+      for (const CommEvent &e : commEvents)
+        if (cudaEventQuery(e.done) == cudaErrorNotReady) {
+          pending = concat("instruction ", e.instruction, " (", e.what, ")");
+          break;
+        }
+      fail("the device work of the step did not finish within --comm-timeout (",
+           opts.commTimeoutSeconds, " s); first unfinished: ", pending);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  cudaEventDestroy(end);
+  double state[2];
+  checkCuda(cudaMemcpy(state, lossAcc, sizeof state, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  DeviceError err{};
+  checkCuda(cudaMemcpy(&err, devError, sizeof err, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  env.state.loss = state[0];
+  if (optimizerInPlan) {
+    env.state.gradNorm = std::sqrt(state[1]);
+    env.state.optimizerRan = true;
+  }
+  checkCuda(cudaMemset(lossAcc, 0, 2 * sizeof(double)), "cudaMemset");
+  if (err.code != kErrNone) {
+    const Instruction &inst = rank.program.at((size_t)err.instruction);
+    const BufferInfo &ids = rank.buffer(inst.in.size() > 1 ? inst.in[1] : inst.in[0]);
+    if (err.code == kErrTokenId)
+      fail("instruction ", err.instruction, " (", inst.op, "): token id ", err.value,
+           " at position ", err.position, " of ids buffer ", ids.id,
+           ids.name.empty() ? "" : " '" + ids.name + "'", " is out of range [0, ",
+           rank.buffer(inst.in[0]).shape.at(0), ")");
+    const BufferInfo &tg = rank.buffer(inst.in.back());
+    fail("instruction ", err.instruction, " (", inst.op, "): target ", err.value,
+         " at position ", err.position, " of buffer ", tg.id,
+         tg.name.empty() ? "" : " '" + tg.name + "'", " is out of range");
+  }
+}
+
+std::string CudaBackend::memoryReport() const {
+  const double used = (double)(freeAtStart - std::min(freeAtStart, freeAfterPrepare));
+  return concat("device memory on rank ", rank.rank, ": plan arena ", rank.arenaBytes / MiB,
+                " MiB (planned ", rank.arenaBytes, " bytes, allocated exactly); runtime extra ",
+                (kLtWorkspace + scratchBytes + commScratchBytes) / MiB,
+                " MiB (cuBLASLt workspace 32, kernel scratch ", scratchBytes / MiB,
+                ", collective packing ", commScratchBytes / MiB,
+                "); measured in use after start-up ", used / MiB,
+                " MiB (arena + extra + NCCL + cuBLASLt's own) of ", totalMem / MiB, " MiB");
+}
+
+void registerCudaBackend() {
+  registerBackend("cuda", [](const Plan &p, const RankPlan &r, Arena &host, Communicator &c,
+                             const BackendOptions &o) -> std::unique_ptr<ComputeBackend> {
+    return std::make_unique<CudaBackend>(p, r, host, c, o);
+  });
+}
+
+} // namespace pipemesh::rt::cuda

@@ -1,0 +1,1170 @@
+//===- CudaOps.cpp - the CUDA op table: one binder per op ------------------===//
+//
+// Every binder first runs the CPU binder of the same op on the same
+// instruction (against the same buffer table): the checks, the defaults and
+// the error messages are the CPU backend's, by construction. It then derives
+// the launch arguments once and returns a thunk that only enqueues work on
+// the backend's streams.
+//
+// Ops without a CUDA kernel (comparisons, where, cast, softmax, integer
+// arithmetic: none of them in a GPT training step) run on the host: the
+// thunk waits for the compute stream, copies the operands into the host
+// arena, runs the CPU kernel and copies the results back. The banner lists
+// them ("on the host: ...").
+//
+//===----------------------------------------------------------------------===//
+#include "CudaBackend.h"
+
+#include "../exec/OpContext.h"
+#include "../exec/OpUtils.h"
+
+#include "pipemesh/runtime/Communicator.h"
+#include "pipemesh/runtime/Sampler.h"
+
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstring>
+#include <optional>
+
+namespace pipemesh::rt::cuda {
+namespace {
+
+using CudaBinder = Thunk (*)(OpContext &, CudaBackend &);
+
+CudaBackend &backendOf(OpContext &c) { return *static_cast<CudaBackend *>(c.env.backend); }
+
+/// Runs the CPU binder for its checks (its thunk is dropped).
+void validate(OpContext &c) {
+  const OpTable &cpu = opTable();
+  auto it = cpu.find(c.inst.op);
+  if (it != cpu.end())
+    (void)it->second(c);
+}
+
+/// An iteration space with merged dims: size-1 dims dropped, neighbours
+/// merged where every operand walks them contiguously. nullopt past kMaxDims.
+std::optional<Strided> makeStrided(const Dims &shape, std::initializer_list<Dims> strides) {
+  std::vector<Dims> st(strides);
+  const size_t N = st.size();
+  Dims outShape;
+  std::vector<Dims> outSt(N);
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == 1)
+      continue;
+    bool merge = !outShape.empty();
+    for (size_t k = 0; k < N && merge; ++k)
+      merge = outSt[k].back() == st[k][i] * shape[i];
+    if (merge) {
+      outShape.back() *= shape[i];
+      for (size_t k = 0; k < N; ++k)
+        outSt[k].back() = st[k][i];
+    } else {
+      outShape.push_back(shape[i]);
+      for (size_t k = 0; k < N; ++k)
+        outSt[k].push_back(st[k][i]);
+    }
+  }
+  if (outShape.empty()) {
+    outShape.push_back(1);
+    for (size_t k = 0; k < N; ++k)
+      outSt[k].push_back(0);
+  }
+  if (outShape.size() > (size_t)kMaxDims)
+    return std::nullopt;
+  Strided s;
+  s.rank = (int)outShape.size();
+  for (int d = 0; d < s.rank; ++d) {
+    s.shape[d] = outShape[d];
+    for (size_t k = 0; k < N; ++k)
+      s.stride[k][d] = outSt[k][d];
+  }
+  return s;
+}
+
+/// Wraps a bound thunk: the transfers due here first, --profile after.
+Thunk wrap(CudaBackend &b, size_t index, Thunk inner) {
+  CudaBackend *bp = &b;
+  return [bp, index, inner = std::move(inner)] {
+    bp->enter(index);
+    inner();
+    bp->leave();
+  };
+}
+
+// --- the host fallback ------------------------------------------------------------
+
+Thunk bindOnHost(OpContext &c, CudaBackend &b) {
+  OpContext hc(*b.hostEnv, c.inst);
+  const OpTable &cpu = opTable();
+  Thunk cpuThunk = cpu.at(c.inst.op)(hc);
+  c.cls = hc.cls;
+  c.activity = hc.activity;
+  b.hostOps.insert(c.inst.op);
+  std::vector<Range> in, out;
+  for (int64_t id : c.inst.in)
+    in.push_back(b.rangeOf(id));
+  for (int64_t id : c.inst.out)
+    out.push_back(b.rangeOf(id));
+  CudaBackend *bp = &b;
+  return [bp, in, out, cpuThunk] {
+    uint8_t *dev = bp->arena().base(), *host = bp->hostArena.base();
+    checkCuda(cudaStreamSynchronize(bp->compute), "the host fallback");
+    for (const Range &r : in)
+      checkCuda(cudaMemcpy(host + r.begin, dev + r.begin, r.end - r.begin, cudaMemcpyDeviceToHost),
+                "cudaMemcpy (host fallback)");
+    cpuThunk();
+    for (const Range &r : out)
+      checkCuda(cudaMemcpy(dev + r.begin, host + r.begin, r.end - r.begin, cudaMemcpyHostToDevice),
+                "cudaMemcpy (host fallback)");
+  };
+}
+
+bool overlap(CudaBackend &b, int64_t x, int64_t y) { return b.rangeOf(x).overlaps(b.rangeOf(y)); }
+
+// --- matmul ------------------------------------------------------------------------
+
+/// The next instruction, if it is a tanh GELU of `out` alone into a buffer
+/// overlapping none of the GEMM's operands: it can be the GEMM's epilogue.
+const Instruction *fusableGelu(OpContext &c, CudaBackend &b) {
+  const auto &prog = b.rank.program;
+  size_t i = c.inst.index + 1;
+  if (!b.fuse || i >= prog.size())
+    return nullptr;
+  const Instruction &g = prog[i];
+  if (g.op != "gelu" || g.in.size() != 1 || g.out.size() != 1 || g.in[0] != c.inst.out[0])
+    return nullptr;
+  if (!g.attrs.contains("approximate") || g.attrs["approximate"] != "tanh")
+    return nullptr;
+  for (int64_t id : c.inst.in)
+    if (overlap(b, id, g.out[0]))
+      return nullptr;
+  if (overlap(b, c.inst.out[0], g.out[0]))
+    return nullptr;
+  return &g;
+}
+
+Thunk bindMatmul(OpContext &c, CudaBackend &b) {
+  validate(c);
+  TensorRef a = c.in(0), bm = c.in(1), o = c.out(0);
+  bool transA = c.boolean("transpose_a", false), transB = c.boolean("transpose_b", false);
+  int64_t M = a.shape[a.rank() - 2], K = a.shape[a.rank() - 1];
+  if (transA)
+    std::swap(M, K);
+  int64_t N = bm.shape[bm.rank() - 1];
+  if (transB)
+    N = bm.shape[bm.rank() - 2];
+  Dims aBatch(a.shape.begin(), a.shape.end() - 2), bBatch(bm.shape.begin(), bm.shape.end() - 2);
+  Dims oBatch(o.shape.begin(), o.shape.end() - 2);
+  const int64_t aCount = ops::product(aBatch, 0, aBatch.size());
+  const int64_t bCount = ops::product(bBatch, 0, bBatch.size());
+  const int64_t oCount = ops::product(oBatch, 0, oBatch.size());
+  const float *bias = c.numIn() == 3 ? c.in(2).as<float>() : nullptr;
+
+  // The calls: one GEMM (a's batch folded into M), one strided batch, or one
+  // GEMM per output batch (broadcast batches).
+  struct Call {
+    int64_t aOff, bOff, cOff;
+  };
+  GemmDesc d;
+  d.K = K;
+  d.N = N;
+  d.transA = transA;
+  d.transB = transB;
+  d.bf16 = b.bf16();
+  std::vector<Call> calls;
+  if (bCount == 1 && !transA) {
+    d.M = aCount * M;
+    calls.push_back({0, 0, 0});
+  } else if (aCount == oCount && bCount == oCount) {
+    d.M = M;
+    d.batch = oCount;
+    d.strideA = M * K;
+    d.strideB = K * N;
+    d.strideC = M * N;
+    calls.push_back({0, 0, 0});
+  } else {
+    d.M = M;
+    Dims sa = ops::broadcastStrides(aBatch, oBatch), sb = ops::broadcastStrides(bBatch, oBatch);
+    ops::forEachIndex<2>(oBatch, {sa, sb}, [&](int64_t i, const std::array<int64_t, 2> &off) {
+      calls.push_back({off[0] * M * K, off[1] * K * N, i * M * N});
+    });
+  }
+  const size_t es = d.bf16 ? 2 : 4;
+  // Alignment from the actual pointers (bf16 copies live in the scratch at
+  // 256-byte aligned offsets; per-call offsets may lower it).
+  auto lowest = [&](const void *base, int64_t elems, int64_t Call::*field) {
+    uint32_t al = alignmentOf(base);
+    for (const Call &cl : calls)
+      al = std::min(al, alignmentOf(static_cast<const char *>(base) + cl.*field * elems));
+    return al;
+  };
+  const void *aBase = d.bf16 ? nullptr : a.data, *bBase = d.bf16 ? nullptr : bm.data;
+  d.alignA = lowest(aBase, (int64_t)es, &Call::aOff);
+  d.alignB = lowest(bBase, (int64_t)es, &Call::bOff);
+  d.alignC = lowest(o.data, 4, &Call::cOff);
+  d.alignBias = bias ? alignmentOf(bias) : 256;
+
+  // GELU epilogue: C = gelu(A B + bias) into the gelu's output, the
+  // pre-activation (which gelu_grad reads) into aux.
+  const Instruction *g = calls.size() == 1 && d.batch == 1 && N % 8 == 0 ? fusableGelu(c, b)
+                                                                          : nullptr;
+  std::shared_ptr<Lt::Gemm> gemm;
+  float *geluOut = nullptr;
+  if (g) {
+    GemmDesc dg = d;
+    dg.epilogue = bias ? Epilogue::GeluBias : Epilogue::Gelu;
+    TensorRef y = b.arena().tensor(g->out[0]);
+    dg.alignC = std::min(alignmentOf(y.data), alignmentOf(o.data));
+    gemm = b.lt->prepare(dg);
+    if (gemm) {
+      geluOut = y.as<float>();
+      b.fusedAway.insert(g->index);
+    }
+  }
+  if (!gemm) {
+    d.epilogue = bias ? Epilogue::Bias : Epilogue::None;
+    gemm = b.lt->prepare(d);
+  }
+  const int64_t aN = a.numel, bN = bm.numel;
+  if (d.bf16)
+    b.reserveScratch(((size_t)aN * 2 + 255) / 256 * 256 + (size_t)bN * 2);
+  CudaBackend *bp = &b;
+  const float *A = a.as<float>(), *B = bm.as<float>();
+  float *C = o.as<float>();
+  const bool bf16 = d.bf16;
+  return [bp, gemm, calls, A, B, C, bias, geluOut, aN, bN, bf16] {
+    const void *Ad = A, *Bd = B;
+    const size_t esz = bf16 ? 2 : 4;
+    if (bf16) {
+      auto *sa = static_cast<__nv_bfloat16 *>(bp->scratch());
+      auto *sb = reinterpret_cast<__nv_bfloat16 *>(static_cast<char *>(bp->scratch()) +
+                                                   ((size_t)aN * 2 + 255) / 256 * 256);
+      castToBf16(bp->compute, A, sa, aN);
+      castToBf16(bp->compute, B, sb, bN);
+      Ad = sa;
+      Bd = sb;
+    }
+    for (const auto &cl : calls) {
+      const void *pa = static_cast<const char *>(Ad) + cl.aOff * esz;
+      const void *pb = static_cast<const char *>(Bd) + cl.bOff * esz;
+      if (geluOut)
+        bp->lt->run(*gemm, bp->compute, pa, pb, geluOut, bias, C);
+      else
+        bp->lt->run(*gemm, bp->compute, pa, pb, C + cl.cOff, bias, nullptr);
+    }
+  };
+}
+
+// --- elementwise ---------------------------------------------------------------------
+
+template <BinaryOp OP> Thunk bindBinary(OpContext &c, CudaBackend &b) {
+  validate(c);
+  TensorRef x = c.in(0), y = c.in(1), o = c.out(0);
+  if (x.dtype != DType::F32 || o.dtype != DType::F32)
+    return bindOnHost(c, b);
+  auto s = makeStrided(o.shape, {ops::contiguousStrides(o.shape),
+                                 ops::broadcastStrides(x.shape, o.shape),
+                                 ops::broadcastStrides(y.shape, o.shape)});
+  if (!s)
+    return bindOnHost(c, b);
+  CudaBackend *bp = &b;
+  Strided st = *s;
+  const float *A = x.as<float>(), *B = y.as<float>();
+  float *O = o.as<float>();
+  return [bp, st, A, B, O] { binaryF32(bp->compute, OP, st, A, B, O); };
+}
+
+template <UnaryOp OP> Thunk bindUnary(OpContext &c, CudaBackend &b) {
+  validate(c);
+  TensorRef x = c.in(0), y = c.out(0);
+  if (x.dtype != DType::F32)
+    return bindOnHost(c, b);
+  CudaBackend *bp = &b;
+  return [bp, x, y] { unaryF32(bp->compute, OP, x.as<float>(), y.as<float>(), x.numel); };
+}
+
+Thunk bindGelu(OpContext &c, CudaBackend &b) {
+  validate(c);
+  if (b.fusedAway.count(c.inst.index))
+    return [] {}; // done by the GEMM's epilogue
+  TensorRef x = c.in(0), y = c.out(0);
+  bool t = c.str("approximate", "none") == "tanh";
+  CudaBackend *bp = &b;
+  return [bp, x, y, t] { gelu(bp->compute, x.as<float>(), y.as<float>(), x.numel, t); };
+}
+
+Thunk bindGeluGrad(OpContext &c, CudaBackend &b) {
+  validate(c);
+  TensorRef dy = c.in(0), x = c.in(1), dx = c.out(0);
+  bool t = c.str("approximate", "none") == "tanh";
+  CudaBackend *bp = &b;
+  return [bp, dy, x, dx, t] {
+    geluGrad(bp->compute, dy.as<float>(), x.as<float>(), dx.as<float>(), x.numel, t);
+  };
+}
+
+// --- reductions, norms -------------------------------------------------------------------
+
+Thunk bindReduce(OpContext &c, CudaBackend &b, bool mean) {
+  validate(c);
+  TensorRef x = c.in(0), y = c.out(0);
+  std::vector<bool> reduced(x.rank(), false);
+  for (int64_t a : c.ints("axes"))
+    reduced[c.axis(a, x.rank(), "reduction axis")] = true;
+  Dims xs = ops::contiguousStrides(x.shape), kShape, kStr, rShape, rStr;
+  for (int64_t d = 0; d < x.rank(); ++d) {
+    (reduced[d] ? rShape : kShape).push_back(x.shape[d]);
+    (reduced[d] ? rStr : kStr).push_back(xs[d]);
+  }
+  auto kept = makeStrided(kShape, {kStr}), red = makeStrided(rShape, {rStr});
+  if (!kept || !red)
+    return bindOnHost(c, b);
+  b.reserveScratch(reduceScratchBytes(*kept, *red));
+  CudaBackend *bp = &b;
+  Strided ks = *kept, rs = *red;
+  return [bp, x, y, ks, rs, mean] {
+    reduceF32(bp->compute, x.as<float>(), ks, rs, mean, y.as<float>(), bp->scratch());
+  };
+}
+Thunk bindReduceSum(OpContext &c, CudaBackend &b) { return bindReduce(c, b, false); }
+Thunk bindReduceMean(OpContext &c, CudaBackend &b) { return bindReduce(c, b, true); }
+
+std::pair<int64_t, int64_t> rowsCols(OpContext &c, const TensorRef &x) {
+  int64_t axis = c.axis(c.i64("axis", -1), x.rank());
+  return {ops::product(x.shape, 0, axis), ops::product(x.shape, axis, x.shape.size())};
+}
+
+Thunk bindLayerNorm(OpContext &c, CudaBackend &b) {
+  validate(c);
+  TensorRef x = c.in(0), g = c.in(1), y = c.out(0);
+  const float *bias = c.numIn() == 3 ? c.in(2).as<float>() : nullptr;
+  auto [rows, cols] = rowsCols(c, x);
+  float eps = (float)c.f64("epsilon", 1e-5);
+  CudaBackend *bp = &b;
+  return [bp, x, g, y, bias, rows = rows, cols = cols, eps] {
+    layerNorm(bp->compute, x.as<float>(), g.as<float>(), bias, y.as<float>(), rows, cols, eps);
+  };
+}
+
+Thunk bindLayerNormGrad(OpContext &c, CudaBackend &b) {
+  validate(c);
+  TensorRef dy = c.in(0), x = c.in(1), g = c.in(2), dx = c.out(0), dg = c.out(1);
+  float *db = c.numOut() == 3 ? c.out(2).as<float>() : nullptr;
+  auto [rows, cols] = rowsCols(c, x);
+  float eps = (float)c.f64("epsilon", 1e-5);
+  b.reserveScratch(layerNormGradScratchBytes(rows, cols));
+  CudaBackend *bp = &b;
+  return [bp, dy, x, g, dx, dg, db, rows = rows, cols = cols, eps] {
+    layerNormGrad(bp->compute, dy.as<float>(), x.as<float>(), g.as<float>(), dx.as<float>(),
+                  dg.as<float>(), db, rows, cols, eps, bp->scratch());
+  };
+}
+
+// --- attention -------------------------------------------------------------------------------
+
+struct AttnDims {
+  int64_t BH, Tq, Tk, D, Dv;
+  Dims lead;
+};
+
+AttnDims attnDims(const TensorRef &q, const TensorRef &k, const TensorRef &v) {
+  size_t r = q.shape.size();
+  AttnDims s;
+  s.lead.assign(q.shape.begin(), q.shape.end() - 2);
+  s.Tq = q.shape[r - 2];
+  s.D = q.shape[r - 1];
+  s.Tk = k.shape[r - 2];
+  s.Dv = v.shape[r - 1];
+  s.BH = ops::product(s.lead, 0, s.lead.size());
+  return s;
+}
+
+/// The mask through three strides, or nullopt when its leading dims
+/// broadcast in a way one stride cannot express (the host runs those).
+std::optional<MaskView> maskView(const TensorRef *m, const AttnDims &s) {
+  MaskView mv;
+  if (!m)
+    return mv;
+  Dims full = s.lead;
+  full.push_back(s.Tq);
+  full.push_back(s.Tk);
+  Dims st = ops::broadcastStrides(m->shape, full);
+  size_t L = s.lead.size();
+  mv.data = m->as<float>();
+  mv.sQ = st[L];
+  mv.sK = st[L + 1];
+  bool allZero = true, dense = true;
+  for (size_t d = 0; d < L; ++d) {
+    allZero &= st[d] == 0;
+    if (st[d] == 0 || (d + 1 < L && st[d] != st[d + 1] * s.lead[d + 1]))
+      dense = false;
+  }
+  if (L == 0 || allZero)
+    return mv;
+  if (dense) {
+    mv.sBH = st[L - 1];
+    return mv;
+  }
+  return std::nullopt;
+}
+
+Thunk bindAttention(OpContext &c, CudaBackend &b) {
+  validate(c);
+  TensorRef q = c.in(0), k = c.in(1), v = c.in(2), o = c.out(0);
+  AttnDims s = attnDims(q, k, v);
+  std::optional<TensorRef> m;
+  if (c.numIn() == 4)
+    m = c.in(3);
+  auto mv = maskView(m ? &*m : nullptr, s);
+  if (!mv || s.D > kMaxHeadDim || s.Dv > kMaxHeadDim)
+    return bindOnHost(c, b);
+  float scale = (float)c.f64("scale");
+  bool causal = c.boolean("causal", true);
+  CudaBackend *bp = &b;
+  MaskView mask = *mv;
+  return [bp, q, k, v, o, s, mask, scale, causal] {
+    attention(bp->compute, q.as<float>(), k.as<float>(), v.as<float>(), mask, o.as<float>(), s.BH,
+              s.Tq, s.Tk, s.D, s.Dv, scale, causal);
+  };
+}
+
+Thunk bindAttentionGrad(OpContext &c, CudaBackend &b) {
+  validate(c);
+  TensorRef dO = c.in(0), q = c.in(1), k = c.in(2), v = c.in(3);
+  TensorRef dq = c.out(0), dk = c.out(1), dv = c.out(2);
+  AttnDims s = attnDims(q, k, v);
+  std::optional<TensorRef> m;
+  if (c.numIn() == 5)
+    m = c.in(4);
+  auto mv = maskView(m ? &*m : nullptr, s);
+  if (!mv || s.D > kMaxHeadDim || s.Dv > kMaxHeadDim)
+    return bindOnHost(c, b);
+  float scale = (float)c.f64("scale");
+  bool causal = c.boolean("causal", true);
+  b.reserveScratch(attentionGradScratchBytes(s.BH, s.Tq));
+  CudaBackend *bp = &b;
+  MaskView mask = *mv;
+  return [bp, dO, q, k, v, dq, dk, dv, s, mask, scale, causal] {
+    attentionGrad(bp->compute, dO.as<float>(), q.as<float>(), k.as<float>(), v.as<float>(), mask,
+                  dq.as<float>(), dk.as<float>(), dv.as<float>(), s.BH, s.Tq, s.Tk, s.D, s.Dv,
+                  scale, causal, bp->scratch());
+  };
+}
+
+// --- embedding, loss ----------------------------------------------------------------------------
+
+Thunk bindEmbedding(OpContext &c, CudaBackend &b) {
+  validate(c);
+  TensorRef table = c.in(0), ids = c.in(1), y = c.out(0);
+  int64_t V = table.shape[0], C = table.shape[1];
+  CudaBackend *bp = &b;
+  int index = (int)c.inst.index;
+  return [bp, table, ids, y, V, C, index] {
+    embedding(bp->compute, table.as<float>(), ids.data, ids.dtype == DType::I32, y.as<float>(),
+              ids.numel, V, C, bp->devError, index);
+  };
+}
+
+Thunk bindEmbeddingGrad(OpContext &c, CudaBackend &b) {
+  validate(c);
+  TensorRef dy = c.in(0), ids = c.in(1), dt = c.out(0);
+  int64_t V = dt.shape[0], C = dt.shape[1];
+  b.reserveScratch(embeddingGradScratchBytes(ids.numel, V));
+  CudaBackend *bp = &b;
+  return [bp, dy, ids, dt, V, C] {
+    embeddingGrad(bp->compute, dy.as<float>(), ids.data, ids.dtype == DType::I32, dt.as<float>(),
+                  ids.numel, V, C, bp->scratch());
+  };
+}
+
+Reduction reductionOf(OpContext &c) {
+  std::string r = c.str("reduction", "mean");
+  return r == "sum" ? Reduction::Sum : r == "none" ? Reduction::None : Reduction::Mean;
+}
+
+/// A cross_entropy_grad of the same logits and targets that only `loss`
+/// instructions separate from this cross_entropy, whose dloss is a constant
+/// and whose dlogits overlaps nothing read or written in between: the
+/// forward kernel can write the gradient in the same pass over the logits.
+const Instruction *fusableGrad(OpContext &c, CudaBackend &b) {
+  const auto &prog = b.rank.program;
+  if (!b.fuse)
+    return nullptr;
+  for (size_t i = c.inst.index + 1; i < prog.size() && i <= c.inst.index + 3; ++i) {
+    const Instruction &g = prog[i];
+    if (g.op == "loss")
+      continue;
+    if (g.op != "cross_entropy_grad" || g.in.size() != 3 || g.out.size() != 1)
+      return nullptr;
+    if (g.in[1] != c.inst.in[0] || g.in[2] != c.inst.in[1] || g.attrs != c.inst.attrs)
+      return nullptr;
+    if (b.rank.buffer(g.in[0]).kind != BufferKind::Constant)
+      return nullptr;
+    const int64_t dl = g.out[0];
+    for (int64_t id : {c.inst.in[0], c.inst.in[1], c.inst.out[0], g.in[0]})
+      if (overlap(b, id, dl))
+        return nullptr;
+    for (size_t j = c.inst.index + 1; j < i; ++j)
+      for (const Range &r : b.touches(prog[j]))
+        if (r.overlaps(b.rangeOf(dl)))
+          return nullptr;
+    return &g;
+  }
+  return nullptr;
+}
+
+Thunk bindCrossEntropy(OpContext &c, CudaBackend &b) {
+  validate(c);
+  TensorRef logits = c.in(0), t = c.in(1), y = c.out(0);
+  const int64_t V = logits.shape.back(), rows = t.numel;
+  const int64_t ignore = c.i64("ignore_index", -100);
+  const Reduction red = reductionOf(c);
+  float *dlogits = nullptr;
+  const float *dloss = nullptr;
+  if (const Instruction *g = fusableGrad(c, b)) {
+    dlogits = b.arena().tensor(g->out[0]).as<float>();
+    dloss = b.arena().tensor(g->in[0]).as<float>();
+    b.fusedAway.insert(g->index);
+  }
+  b.reserveScratch(crossEntropyScratchBytes(rows));
+  CudaBackend *bp = &b;
+  int index = (int)c.inst.index;
+  return [bp, logits, t, y, V, rows, ignore, red, dlogits, dloss, index] {
+    crossEntropy(bp->compute, logits.as<float>(), t.data, t.dtype == DType::I32, rows, V, ignore,
+                 red, y.as<float>(), dlogits, dloss, bp->scratch(), bp->devError, index);
+  };
+}
+
+Thunk bindCrossEntropyGrad(OpContext &c, CudaBackend &b) {
+  validate(c);
+  if (b.fusedAway.count(c.inst.index))
+    return [] {}; // written by the fused forward
+  TensorRef dloss = c.in(0), logits = c.in(1), t = c.in(2), dl = c.out(0);
+  const int64_t V = logits.shape.back(), rows = t.numel;
+  const int64_t ignore = c.i64("ignore_index", -100);
+  const Reduction red = reductionOf(c);
+  b.reserveScratch(crossEntropyScratchBytes(rows));
+  CudaBackend *bp = &b;
+  int index = (int)c.inst.index;
+  return [bp, dloss, logits, t, dl, V, rows, ignore, red, index] {
+    crossEntropyGrad(bp->compute, dloss.as<float>(), logits.as<float>(), t.data,
+                     t.dtype == DType::I32, rows, V, ignore, red, dl.as<float>(), bp->scratch(),
+                     bp->devError, index);
+  };
+}
+
+// --- movement ------------------------------------------------------------------------------------
+
+Thunk copyThunk(CudaBackend &b, OpContext &c, const Dims &shape, const Dims &dst, const Dims &src,
+                const void *from, void *to, size_t es) {
+  auto s = makeStrided(shape, {dst, src});
+  if (!s)
+    return bindOnHost(c, b);
+  CudaBackend *bp = &b;
+  Strided st = *s;
+  return [bp, st, from, to, es] { copyStrided(bp->compute, st, es, from, to); };
+}
+
+Thunk bindReshape(OpContext &c, CudaBackend &b) {
+  validate(c);
+  TensorRef x = c.in(0), y = c.out(0);
+  if (x.data == y.data)
+    return [] {};
+  CudaBackend *bp = &b;
+  return [bp, x, y] {
+    checkCuda(cudaMemcpyAsync(y.data, x.data, x.bytes(), cudaMemcpyDeviceToDevice, bp->compute),
+              "reshape copy");
+  };
+}
+
+Thunk bindTranspose(OpContext &c, CudaBackend &b) {
+  validate(c);
+  TensorRef x = c.in(0), y = c.out(0);
+  Dims perm = c.ints("perm"), xs = ops::contiguousStrides(x.shape), src;
+  for (int64_t p : perm)
+    src.push_back(xs[p]);
+  return copyThunk(b, c, y.shape, ops::contiguousStrides(y.shape), src, x.data, y.data,
+                   dtypeSize(x.dtype));
+}
+
+Thunk bindBroadcast(OpContext &c, CudaBackend &b) {
+  validate(c);
+  TensorRef x = c.in(0), y = c.out(0);
+  return copyThunk(b, c, y.shape, ops::contiguousStrides(y.shape),
+                   ops::broadcastStrides(x.shape, y.shape), x.data, y.data, dtypeSize(x.dtype));
+}
+
+/// Chains thunks (a split or concat is one copy per part).
+Thunk sequence(std::vector<Thunk> parts) {
+  return [parts = std::move(parts)] {
+    for (const Thunk &t : parts)
+      t();
+  };
+}
+
+Thunk bindSplit(OpContext &c, CudaBackend &b) {
+  validate(c);
+  TensorRef x = c.in(0);
+  int64_t axis = c.axis(c.i64("axis"), x.rank());
+  Dims xs = ops::contiguousStrides(x.shape);
+  size_t es = dtypeSize(x.dtype);
+  std::vector<Thunk> parts;
+  int64_t at = 0;
+  for (size_t i = 0; i < c.numOut(); ++i) {
+    TensorRef y = c.out(i);
+    parts.push_back(copyThunk(b, c, y.shape, ops::contiguousStrides(y.shape), xs,
+                              static_cast<const char *>(x.data) + at * xs[axis] * es, y.data, es));
+    at += y.shape[axis];
+  }
+  return sequence(std::move(parts));
+}
+
+Thunk bindConcat(OpContext &c, CudaBackend &b) {
+  validate(c);
+  TensorRef y = c.out(0);
+  int64_t axis = c.axis(c.i64("axis"), y.rank());
+  Dims ys = ops::contiguousStrides(y.shape);
+  size_t es = dtypeSize(y.dtype);
+  std::vector<Thunk> parts;
+  int64_t at = 0;
+  for (size_t i = 0; i < c.numIn(); ++i) {
+    TensorRef x = c.in(i);
+    parts.push_back(copyThunk(b, c, x.shape, ys, ops::contiguousStrides(x.shape), x.data,
+                              static_cast<char *>(y.data) + at * ys[axis] * es, es));
+    at += x.shape[axis];
+  }
+  return sequence(std::move(parts));
+}
+
+/// Normalized starts and strides of a slice (as ShapeOps.cpp; validated by it).
+std::pair<Dims, Dims> sliceSpec(OpContext &c, const Dims &full) {
+  Dims starts = c.ints("starts"), strides = c.ints("strides");
+  for (size_t d = 0; d < full.size(); ++d) {
+    int64_t n = full[d], v = starts[d];
+    if (v < 0)
+      v += n;
+    starts[d] = v < 0 ? 0 : v > n ? n : v;
+  }
+  return {starts, strides};
+}
+
+Thunk bindSlice(OpContext &c, CudaBackend &b) {
+  validate(c);
+  TensorRef x = c.in(0), y = c.out(0);
+  auto [starts, strides] = sliceSpec(c, x.shape);
+  Dims xs = ops::contiguousStrides(x.shape), src;
+  int64_t base = 0;
+  for (size_t d = 0; d < xs.size(); ++d) {
+    base += starts[d] * xs[d];
+    src.push_back(xs[d] * strides[d]);
+  }
+  size_t es = dtypeSize(x.dtype);
+  return copyThunk(b, c, y.shape, ops::contiguousStrides(y.shape), src,
+                   static_cast<const char *>(x.data) + base * es, y.data, es);
+}
+
+Thunk bindSliceGrad(OpContext &c, CudaBackend &b) {
+  validate(c);
+  TensorRef dy = c.in(0), dx = c.out(0);
+  auto [starts, strides] = sliceSpec(c, dx.shape);
+  Dims xs = ops::contiguousStrides(dx.shape), dst;
+  int64_t base = 0;
+  for (size_t d = 0; d < xs.size(); ++d) {
+    base += starts[d] * xs[d];
+    dst.push_back(xs[d] * strides[d]);
+  }
+  size_t es = dtypeSize(dy.dtype);
+  Thunk copy = copyThunk(b, c, dy.shape, dst, ops::contiguousStrides(dy.shape), dy.data,
+                         static_cast<char *>(dx.data) + base * es, es);
+  CudaBackend *bp = &b;
+  return [bp, dx, copy] {
+    checkCuda(cudaMemsetAsync(dx.data, 0, dx.bytes(), bp->compute), "slice_grad zero");
+    copy();
+  };
+}
+
+// --- control instructions ----------------------------------------------------------------------
+
+Thunk bindLoadMicrobatch(OpContext &c, CudaBackend &b) {
+  validate(c);
+  const Plan &plan = c.env.plan;
+  const int64_t j = (int64_t)c.field("index");
+  const int64_t n = plan.model.batch * plan.model.seq;
+  std::string what = c.inst.json.value("what", std::string("both"));
+  std::vector<TensorRef> outs;
+  for (size_t i = 0; i < c.numOut(); ++i)
+    outs.push_back(c.out(i));
+  const bool targetsOnly = what == "targets";
+  // Pinned staging, one per instruction: the copy of step s has completed
+  // (finishStep) before step s + 1 refills it.
+  void *staging = nullptr;
+  checkCuda(cudaMallocHost(&staging, (size_t)n * 8 * 2), "cudaMallocHost (micro-batch staging)");
+  auto host = std::make_shared<std::vector<int64_t>>(2 * n);
+  ExecEnv *env = &c.env;
+  CudaBackend *bp = &b;
+  const int64_t dpRank = c.env.rank.dpRank;
+  std::shared_ptr<void> keep(staging, [](void *p) { cudaFreeHost(p); });
+  return [env, bp, j, n, outs, targetsOnly, host, keep, dpRank] {
+    if (!env->sampler)
+      fail("no data loader is attached");
+    int64_t *tok = host->data(), *tgt = host->data() + n;
+    env->sampler->fill(env->state.step, j, dpRank, tok, tgt);
+    if (env->observer)
+      env->observer(env->state.step, j, dpRank, tok, tgt, n);
+    char *st = static_cast<char *>(keep.get());
+    for (size_t i = 0; i < outs.size(); ++i) {
+      const TensorRef &t = outs[i];
+      const int64_t *src = (targetsOnly || i == 1) ? tgt : tok;
+      char *dst = st + i * n * 8;
+      ops::convert(src, DType::I64, dst, t.dtype, n);
+      checkCuda(cudaMemcpyAsync(t.data, dst, t.bytes(), cudaMemcpyHostToDevice, bp->compute),
+                "cudaMemcpyAsync (micro-batch)");
+    }
+  };
+}
+
+Thunk bindZero(OpContext &c, CudaBackend &b) {
+  validate(c);
+  std::vector<TensorRef> ts;
+  for (size_t i = 0; i < c.numOut(); ++i)
+    ts.push_back(c.out(i));
+  CudaBackend *bp = &b;
+  return [bp, ts] {
+    for (const TensorRef &t : ts)
+      checkCuda(cudaMemsetAsync(t.data, 0, t.bytes(), bp->compute), "zero");
+  };
+}
+
+Thunk bindAccumulate(OpContext &c, CudaBackend &b) {
+  validate(c);
+  float scale = (float)c.field("scale", 1.0);
+  std::vector<std::pair<TensorRef, TensorRef>> pairs;
+  for (size_t i = 0; i < c.numIn(); ++i)
+    pairs.emplace_back(c.in(i), c.out(i));
+  CudaBackend *bp = &b;
+  return [bp, pairs, scale] {
+    for (const auto &[s, d] : pairs)
+      axpy(bp->compute, scale, s.as<float>(), d.as<float>(), s.numel);
+  };
+}
+
+Thunk bindLoss(OpContext &c, CudaBackend &b) {
+  validate(c);
+  TensorRef l = c.in(0);
+  double scale = c.field("scale", 1.0);
+  CudaBackend *bp = &b;
+  return [bp, l, scale] { accumulateLoss(bp->compute, l.as<float>(), scale, bp->lossAcc); };
+}
+
+Thunk bindAdamW(OpContext &c, CudaBackend &b) {
+  validate(c);
+  std::vector<AdamEntry> entries;
+  for (const auto &e : c.inst.json["params"]) {
+    TensorRef p = c.env.arena.tensor(e["param"].get<int64_t>());
+    AdamEntry a{};
+    a.p = p.as<float>();
+    a.g = c.env.arena.tensor(e["grad"].get<int64_t>()).as<float>();
+    a.m = c.env.arena.tensor(e["m"].get<int64_t>()).as<float>();
+    a.v = c.env.arena.tensor(e["v"].get<int64_t>()).as<float>();
+    a.n = p.numel;
+    bool decay;
+    if (e.contains("decay"))
+      decay = e["decay"].get<bool>();
+    else if (const ParamInfo *pi = c.env.plan.findParam(p.info->param))
+      decay = pi->decay;
+    else
+      decay = p.rank() >= 2;
+    a.decay = decay ? 1 : 0;
+    a.normWeight = e.contains("norm_weight") ? e["norm_weight"].get<double>() : 1.0;
+    entries.push_back(a);
+  }
+  const int count = (int)entries.size();
+  const int64_t blocks = adamAssignBlocks(entries.data(), count);
+  AdamEntry *dev = nullptr;
+  checkCuda(cudaMalloc(&dev, std::max<size_t>(1, entries.size()) * sizeof(AdamEntry)),
+            "cudaMalloc (AdamW table)");
+  checkCuda(cudaMemcpy(dev, entries.data(), entries.size() * sizeof(AdamEntry),
+                       cudaMemcpyHostToDevice),
+            "cudaMemcpy (AdamW table)");
+  std::shared_ptr<AdamEntry> table(dev, [](AdamEntry *p) { cudaFree(p); });
+  b.reserveScratch(gradNormScratchBytes(blocks));
+  b.optimizerInPlan = true;
+  ExecEnv *env = &c.env;
+  CudaBackend *bp = &b;
+  return [env, bp, table, count, blocks] {
+    gradNormSq(bp->compute, table.get(), count, blocks, bp->normSq, bp->scratch());
+    if (bp->ncclWorld)
+      checkNccl(ncclAllReduce(bp->normSq, bp->normSq, 1, ncclFloat64, ncclSum, bp->ncclWorld,
+                              bp->compute),
+                "ncclAllReduce (squared gradient norm)");
+    // The constants of this step, as cpu::adamw computes them.
+    const OptimizerConfig &o = env->opt;
+    const double lr = env->state.lr;
+    const int64_t step = env->state.step + 1;
+    const double bc1 = 1.0 - std::pow(o.beta1, double(step));
+    const double bc2 = 1.0 - std::pow(o.beta2, double(step));
+    AdamStep k;
+    k.decay = (float)(1.0 - lr * o.weightDecay);
+    k.b1 = (float)o.beta1;
+    k.b2 = (float)o.beta2;
+    k.a1 = (float)(1.0 - o.beta1);
+    k.a2 = (float)(1.0 - o.beta2);
+    k.stepSize = (float)(-(lr / bc1));
+    k.bc2Sqrt = (float)std::sqrt(bc2);
+    k.eps = (float)o.eps;
+    k.clip = o.gradClip;
+    if (o.weightDecay == 0.0)
+      k.decay = 1.0f;
+    adamw(bp->compute, table.get(), count, blocks, k, bp->normSq);
+  };
+}
+
+// --- communication (NCCL) ---------------------------------------------------------------------
+
+std::string describe(const TensorRef &t) {
+  return concat("buffer ", t.info->id, t.info->name.empty() ? "" : " '" + t.info->name + "'", " (",
+                t.bytes(), " bytes)");
+}
+
+void needNccl(OpContext &c, CudaBackend &) {
+  if (c.env.plan.parallel.worldSize < 2)
+    c.error("needs a multi-rank job");
+}
+
+/// Point-to-point: the direction picks the communicator and the stream.
+Thunk bindSend(OpContext &c, CudaBackend &b) {
+  c.cls = InstrClass::Comm;
+  c.expectCounts(1, 1, 0, 0);
+  needNccl(c, b);
+  int peer = (int)c.field("peer"), tag = (int)c.field("tag");
+  TensorRef t = c.in(0);
+  c.activity = concat("send of buffer ", t.info->id, " to rank ", peer, ", tag ", tag);
+  size_t ev = b.newCommEvent(c.inst.index, {b.rangeOf(t.info->id)}, true,
+                             concat("send of ", describe(t), " to rank ", peer, ", tag ", tag));
+  const bool upward = peer > b.rank.rank;
+  CudaBackend *bp = &b;
+  return [bp, t, peer, ev, upward] {
+    auto &e = bp->commEvents[ev];
+    cudaStream_t s = upward ? bp->up : bp->down;
+    checkCuda(cudaEventRecord(e.ready, bp->compute), "cudaEventRecord");
+    checkCuda(cudaStreamWaitEvent(s, e.ready, 0), "cudaStreamWaitEvent");
+    checkNccl(ncclSend(t.data, t.bytes(), ncclUint8, peer, upward ? bp->ncclUp : bp->ncclDown, s),
+              "ncclSend");
+    checkCuda(cudaEventRecord(e.done, s), "cudaEventRecord");
+    bp->sendsOutstanding.push_back(ev);
+  };
+}
+
+Thunk bindRecv(OpContext &c, CudaBackend &b) {
+  c.cls = InstrClass::Comm;
+  c.expectCounts(0, 0, 1, 1);
+  needNccl(c, b);
+  int peer = (int)c.field("peer"), tag = (int)c.field("tag");
+  TensorRef t = c.out(0);
+  c.activity = concat("recv of buffer ", t.info->id, " from rank ", peer, ", tag ", tag);
+  size_t ev = b.newCommEvent(c.inst.index, {b.rangeOf(t.info->id)}, false,
+                             concat("receive of ", describe(t), " from rank ", peer, ", tag ", tag));
+  const bool upward = peer < b.rank.rank; // the message travels up
+  CudaBackend *bp = &b;
+  return [bp, t, peer, ev, upward] {
+    auto &e = bp->commEvents[ev];
+    cudaStream_t s = upward ? bp->up : bp->down;
+    checkCuda(cudaEventRecord(e.ready, bp->compute), "cudaEventRecord");
+    checkCuda(cudaStreamWaitEvent(s, e.ready, 0), "cudaStreamWaitEvent");
+    checkNccl(ncclRecv(t.data, t.bytes(), ncclUint8, peer, upward ? bp->ncclUp : bp->ncclDown, s),
+              "ncclRecv");
+    checkCuda(cudaEventRecord(e.done, s), "cudaEventRecord");
+  };
+}
+
+Thunk bindWaitSends(OpContext &c, CudaBackend &b) {
+  c.cls = InstrClass::Comm;
+  c.expectCounts(0, 0, 0, 0);
+  CudaBackend *bp = &b;
+  return [bp] { bp->waitSends(); };
+}
+
+Thunk bindFree(OpContext &c, CudaBackend &) {
+  validate(c);
+  return [] {};
+}
+
+struct Collective {
+  cudaStream_t stream;
+  ncclComm_t comm;
+  int size, me;
+};
+
+Collective collectiveOf(OpContext &c, CudaBackend &b, bool tiedAllowed) {
+  std::string g = c.inst.json.value("group", std::string());
+  if (g == "dp")
+    return {b.dpStream, nullptr, (int)b.rank.dpGroup.size(), 0};
+  if (g == "tied" && tiedAllowed)
+    return {b.tiedStream, nullptr, (int)b.rank.tiedGroup.size(), 0};
+  c.error("\"group\" must be ", tiedAllowed ? "\"dp\" or \"tied\"" : "\"dp\"");
+}
+
+std::vector<TensorRef> bufList(OpContext &c) {
+  auto it = c.inst.json.find("bufs");
+  if (it == c.inst.json.end() || !it->is_array() || it->empty())
+    c.error("needs a non-empty \"bufs\" array of buffer ids");
+  std::vector<TensorRef> out;
+  for (const auto &id : *it) {
+    if (!id.is_number_integer())
+      c.error("\"bufs\" must hold buffer ids, got ", id.dump());
+    out.push_back(c.env.arena.tensor(id.get<int64_t>()));
+    c.expectFloat(out.back(), "bufs entry");
+  }
+  return out;
+}
+
+/// The stream of a collective waits for the compute stream, runs `body`,
+/// records done; the compute stream waits where the bytes are next used.
+Thunk collectiveThunk(CudaBackend &b, size_t ev, cudaStream_t s, std::function<void()> body) {
+  CudaBackend *bp = &b;
+  return [bp, ev, s, body = std::move(body)] {
+    auto &e = bp->commEvents[ev];
+    checkCuda(cudaEventRecord(e.ready, bp->compute), "cudaEventRecord");
+    checkCuda(cudaStreamWaitEvent(s, e.ready, 0), "cudaStreamWaitEvent");
+    body();
+    checkCuda(cudaEventRecord(e.done, s), "cudaEventRecord");
+  };
+}
+
+Thunk bindAllreduce(OpContext &c, CudaBackend &b) {
+  c.cls = InstrClass::Comm;
+  Collective col = collectiveOf(c, b, true);
+  const bool tied = c.inst.json.value("group", std::string()) == "tied";
+  if (col.size == 0)
+    c.error("rank ", b.rank.rank, " is in no ", tied ? "tied" : "dp", " group");
+  std::vector<TensorRef> bufs = bufList(c);
+  float scale = (float)c.field("scale", 1.0);
+  int64_t total = 0;
+  std::vector<Range> bytes;
+  for (const TensorRef &t : bufs) {
+    total += t.numel;
+    bytes.push_back(b.rangeOf(t.info->id));
+  }
+  c.activity = concat("all-reduce of ", bufs.size(), " buffer(s), ", total, " floats, on the ",
+                      tied ? "tied" : "dp", " group");
+  size_t ev = b.newCommEvent(c.inst.index, bytes, false, c.activity);
+  CudaBackend *bp = &b;
+  const int size = col.size;
+  cudaStream_t s = col.stream;
+  return collectiveThunk(b, ev, s, [bp, bufs, scale, size, s, tied] {
+    if (size > 1) {
+      ncclComm_t comm = tied ? bp->ncclTied : bp->ncclDp;
+      // Several buffers: one NCCL group, no packing copies.
+      checkNccl(ncclGroupStart(), "ncclGroupStart");
+      for (const TensorRef &t : bufs)
+        checkNccl(ncclAllReduce(t.data, t.data, t.numel, ncclFloat32, ncclSum, comm, s),
+                  "ncclAllReduce");
+      checkNccl(ncclGroupEnd(), "ncclGroupEnd");
+    }
+    if (scale != 1.0f)
+      for (const TensorRef &t : bufs)
+        scaleF32(s, t.as<float>(), t.numel, scale);
+  });
+}
+
+struct ShardPair {
+  TensorRef full, shard;
+  int64_t offset;
+};
+
+std::vector<ShardPair> shardPairs(OpContext &c, const std::vector<int64_t> &fullIds,
+                                  const std::vector<int64_t> &shardIds, int members,
+                                  int64_t &block) {
+  if (fullIds.empty() || fullIds.size() != shardIds.size())
+    c.error("needs as many inputs as outputs (pairs of full buffer and shard)");
+  std::vector<ShardPair> pairs;
+  block = 0;
+  for (size_t i = 0; i < fullIds.size(); ++i) {
+    TensorRef full = c.env.arena.tensor(fullIds[i]), shard = c.env.arena.tensor(shardIds[i]);
+    c.expectFloat(full, "full buffer");
+    c.expectFloat(shard, "shard");
+    if (shard.numel == 0 || full.numel > (int64_t)members * shard.numel)
+      c.error("full ", describe(full), " does not split into ", members, " shards of ",
+              describe(shard));
+    pairs.push_back({full, shard, block});
+    block += shard.numel;
+  }
+  return pairs;
+}
+
+Thunk bindReduceScatter(OpContext &c, CudaBackend &b) {
+  c.cls = InstrClass::Comm;
+  Collective col = collectiveOf(c, b, false);
+  const int members = std::max(1, col.size);
+  int64_t block = 0;
+  std::vector<ShardPair> pairs = shardPairs(c, c.inst.in, c.inst.out, members, block);
+  float scale = (float)c.field("scale", 1.0);
+  std::vector<Range> bytes;
+  for (const ShardPair &p : pairs) {
+    bytes.push_back(b.rangeOf(p.full.info->id));
+    bytes.push_back(b.rangeOf(p.shard.info->id));
+  }
+  c.activity = concat("reduce-scatter of ", pairs.size(), " buffer(s), ", block,
+                      " floats per shard, on the dp group");
+  size_t ev = b.newCommEvent(c.inst.index, bytes, false, c.activity);
+  const bool direct = pairs.size() == 1 && pairs[0].full.numel == (int64_t)members * block;
+  const size_t sendN = direct ? 0 : (size_t)members * block;
+  b.reserveCommScratch((sendN + (pairs.size() == 1 ? 0 : block)) * sizeof(float));
+  CudaBackend *bp = &b;
+  cudaStream_t s = col.stream;
+  return collectiveThunk(b, ev, s, [bp, pairs, block, members, scale, direct, sendN, s] {
+    float *scratch = static_cast<float *>(bp->commScratch());
+    const float *in = direct ? pairs[0].full.as<float>() : scratch;
+    if (!direct)
+      for (int d = 0; d < members; ++d)
+        for (const ShardPair &p : pairs) {
+          const int64_t S = p.shard.numel, first = d * S;
+          const int64_t n = std::max<int64_t>(0, std::min(S, p.full.numel - first));
+          float *dst = scratch + (int64_t)d * block + p.offset;
+          if (n > 0)
+            checkCuda(cudaMemcpyAsync(dst, p.full.as<float>() + first, n * sizeof(float),
+                                      cudaMemcpyDeviceToDevice, s),
+                      "pack");
+          if (S > n)
+            checkCuda(cudaMemsetAsync(dst + n, 0, (S - n) * sizeof(float), s), "pad");
+        }
+    float *out = pairs.size() == 1 ? pairs[0].shard.as<float>() : scratch + sendN;
+    if (members > 1)
+      checkNccl(ncclReduceScatter(in, out, block, ncclFloat32, ncclSum, bp->ncclDp, s),
+                "ncclReduceScatter");
+    else if (in != out)
+      checkCuda(cudaMemcpyAsync(out, in, block * sizeof(float), cudaMemcpyDeviceToDevice, s),
+                "copy");
+    if (scale != 1.0f)
+      scaleF32(s, out, block, scale);
+    if (pairs.size() > 1)
+      for (const ShardPair &p : pairs)
+        checkCuda(cudaMemcpyAsync(p.shard.data, out + p.offset, p.shard.bytes(),
+                                  cudaMemcpyDeviceToDevice, s),
+                  "unpack");
+  });
+}
+
+Thunk bindAllgather(OpContext &c, CudaBackend &b) {
+  c.cls = InstrClass::Comm;
+  Collective col = collectiveOf(c, b, false);
+  const int members = std::max(1, col.size);
+  int64_t block = 0;
+  std::vector<ShardPair> pairs = shardPairs(c, c.inst.out, c.inst.in, members, block);
+  std::vector<Range> bytes;
+  for (const ShardPair &p : pairs) {
+    bytes.push_back(b.rangeOf(p.full.info->id));
+    bytes.push_back(b.rangeOf(p.shard.info->id));
+  }
+  c.activity = concat("all-gather of ", pairs.size(), " buffer(s), ", block,
+                      " floats per shard, on the dp group");
+  size_t ev = b.newCommEvent(c.inst.index, bytes, false, c.activity);
+  const bool direct = pairs.size() == 1 && pairs[0].full.numel == (int64_t)members * block;
+  const size_t sendN = pairs.size() == 1 ? 0 : block;
+  b.reserveCommScratch((sendN + (direct ? 0 : (size_t)members * block)) * sizeof(float));
+  CudaBackend *bp = &b;
+  cudaStream_t s = col.stream;
+  return collectiveThunk(b, ev, s, [bp, pairs, block, members, direct, sendN, s] {
+    float *scratch = static_cast<float *>(bp->commScratch());
+    const float *in = pairs[0].shard.as<float>();
+    if (pairs.size() > 1) {
+      for (const ShardPair &p : pairs)
+        checkCuda(cudaMemcpyAsync(scratch + p.offset, p.shard.data, p.shard.bytes(),
+                                  cudaMemcpyDeviceToDevice, s),
+                  "pack");
+      in = scratch;
+    }
+    float *out = direct ? pairs[0].full.as<float>() : scratch + sendN;
+    if (members > 1)
+      checkNccl(ncclAllGather(in, out, block, ncclFloat32, bp->ncclDp, s), "ncclAllGather");
+    else if (in != out)
+      checkCuda(cudaMemcpyAsync(out, in, block * sizeof(float), cudaMemcpyDeviceToDevice, s),
+                "copy");
+    if (!direct)
+      for (int d = 0; d < members; ++d)
+        for (const ShardPair &p : pairs) {
+          const int64_t S = p.shard.numel, first = d * S;
+          const int64_t n = std::max<int64_t>(0, std::min(S, p.full.numel - first));
+          if (n > 0)
+            checkCuda(cudaMemcpyAsync(p.full.as<float>() + first,
+                                      out + (int64_t)d * block + p.offset, n * sizeof(float),
+                                      cudaMemcpyDeviceToDevice, s),
+                      "unpack");
+        }
+  });
+}
+
+// --- the table ----------------------------------------------------------------------------------
+
+const std::map<std::string, CudaBinder> &nativeBinders() {
+  static const std::map<std::string, CudaBinder> m = {
+      {"matmul", bindMatmul},
+      {"add", bindBinary<BinaryOp::Add>},
+      {"sub", bindBinary<BinaryOp::Sub>},
+      {"mul", bindBinary<BinaryOp::Mul>},
+      {"div", bindBinary<BinaryOp::Div>},
+      {"pow", bindBinary<BinaryOp::Pow>},
+      {"max", bindBinary<BinaryOp::Max>},
+      {"neg", bindUnary<UnaryOp::Neg>},
+      {"sqrt", bindUnary<UnaryOp::Sqrt>},
+      {"tanh", bindUnary<UnaryOp::Tanh>},
+      {"erf", bindUnary<UnaryOp::Erf>},
+      {"exp", bindUnary<UnaryOp::Exp>},
+      {"log", bindUnary<UnaryOp::Log>},
+      {"gelu", bindGelu},
+      {"gelu_grad", bindGeluGrad},
+      {"reduce_sum", bindReduceSum},
+      {"reduce_mean", bindReduceMean},
+      {"layer_norm", bindLayerNorm},
+      {"layer_norm_grad", bindLayerNormGrad},
+      {"attention", bindAttention},
+      {"attention_grad", bindAttentionGrad},
+      {"embedding", bindEmbedding},
+      {"embedding_grad", bindEmbeddingGrad},
+      {"cross_entropy", bindCrossEntropy},
+      {"cross_entropy_grad", bindCrossEntropyGrad},
+      {"reshape", bindReshape},
+      {"transpose", bindTranspose},
+      {"broadcast", bindBroadcast},
+      {"split", bindSplit},
+      {"concat", bindConcat},
+      {"slice", bindSlice},
+      {"slice_grad", bindSliceGrad},
+      {"load_microbatch", bindLoadMicrobatch},
+      {"zero", bindZero},
+      {"accumulate", bindAccumulate},
+      {"loss", bindLoss},
+      {"adamw", bindAdamW},
+      {"send", bindSend},
+      {"recv", bindRecv},
+      {"wait_sends", bindWaitSends},
+      {"allreduce", bindAllreduce},
+      {"reduce_scatter", bindReduceScatter},
+      {"allgather", bindAllgather},
+      {"free", bindFree},
+  };
+  return m;
+}
+
+/// The one binder of the CUDA table: the op's native binder, or the host.
+Thunk bindAny(OpContext &c) {
+  CudaBackend &b = backendOf(c);
+  auto it = nativeBinders().find(c.inst.op);
+  Thunk t = it != nativeBinders().end() ? it->second(c, b) : bindOnHost(c, b);
+  return wrap(b, c.inst.index, std::move(t));
+}
+
+} // namespace
+
+const OpTable &cudaOpTable() {
+  static const OpTable table = [] {
+    OpTable t;
+    for (const auto &kv : opTable())
+      t[kv.first] = bindAny;
+    return t;
+  }();
+  return table;
+}
+
+} // namespace pipemesh::rt::cuda

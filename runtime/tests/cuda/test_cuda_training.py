@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""ctest label `gpu`: pipemesh-run --backend cuda against --backend cpu.
+
+A tiny GPT plan (pipemesh-opt's plan of the committed GPT-2 export when
+PIPEMESH_OPT is set, else make_test_plan.py's hand-made tiny model) trains
+10 steps on each backend:
+  - fp32: every step's loss within 1e-4 relative of the CPU run, grad_norm too;
+  - deterministic: a second fp32 CUDA run gives bit-identical losses;
+  - bf16 matmul operands: losses within 2e-2 relative (bf16 has 8 mantissa bits).
+Without a CUDA device (or without the CUDA backend in the build) it prints
+why and exits 77: ctest reports it as skipped, never as passed.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
+sys.path.insert(0, os.path.join(REPO, "runtime", "tests", "pipemesh-run"))
+import common  # noqa: E402
+from common import mtp  # noqa: E402
+
+SKIP = 77
+PROBE = os.environ.get("PIPEMESH_CUDA_PROBE")
+OPT = os.environ.get("PIPEMESH_OPT")
+MODEL = os.path.join(REPO, "models", "fixtures", "torch_gpt2_tiny_op17_dyn_fold.onnx")
+STEPS = 10
+
+
+def probe():
+    if not PROBE:
+        print("SKIPPED: this build has no CUDA backend (PIPEMESH_ENABLE_CUDA / no toolkit)")
+        sys.exit(SKIP)
+    r = subprocess.run([PROBE, "--probe"], capture_output=True, text=True)
+    if r.returncode == SKIP:
+        print(r.stdout.strip() or "SKIPPED: no CUDA device")
+        sys.exit(SKIP)
+    if r.returncode != 0:
+        print(r.stdout, r.stderr)
+        sys.exit(1)
+
+
+def make_plan(d):
+    path = os.path.join(d, "gpt.plan")
+    if OPT and os.path.exists(MODEL):
+        r = subprocess.run([OPT, MODEL, "--pipemesh-compile=batch=4 seq=32 microbatches=2", "-o", path],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            print(r.stderr)
+            sys.exit(1)
+        return path, "pipemesh-opt plan of " + os.path.basename(MODEL)
+    b, _ = mtp.build_tiny_gpt(batch=2, seq=16, vocab=256, embd=32, heads=4, microbatches=2)
+    mtp.write_plan(path, b.manifest(), b.weights)
+    return path, "make_test_plan.py tiny GPT"
+
+
+def train(d, plan, name, *extra):
+    log = os.path.join(d, name + ".jsonl")
+    r = common.run([plan, "--steps", STEPS, "--lr", "1e-3", "--grad-clip", "1.0",
+                    "--log-json", log] + list(extra), timeout=600)
+    if r.returncode != 0:
+        print(f"run {name} failed:\n{r.stdout}\n{r.stderr}")
+        sys.exit(1)
+    print(r.stdout.strip().splitlines()[1] if name == "cuda-fp32" else "", end="")
+    return common.read_log(log)
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(b), 1e-30)
+
+
+def main():
+    probe()
+    failures = []
+    with tempfile.TemporaryDirectory() as d:
+        plan, what = make_plan(d)
+        print(f"plan: {what}")
+        cpu = train(d, plan, "cpu")
+        fp32 = train(d, plan, "cuda-fp32", "--backend", "cuda")
+        print()
+        again = train(d, plan, "cuda-fp32-again", "--backend", "cuda")
+        bf16 = train(d, plan, "cuda-bf16", "--backend", "cuda", "--precision", "bf16")
+        print(f"{'step':>4} {'cpu loss':>12} {'cuda fp32':>12} {'rel':>9} {'cuda bf16':>12} {'rel':>9}")
+        for s in range(STEPS):
+            c, g, h = cpu[s]["loss"], fp32[s]["loss"], bf16[s]["loss"]
+            print(f"{s:>4} {c:12.7f} {g:12.7f} {rel(g, c):9.2e} {h:12.7f} {rel(h, c):9.2e}")
+            if rel(g, c) > 1e-4:
+                failures.append(f"step {s}: fp32 loss {g} vs cpu {c}")
+            if rel(fp32[s]["grad_norm"], cpu[s]["grad_norm"]) > 1e-3:
+                failures.append(f"step {s}: fp32 grad_norm {fp32[s]['grad_norm']} vs cpu {cpu[s]['grad_norm']}")
+            if again[s]["loss"] != g:
+                failures.append(f"step {s}: two deterministic cuda runs differ: {g} vs {again[s]['loss']}")
+            if rel(h, c) > 2e-2:
+                failures.append(f"step {s}: bf16 loss {h} vs cpu {c}")
+        # Every op the hand-made plans use (the "zoo": comparisons, where,
+        # softmax, masks, ... some of them through the host fallback).
+        zoo = os.path.join(d, "zoo.plan")
+        b, _ = mtp.build_zoo()
+        mtp.write_plan(zoo, b.manifest(), b.weights)
+        zc = train(d, zoo, "zoo-cpu")
+        zg = train(d, zoo, "zoo-cuda", "--backend", "cuda")
+        for s in range(STEPS):
+            if rel(zg[s]["loss"], zc[s]["loss"]) > 1e-4:
+                failures.append(f"zoo step {s}: cuda loss {zg[s]['loss']} vs cpu {zc[s]['loss']}")
+    if failures:
+        print("FAILED:\n  " + "\n  ".join(failures))
+        return 1
+    print("OK: cuda fp32 within 1e-4 of cpu, deterministic, bf16 within 2e-2")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
