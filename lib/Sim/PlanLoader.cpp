@@ -35,7 +35,7 @@ class RankReader {
 public:
   RankReader(const json::Object &rank, std::string path, Job &job, std::string &why)
       : rank(rank), path(std::move(path)), job(job), why(why) {}
-  bool read(Program &out);
+  bool read(Program &out, std::vector<std::string> &opNames);
 
 private:
   const json::Object &rank;
@@ -79,7 +79,7 @@ bool RankReader::sumBytes(const json::Object &instr, llvm::StringRef field, doub
   return true;
 }
 
-bool RankReader::read(Program &out) {
+bool RankReader::read(Program &out, std::vector<std::string> &opNames) {
   // Buffers.
   const json::Array *buffers = rank.getArray("buffers");
   if (!buffers)
@@ -144,8 +144,10 @@ bool RankReader::read(Program &out) {
     return fail(".program", "missing");
   size_t n = program->size();
   std::vector<int64_t> first(bufs.size(), INT64_MAX), last(bufs.size(), -1);
+  // Sent buffers in send order, and the wait_sends that completes each.
   std::vector<int32_t> sent;
-  int64_t waitAt = -1;
+  std::vector<int64_t> completedAt;
+  size_t completed = 0;
   for (auto [k, iv] : llvm::enumerate(*program)) {
     const json::Object *instr = iv.getAsObject();
     if (!instr)
@@ -160,14 +162,21 @@ bool RankReader::read(Program &out) {
           int32_t r = root(index[*id]);
           first[r] = std::min<int64_t>(first[r], k);
           last[r] = std::max<int64_t>(last[r], k);
-          if (field == "in" && instr->getString("op") == "send")
+          if (field == "in" && instr->getString("op") == "send") {
             sent.push_back(r);
+            completedAt.push_back(-1);
+          }
         }
-    if (instr->getString("op") == "wait_sends")
-      waitAt = k;
+    if (instr->getString("op") == "wait_sends") {
+      // Completes every earlier send but the `keep` most recent.
+      int64_t keep = std::max<int64_t>(0, instr->getInteger("keep").value_or(0));
+      size_t upto = sent.size() > (size_t)keep ? sent.size() - keep : 0;
+      for (; completed < upto; ++completed)
+        completedAt[completed] = k;
+    }
   }
-  for (int32_t r : sent)
-    last[r] = std::max(last[r], waitAt);
+  for (size_t i = 0; i < sent.size(); ++i)
+    last[sent[i]] = std::max(last[sent[i]], completedAt[i]);
   std::vector<int64_t> alloc(n, 0), freed(n, 0);
   for (size_t b = 0; b < bufs.size(); ++b) {
     if (bufs[b].aliasOf >= 0 || bufs[b].persistent)
@@ -188,6 +197,7 @@ bool RankReader::read(Program &out) {
     llvm::StringRef op = instr.getString("op").value_or("");
     if (op.empty())
       return fail(where + ".op", "missing");
+    opNames.push_back(op.str());
     llvm::StringRef action = instr.getString("action").value_or("");
     int32_t label = action.empty() ? -1 : out.label(action);
     Work work = workOfAction(action);
@@ -305,6 +315,7 @@ bool pipemesh::sim::jobFromManifest(const json::Object &m, LoadedPlan &out, std:
   }
   Job &job = out.job;
   job.ranks.assign(ranks->size(), Program());
+  out.opNames.assign(ranks->size(), {});
   std::vector<bool> seen(ranks->size(), false);
   for (auto [k, rv] : llvm::enumerate(*ranks)) {
     std::string path = "ranks[" + std::to_string(k) + "]";
@@ -322,7 +333,7 @@ bool pipemesh::sim::jobFromManifest(const json::Object &m, LoadedPlan &out, std:
     Program &p = job.ranks[g];
     p.rank = (int32_t)g;
     RankReader reader(*r, path, job, why);
-    if (!reader.read(p))
+    if (!reader.read(p, out.opNames[g]))
       return false;
   }
   job.tokensPerStep = (double)info.batch * info.seq * info.microbatches * info.dp;

@@ -42,7 +42,7 @@ def liveness_peaks(m):
                 i = bufs[i]["alias_of"]
             return i
 
-        first, last, sent, wait = {}, {}, [], -1
+        first, last, sent, done_at, done = {}, {}, [], [], 0
         for k, ins in enumerate(r["program"]):
             for field in ("in", "out", "bufs"):
                 for i in ins.get(field, []):
@@ -51,10 +51,14 @@ def liveness_peaks(m):
                     last[x] = max(last.get(x, -1), k)
                     if field == "in" and ins["op"] == "send":
                         sent.append(x)
-            if ins["op"] == "wait_sends":
-                wait = k
-        for x in sent:
-            last[x] = max(last[x], wait)
+                        done_at.append(-1)
+            if ins["op"] == "wait_sends":  # completes all sends but the `keep` latest
+                upto = max(0, len(sent) - ins.get("keep", 0))
+                while done < upto:
+                    done_at[done] = k
+                    done += 1
+        for x, k in zip(sent, done_at):
+            last[x] = max(last[x], k)
         persistent = sum(align(b["bytes"]) for b in r["buffers"]
                          if "alias_of" not in b and b["kind"] in persistent_kinds)
         delta = {}

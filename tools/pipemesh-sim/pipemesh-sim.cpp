@@ -26,7 +26,9 @@
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <chrono>
+#include <map>
 #include <cstring>
 
 using namespace pipemesh;
@@ -56,6 +58,9 @@ static cl::opt<bool> quick("quick", cl::desc("--calibrate: shorter measurements"
                            cl::init(false));
 static cl::opt<std::string> outPath("o", cl::desc("--calibrate: output cluster file"),
                                     cl::value_desc("C.json"), cl::init(""));
+static cl::opt<int> perOpRank("per-op",
+                              cl::desc("Print the simulated time per op name of this rank"),
+                              cl::value_desc("rank"), cl::init(-1));
 static cl::opt<bool> quiet("quiet", cl::desc("No summary table on stdout"), cl::init(false));
 
 static int error(const llvm::Twine &msg) {
@@ -120,6 +125,26 @@ int main(int argc, char **argv) {
   std::string fits = cluster.checkFits((int64_t)plan.job.ranks.size());
   if (!fits.empty())
     return error(fits);
+  // Per-op breakdown (before merging): what --profile of pipemesh-run
+  // prints, to compare a calibration with measurements.
+  std::vector<std::pair<std::string, double>> perOp;
+  if (perOpRank >= 0) {
+    if (perOpRank >= (int)plan.job.ranks.size())
+      return error("--per-op " + std::to_string(perOpRank) + ": the plan has " +
+                   std::to_string(plan.job.ranks.size()) + " ranks");
+    std::map<std::string, double> byOp;
+    const sim::Program &p = plan.job.ranks[perOpRank];
+    for (size_t k = 0; k < p.instrs.size(); ++k)
+      if (p.instrs[k].kind == sim::OpKind::Compute)
+        byOp[plan.opNames[perOpRank][k]] +=
+            p.instrs[k].seconds >= 0
+                ? p.instrs[k].seconds
+                : cluster.device.time({p.instrs[k].flops, p.instrs[k].memBytes},
+                                      p.instrs[k].kernelClass);
+    perOp.assign(byOp.begin(), byOp.end());
+    std::sort(perOp.begin(), perOp.end(),
+              [](const auto &a, const auto &b) { return a.second > b.second; });
+  }
   sim::mergeCompute(plan.job, cluster.device);
   auto t1 = std::chrono::steady_clock::now();
 
@@ -140,8 +165,26 @@ int main(int argc, char **argv) {
                                   "ms)\n",
                                   load * 1e3, sz.instructions, simS * 1e3);
   }
+  if (!perOp.empty() && !quiet) {
+    double total = 0;
+    for (auto &kv : perOp)
+      total += kv.second;
+    llvm::outs() << "  simulated time per op on rank " << perOpRank << " (one step, "
+                 << llvm::formatv("{0:f3}", total * 1e3) << " ms):\n";
+    for (auto &[name, t] : perOp)
+      llvm::outs() << llvm::formatv("    {0,-22} {1,9:f3} ms {2,6:f1}%\n", name, t * 1e3,
+                                    total > 0 ? 100 * t / total : 0.0);
+  }
   if (!jsonOut.empty() && !writeFile(jsonOut, [&](llvm::raw_ostream &os) {
-        os << llvm::formatv("{0:2}", sim::summaryJson(plan.job, cluster, res)) << "\n";
+        llvm::json::Value v = sim::summaryJson(plan.job, cluster, res);
+        if (!perOp.empty()) {
+          llvm::json::Object ops;
+          for (auto &[name, t] : perOp)
+            ops[name] = t;
+          v.getAsObject()->insert({"per_op_s", std::move(ops)});
+          v.getAsObject()->insert({"per_op_rank", (int64_t)perOpRank});
+        }
+        os << llvm::formatv("{0:2}", v) << "\n";
       }))
     return 1;
   if (!traceOut.empty() && !writeFile(traceOut, [&](llvm::raw_ostream &os) {

@@ -25,8 +25,9 @@
 // Memory follows the plan's memory planner (lib/Plan layout()): param, grad,
 // adam_m, adam_v and constant buffers are live all step; every other buffer
 // (an alias counts as the buffer it views) from its first to its last use in
-// program order ("in", "out", "bufs"), and a sent buffer until the last
-// wait_sends; sizes rounded up to 64 bytes like the arena's.
+// program order ("in", "out", "bufs"), and a sent buffer until the
+// wait_sends that completes its send (every earlier send but the `keep` most
+// recent); sizes rounded up to 64 bytes like the arena's.
 //
 //===----------------------------------------------------------------------===//
 #ifndef PIPEMESH_SIM_PLANLOADER_H
@@ -39,6 +40,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace pipemesh::sim {
 
@@ -54,6 +56,9 @@ struct PlanInfo {
 struct LoadedPlan {
   Job job;
   PlanInfo info;
+  /// opNames[r][k]: the op of rank r's instruction k (before mergeCompute),
+  /// for per-op breakdowns.
+  std::vector<std::vector<std::string>> opNames;
 };
 
 /// Reads the header and manifest of a plan file. False with `why`.
