@@ -55,6 +55,7 @@ public:
       return why;
     pc.assign(ranks.size(), 0);
     unreceived.assign(ranks.size(), {});
+    sendsAt.assign(ranks.size(), {});
     collectiveSeq.assign(ranks.size(), {});
     bool progress = true;
     while (progress) {
@@ -157,6 +158,7 @@ private:
                ", which is not another rank of the plan";
       mailbox[{rp.rank, op.peer, op.tag}].push_back({op.bytes, pc[r]});
       unreceived[r].insert({op.peer, op.tag, pc[r]});
+      sendsAt[r].push_back(pc[r]);
       break;
     }
     case CommOp::Kind::Recv: {
@@ -176,10 +178,15 @@ private:
       unreceived[index[op.peer]].erase({rp.rank, op.tag, s.index});
       break;
     }
-    case CommOp::Kind::WaitSends:
-      if (!unreceived[r].empty())
-        return "";
+    case CommOp::Kind::WaitSends: {
+      // Sends posted before `first` must have been received.
+      size_t kept = std::min<size_t>(op.keep, sendsAt[r].size());
+      size_t first = kept ? sendsAt[r][sendsAt[r].size() - kept] : SIZE_MAX;
+      for (auto &u : unreceived[r])
+        if (std::get<2>(u) < first)
+          return "";
       break;
+    }
     case CommOp::Kind::Collective: {
       auto g = rp.groups.find(op.group);
       if (g == rp.groups.end() || g->second.empty())
@@ -210,6 +217,8 @@ private:
   std::map<std::tuple<int64_t, int64_t, int64_t>, std::deque<Sent>> mailbox;
   /// Per rank: its sends not yet received, as (peer, tag, instruction).
   std::vector<std::set<std::tuple<int64_t, int64_t, size_t>>> unreceived;
+  /// Per rank: the instruction of each of its sends, in order.
+  std::vector<std::vector<size_t>> sendsAt;
   std::vector<std::map<std::string, int64_t>> collectiveSeq;
   std::map<std::pair<std::string, int64_t>, std::map<int64_t, std::string>> arrivals;
 };
@@ -276,7 +285,7 @@ bool programsFromManifest(const json::Object &manifest, std::vector<RankProgram>
         rp.ops.push_back(op == "send" ? CommOp::send(*peer, *tag, firstBytes(*in, "in"))
                                       : CommOp::recv(*peer, *tag, firstBytes(*in, "out")));
       } else if (op == "wait_sends") {
-        rp.ops.push_back(CommOp::waitSends());
+        rp.ops.push_back(CommOp::waitSends(in->getInteger("keep").value_or(0)));
       } else if (op == "allreduce" || op == "reduce_scatter" || op == "allgather") {
         std::string group = in->getString("group").value_or("").str();
         std::string sig = op.str() + " of" + sizes(*in, "bufs") + sizes(*in, "in") + " ->" +

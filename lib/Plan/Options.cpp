@@ -15,6 +15,23 @@ uint64_t fnv1a64(llvm::StringRef bytes, uint64_t hash) {
   return hash;
 }
 
+std::optional<int64_t> parseByteSize(llvm::StringRef text) {
+  static const std::pair<const char *, double> units[] = {
+      {"TiB", 1024.0 * 1024 * 1024 * 1024}, {"GiB", 1024.0 * 1024 * 1024},
+      {"MiB", 1024.0 * 1024}, {"KiB", 1024.0}, {"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6},
+      {"KB", 1e3}, {"B", 1}};
+  double scale = 1;
+  for (auto [suffix, factor] : units)
+    if (text.consume_back(suffix)) {
+      scale = factor;
+      break;
+    }
+  double value;
+  if (text.empty() || text.getAsDouble(value) || value < 0)
+    return std::nullopt;
+  return (int64_t)(value * scale);
+}
+
 bool parseCompileOptions(llvm::StringRef text, CompileOptions &opts, std::string &why) {
   llvm::SmallVector<llvm::StringRef> items;
   text.split(items, ' ', -1, /*KeepEmpty=*/false);
@@ -73,6 +90,19 @@ bool parseCompileOptions(llvm::StringRef text, CompileOptions &opts, std::string
     } else if (key == "bwd-groups") {
       if (!parseList(opts.bwdGroups))
         return false;
+    } else if (key == "recompute") {
+      if (!llvm::is_contained({"none", "selective", "full", "auto"}, value)) {
+        why = "recompute must be none, selective, full or auto, got '" + value.str() + "'";
+        return false;
+      }
+      opts.recompute = value.str();
+    } else if (key == "mem-limit") {
+      auto bytes = parseByteSize(value);
+      if (!bytes || *bytes <= 0) {
+        why = "mem-limit needs a size such as 40GiB or 512MiB, got '" + value.str() + "'";
+        return false;
+      }
+      opts.memLimit = *bytes;
     } else if (key == "shapes-only") {
       opts.shapesOnly = value == "true" || value == "1";
     } else if (key == "labels") {

@@ -58,6 +58,11 @@ using detail::ValueScope;
 
 enum class InputRole { Tokens, Targets, Mask };
 
+enum class Recompute { None, Selective, Full };
+const char *recomputeName(Recompute r) {
+  return r == Recompute::None ? "none" : r == Recompute::Selective ? "selective" : "full";
+}
+
 struct ParamInfo {
   std::string name;
   llvm::SmallVector<int64_t> shape;
@@ -87,6 +92,10 @@ struct Shared {
   std::vector<int64_t> tiedRanks;
   int64_t vocab = 0;
   double flopsPerMicrobatch = 0;
+  /// Each action starts by completing the sends of the actions `waitLag`
+  /// and more before it (0: only at the end of the step, the last resort
+  /// when every lag fails the deadlock check).
+  int64_t waitLag = 1;
 };
 
 /// One pipeline rank's program, the template of its dp replicas: `peer`
@@ -100,12 +109,14 @@ struct RankPlan {
   bool tied = false, firstStage = false, lastStage = false;
   int64_t arenaBytes = 0, persistentBytes = 0, activationPeak = 0;
   std::set<std::string> constantsUsed;
+  Recompute recompute = Recompute::None;
 };
 
 /// Builds one pipeline rank's buffers and program.
 class RankEmitter {
 public:
-  RankEmitter(Shared &sh, int64_t p) : sh(sh), step(sh.step), p(p) {}
+  RankEmitter(Shared &sh, int64_t p, Recompute recompute)
+      : sh(sh), step(sh.step), p(p), recompute(recompute) {}
   LogicalResult run(RankPlan &out);
 
 private:
@@ -120,6 +131,9 @@ private:
     llvm::StringMap<int> gathered; // zero 3: whole parameters of this action
     llvm::DenseMap<Value, int> views;
     std::vector<std::string> recvTokens, sendTokens;
+    /// Re-running forward ops before their backward: their results replace
+    /// the forward's for this micro-batch, nothing is sent or counted again.
+    bool recompute = false;
   };
 
   int add(Buffer b) {
@@ -153,6 +167,7 @@ private:
   int gradTarget(StringRef name);
   void dpReduce(llvm::ArrayRef<std::string> names);
   void layout(RankPlan &out);
+  std::vector<Operation *> recomputedOps(int64_t chunk) const;
   std::string direction(Value v) const {
     Operation *def = v.getDefiningOp();
     return def && step.forward.count(def) ? "F" : "B";
@@ -161,6 +176,7 @@ private:
   Shared &sh;
   const StagedStep &step;
   int64_t p;
+  Recompute recompute;
   std::vector<Buffer> buffers;
   std::vector<json::Object> program;
   std::vector<std::string> row;
@@ -172,7 +188,12 @@ private:
   int maskBuf = -1;
   std::map<int64_t, std::pair<int, int>> loaded; // micro-batch -> (tokens, targets)
   bool needTokens = false, needTargets = false;
+  /// Every send instruction's buffer (root), in program order, and the
+  /// program index of the wait_sends that completes it.
   std::vector<int> sentRoots;
+  std::vector<int64_t> sendCompletedAt;
+  size_t sendsCompleted = 0;
+  void waitSends(size_t keep);
   std::set<std::string> constantsUsed;
 };
 
@@ -373,12 +394,14 @@ void RankEmitter::sendResults(Operation *op, ActionCtx &ctx) {
     if (it == step.remote.end())
       continue;
     int id = inst.lookup({v, mb});
-    for (auto [dst, ch] : it->second)
+    for (auto [dst, ch] : it->second) {
       emit(json::Object{{"op", "send"},
                         {"in", json::Array{id}},
                         {"peer", dst},
                         {"tag", ch * sh.opts.microbatches + mb}});
-    sentRoots.push_back(root(id));
+      sentRoots.push_back(root(id));
+      sendCompletedAt.push_back(-1);
+    }
     std::string token =
         std::to_string(ctx.a.chunk) + "SEND_" + direction(v) + std::to_string(mb);
     if (!llvm::is_contained(ctx.sendTokens, token))
@@ -483,12 +506,71 @@ LogicalResult RankEmitter::emitOp(Operation *op, ActionCtx &ctx) {
     i["bytes"] = c.bytes;
     emit(std::move(i));
   }
+  if (ctx.recompute)
+    return success();
   sendResults(op, ctx);
   if (op == step.lossOp)
     emit(json::Object{{"op", "loss"},
                       {"in", json::Array{inst.lookup({step.loss, mb})}},
                       {"scale", sh.invM}});
   return success();
+}
+
+/// The forward ops of `chunk` that its backward re-runs: selective, the
+/// attention cores whose results the backward reads (their inputs stay
+/// stored); full, everything the backward reads back to the chunk's inputs,
+/// so that of the chunk's activations only its inputs are kept.
+std::vector<Operation *> RankEmitter::recomputedOps(int64_t chunk) const {
+  if (recompute == Recompute::None)
+    return {};
+  const std::vector<Operation *> &fwd = step.fwdOps[chunk];
+  llvm::DenseSet<Operation *> inForward(fwd.begin(), fwd.end()), chosen;
+  llvm::SmallVector<Operation *> work;
+  auto reach = [&](Operation *user) {
+    for (Value v : user->getOperands())
+      if (Operation *def = v.getDefiningOp(); def && inForward.count(def))
+        work.push_back(def);
+  };
+  for (Operation *op : step.bwdOps[chunk])
+    reach(op);
+  // Selective: the attention core and the layout ops between it and its
+  // readers (the head merge the output projection reads).
+  std::function<bool(Operation *)> fromAttention = [&](Operation *op) {
+    if (isa<pm::AttentionOp>(op))
+      return true;
+    if (!isa<pm::TransposeOp, pm::ReshapeOp>(op))
+      return false;
+    Operation *def = op->getOperand(0).getDefiningOp();
+    return def && inForward.count(def) && fromAttention(def);
+  };
+  while (!work.empty()) {
+    Operation *op = work.pop_back_val();
+    bool candidate = recompute == Recompute::Full || fromAttention(op);
+    if (!candidate || !chosen.insert(op).second)
+      continue;
+    if (recompute == Recompute::Full || !isa<pm::AttentionOp>(op))
+      reach(op);
+  }
+  std::vector<Operation *> out;
+  for (Operation *op : fwd)
+    if (chosen.count(op))
+      out.push_back(op);
+  return out;
+}
+
+/// Completes every outstanding send but the `keep` most recent: their
+/// buffers may be reused after this point.
+void RankEmitter::waitSends(size_t keep) {
+  size_t upto = sentRoots.size() > keep ? sentRoots.size() - keep : 0;
+  if (upto <= sendsCompleted)
+    return;
+  json::Object w{{"op", "wait_sends"}};
+  if (keep)
+    w["keep"] = (int64_t)keep;
+  for (size_t i = sendsCompleted; i < upto; ++i)
+    sendCompletedAt[i] = program.size();
+  sendsCompleted = upto;
+  emit(std::move(w));
 }
 
 void RankEmitter::layout(RankPlan &out) {
@@ -502,18 +584,14 @@ void RankEmitter::layout(RankPlan &out) {
     first[r] = std::min(first[r], at);
     last[r] = std::max(last[r], at);
   };
-  int64_t waitAt = -1;
-  for (auto [k, instr] : llvm::enumerate(program)) {
+  for (auto [k, instr] : llvm::enumerate(program))
     for (StringRef field : {"in", "out", "bufs"})
       if (const json::Array *a = instr.getArray(field))
         for (const json::Value &idv : *a)
           use(idv, k);
-    if (instr.getString("op") == "wait_sends")
-      waitAt = k;
-  }
-  // A sent buffer stays untouched until wait_sends completes the send.
-  for (int r : sentRoots)
-    last[r] = std::max(last[r], waitAt);
+  // A sent buffer stays untouched until a wait_sends completes the send.
+  for (auto [r, at] : llvm::zip(sentRoots, sendCompletedAt))
+    last[r] = std::max(last[r], at);
   auto align = [](int64_t v) { return (v + 63) / 64 * 64; };
   int64_t offset = 0;
   std::vector<int> transient;
@@ -607,21 +685,51 @@ LogicalResult RankEmitter::run(RankPlan &out) {
       llvm::sort(names);
     return after;
   };
+  // What a B action recomputes before its backward (full backward or its
+  // input-gradient part; W runs after B and reads the recomputed values).
+  std::map<int64_t, std::vector<Operation *>> recomputed;
+  auto recomputedBefore = [&](const Action &a) -> const std::vector<Operation *> & {
+    static const std::vector<Operation *> none;
+    if (!a.backward || a.weight)
+      return none;
+    auto it = recomputed.find(a.chunk);
+    if (it == recomputed.end())
+      it = recomputed.emplace(a.chunk, recomputedOps(a.chunk)).first;
+    return it->second;
+  };
+  auto sequence = [&](const Action &a) {
+    std::vector<Operation *> seq = recomputedBefore(a);
+    llvm::append_range(seq, actionOps(a));
+    return seq;
+  };
   std::map<std::pair<int64_t, int>, std::vector<std::vector<std::string>>> frees;
   for (const Action &a : actions)
     if (!frees.count({a.chunk, phaseKey(a)}))
-      frees[{a.chunk, phaseKey(a)}] = freeAfter(actionOps(a));
+      frees[{a.chunk, phaseKey(a)}] = freeAfter(sequence(a));
 
   auto isTied = [&](StringRef n) { return step.holders.lookup(n).size() > 1; };
+  std::vector<size_t> sendsBeforeAction;
   for (auto [k, a] : llvm::enumerate(actions)) {
     ActionCtx ctx;
     ctx.a = a;
-    const std::vector<Operation *> &ops = actionOps(a);
+    // Sends posted more than `waitLag` actions ago are received by now in
+    // any sensible timing; completing them lets their buffers be reused
+    // instead of living to the end of the step. (The deadlock check decides:
+    // two ranks each waiting for the other to receive is a deadlock, and the
+    // builder then retries with a longer lag.)
+    sendsBeforeAction.push_back(sentRoots.size());
+    if (sh.waitLag > 0 && (int64_t)k >= sh.waitLag)
+      waitSends(sentRoots.size() - sendsBeforeAction[k - sh.waitLag]);
+    std::vector<Operation *> ops = sequence(a);
+    size_t numRecomputed = recomputedBefore(a).size();
     const auto &freeList = frees[{a.chunk, phaseKey(a)}];
-    size_t actionStart = program.size();
+    size_t actionStart = program.size(), recomputeEnd = program.size();
     for (auto [i, op] : llvm::enumerate(ops)) {
+      ctx.recompute = i < numRecomputed;
       if (failed(emitOp(op, ctx)))
         return failure();
+      if (ctx.recompute)
+        recomputeEnd = program.size();
       json::Array freed;
       for (const std::string &n : freeList[i])
         if (auto it = ctx.gathered.find(n); it != ctx.gathered.end())
@@ -632,8 +740,10 @@ LogicalResult RankEmitter::run(RankPlan &out) {
     // Which action each instruction belongs to, for pipemesh-sim's and the
     // profiler's attribution of time.
     std::string actionName = formatAction(a);
+    std::string recomputeName =
+        std::to_string(a.chunk) + "R" + std::to_string(a.microbatch);
     for (size_t k2 = actionStart; k2 < program.size(); ++k2)
-      program[k2]["action"] = actionName;
+      program[k2]["action"] = k2 < recomputeEnd ? recomputeName : actionName;
     row.insert(row.end(), ctx.recvTokens.begin(), ctx.recvTokens.end());
     row.push_back(actionName);
     row.insert(row.end(), ctx.sendTokens.begin(), ctx.sendTokens.end());
@@ -659,8 +769,7 @@ LogicalResult RankEmitter::run(RankPlan &out) {
     emit(json::Object{{"op", "allreduce"}, {"group", "tied"}, {"bufs", std::move(bufs)}});
     dpReduce(tied);
   }
-  if (!sentRoots.empty())
-    emit(json::Object{{"op", "wait_sends"}});
+  waitSends(0);
 
   json::Array entries, gatherIn, gatherOut;
   for (const std::string &n : heldParams) {
@@ -714,6 +823,7 @@ private:
   LogicalResult collectParams();
   LogicalResult classifyInputs(func::FuncOp train);
   void countFlops(func::FuncOp train);
+  LogicalResult emitRanks(func::FuncOp train, std::vector<RankPlan> &ranks);
   json::Object rankJson(const RankPlan &rp, int64_t d);
   json::Object manifest(std::vector<RankPlan> &ranks);
 
@@ -931,6 +1041,7 @@ json::Object PlanBuilder::rankJson(const RankPlan &rp, int64_t d) {
                       {"arena_bytes", rp.arenaBytes},
                       {"persistent_bytes", rp.persistentBytes},
                       {"activation_peak_bytes", rp.activationPeak},
+                      {"recompute", recomputeName(rp.recompute)},
                       {"buffers", std::move(bufs)},
                       {"program", std::move(program)}};
 }
@@ -1001,6 +1112,57 @@ json::Object PlanBuilder::manifest(std::vector<RankPlan> &ranks) {
       {"ranks", std::move(rankArray)}};
 }
 
+/// Every pipeline rank's program, with the recomputation each needs.
+LogicalResult PlanBuilder::emitRanks(func::FuncOp train, std::vector<RankPlan> &ranks) {
+  ranks.assign(sh.opts.pp, RankPlan());
+  const int64_t limit = sh.opts.memLimit;
+  for (int64_t p = 0; p < sh.opts.pp; ++p) {
+    // recompute=auto: per rank, the least recomputation that fits the limit
+    // (the late stages, with few micro-batches in flight, need none).
+    std::vector<Recompute> tries;
+    if (sh.opts.recompute == "auto")
+      tries = {Recompute::None, Recompute::Selective, Recompute::Full};
+    else
+      tries = {sh.opts.recompute == "full"        ? Recompute::Full
+               : sh.opts.recompute == "selective" ? Recompute::Selective
+                                                  : Recompute::None};
+    for (Recompute r : tries) {
+      ranks[p] = RankPlan();
+      RankEmitter re(sh, p, r);
+      if (failed(re.run(ranks[p])))
+        return failure();
+      ranks[p].recompute = r;
+      if (!limit || ranks[p].arenaBytes <= limit)
+        break;
+    }
+    if (limit && ranks[p].arenaBytes > limit)
+      return sh.module.emitError()
+             << "pipeline rank " << p << " needs " << ranks[p].arenaBytes
+             << " bytes (persistent " << ranks[p].persistentBytes << ", activations "
+             << ranks[p].activationPeak << ") with recompute="
+             << recomputeName(ranks[p].recompute) << ", over mem-limit=" << limit
+             << " bytes: use more pipeline stages, zero=2 or 3, fewer micro-batches in flight, "
+                "or recompute=auto";
+    for (const std::string &c : ranks[p].constantsUsed)
+      weights.constants[c] = {};
+  }
+  // The weights blob holds every constant some rank reads.
+  for (Operation &op : train.getBody().front())
+    if (auto c = dyn_cast<pm::ConstantOp>(op)) {
+      std::string name = sh.step.constantName.lookup(&op);
+      if (!weights.constants.count(name))
+        continue;
+      auto dense = dyn_cast<DenseElementsAttr>(c.getValue());
+      if (!dense)
+        return c.emitOpError("only dense constants can be emitted");
+      weights.constants[name] = dense;
+    }
+  if (weights.constants.count("const.attention_mask"))
+    weights.constants["const.attention_mask"] = sh.maskValue;
+
+  return success();
+}
+
 LogicalResult PlanBuilder::run(llvm::raw_ostream &os) {
   if (failed(checkOptions()))
     return failure();
@@ -1022,31 +1184,19 @@ LogicalResult PlanBuilder::run(llvm::raw_ostream &os) {
            << " micro-batches), more than the " << kMaxMessageTag
            << " MPI guarantees: use fewer micro-batches or pipeline stages";
 
-  std::vector<RankPlan> ranks(sh.opts.pp);
-  for (int64_t p = 0; p < sh.opts.pp; ++p) {
-    RankEmitter re(sh, p);
-    if (failed(re.run(ranks[p])))
+  std::vector<RankPlan> ranks;
+  json::Object m;
+  for (int64_t lag : {1, 2, 4, 0}) {
+    sh.waitLag = lag;
+    if (failed(emitRanks(train, ranks)))
       return failure();
-    for (const std::string &c : ranks[p].constantsUsed)
-      weights.constants[c] = {};
+    m = manifest(ranks);
+    std::string why = checkPlanDeadlock(m);
+    if (why.empty())
+      break;
+    if (lag == 0)
+      return sh.module.emitError() << "the plan fails the deadlock check: " << why;
   }
-  // The weights blob holds every constant some rank reads.
-  for (Operation &op : train.getBody().front())
-    if (auto c = dyn_cast<pm::ConstantOp>(op)) {
-      std::string name = sh.step.constantName.lookup(&op);
-      if (!weights.constants.count(name))
-        continue;
-      auto dense = dyn_cast<DenseElementsAttr>(c.getValue());
-      if (!dense)
-        return c.emitOpError("only dense constants can be emitted");
-      weights.constants[name] = dense;
-    }
-  if (weights.constants.count("const.attention_mask"))
-    weights.constants["const.attention_mask"] = sh.maskValue;
-
-  json::Object m = manifest(ranks);
-  if (std::string why = checkPlanDeadlock(m); !why.empty())
-    return sh.module.emitError() << "the plan fails the deadlock check: " << why;
 
   std::string blob;
   if (failed(detail::writeWeights(sh.module, weights, sh.opts.shapesOnly, blob)))

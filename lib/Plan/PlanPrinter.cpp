@@ -123,7 +123,10 @@ bool printPlan(llvm::StringRef path, llvm::raw_ostream &os, std::string &why) {
     }
     os << ": arena " << arena << " bytes (" << llvm::format("%.2f", arena / 1048576.0)
        << " MiB; persistent " << r->getInteger("persistent_bytes").value_or(0)
-       << ", activations " << r->getInteger("activation_peak_bytes").value_or(0) << ")\n";
+       << ", activations " << r->getInteger("activation_peak_bytes").value_or(0);
+    if (auto rc = r->getString("recompute"); rc && *rc != "none")
+      os << "; recompute " << *rc;
+    os << ")\n";
     // The schedule row in PyTorch's action notation (older single-rank plans
     // have none: F then B per micro-batch).
     if (auto row = r->getString("schedule")) {
@@ -197,6 +200,8 @@ bool printPlan(llvm::StringRef path, llvm::raw_ostream &os, std::string &why) {
           os << (op == "recv" ? " from rank " : " to rank ") << *peer;
         if (auto tag = in->getInteger("tag"))
           os << " tag " << *tag;
+        if (auto keep = in->getInteger("keep"))
+          os << " keep " << *keep;
         if (auto s = in->getNumber("scale"))
           os << " scale " << *s;
         if (auto *attrs = in->getObject("attrs")) {

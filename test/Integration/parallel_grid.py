@@ -9,6 +9,7 @@ per rank. CI runs a subset (runtime test `compiled_parallel`); this script runs 
 
     parallel_grid.py --opt build/bin/pipemesh-opt --run build/bin/pipemesh-run \\
         [--pp 1,2,3,4] [--dp 1,2] [--vpp 1,2] [--zero 0,1,2,3] [--microbatches 4]
+        [--schedules gpipe,1f1b,interleaved,bfs,zb-h1,zb-h2,elastic:3+1/2+2] [--extra OPTS]
 """
 import argparse
 import itertools
@@ -32,6 +33,8 @@ def main():
     ap.add_argument("--schedules", default="gpipe,1f1b,interleaved")
     ap.add_argument("--microbatches", type=int, default=4, help="at dp=1 (halved at dp=2)")
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--extra", default="", help="more --pipemesh-compile options, e.g. "
+                    "'recompute=full'")
     ap.add_argument("--rtol", type=float, default=1e-5)
     args = ap.parse_args()
     ints = lambda s: [int(x) for x in s.split(",")]
@@ -58,7 +61,7 @@ def main():
         plan, log = os.path.join(work, name + ".plan"), os.path.join(work, name + ".jsonl")
         r = subprocess.run([args.opt, model, f"--pipemesh-compile=batch=2 seq=8 "
                             f"microbatches={m} pp={pp} dp={dp} vpp={vpp} schedule={sched} "
-                            f"zero={zero}{extra}", "-o", plan], capture_output=True, text=True)
+                            f"zero={zero}{extra} {args.extra}", "-o", plan], capture_output=True, text=True)
         if r.returncode:
             return None, "compile: " + r.stderr.strip()[-300:]
         r = subprocess.run(["mpirun", "--oversubscribe", "-np", str(pp * dp), args.run, plan,

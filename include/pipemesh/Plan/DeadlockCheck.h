@@ -5,7 +5,7 @@
 // blocks; a `recv` blocks until its peer has executed the send with the same
 // (source, destination, tag) (sends with equal tags match in order, as MPI's
 // non-overtaking rule says); `wait_sends` blocks until every earlier send of
-// the rank has been received; a collective blocks until every member of its
+// the rank but the `keep` most recent has been received; a collective blocks until every member of its
 // group has reached the same collective (same op, same buffer sizes). The
 // plan fails when no rank can advance and some have not finished, when a
 // send is never received, or when sizes or groups disagree.
@@ -34,6 +34,8 @@ struct CommOp {
   std::string group; // collective: a key of RankProgram::groups
   /// Collective: what every member must agree on (op name and buffer sizes).
   std::string signature;
+  /// wait_sends: how many of the most recent sends it leaves outstanding.
+  int64_t keep = 0;
 
   static CommOp compute() { return {}; }
   static CommOp send(int64_t peer, int64_t tag, int64_t bytes) {
@@ -46,9 +48,11 @@ struct CommOp {
     c.kind = Kind::Recv;
     return c;
   }
-  static CommOp waitSends() {
+  /// Completes every earlier send of the rank but the `keep` most recent.
+  static CommOp waitSends(int64_t keep = 0) {
     CommOp c;
     c.kind = Kind::WaitSends;
+    c.keep = keep;
     return c;
   }
   static CommOp collective(std::string group, std::string signature) {

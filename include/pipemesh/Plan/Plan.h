@@ -12,6 +12,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,12 +39,22 @@ struct CompileOptions {
   /// Explicit transformer layers per chunk for --pmesh-partition (empty: the
   /// partitioner balances by its cost model).
   std::vector<int64_t> layersPerStage;
+  /// Activation recomputation: none, selective (the attention cores), full
+  /// (each chunk keeps only its inputs) or auto (per pipeline rank, the
+  /// least of those that fits mem-limit).
+  std::string recompute = "none";
+  /// Bytes one rank's arena may use (0: no limit). A plan over it is an
+  /// error naming the rank.
+  int64_t memLimit = 0;
   bool shapesOnly = false;
   /// How the model's own `labels` input relates to the tokens: "next" (labels
   /// are the next tokens), "same" (labels = input ids, shifted inside the
   /// model, HuggingFace style) or "auto" (same when the graph slices labels).
   std::string labels = "auto";
 };
+
+/// "40GiB", "512MiB", "1.5GB", "123456": bytes; nullopt for anything else.
+std::optional<int64_t> parseByteSize(llvm::StringRef text);
 
 /// Parses "batch=8 seq=1024 pp=1 ..." into `opts`; false with `why`.
 bool parseCompileOptions(llvm::StringRef text, CompileOptions &opts, std::string &why);

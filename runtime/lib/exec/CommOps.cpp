@@ -8,7 +8,8 @@
 //   send        MPI_Isend; the request is kept until wait_sends (or the end
 //               of the step); the buffer must stay untouched until then.
 //   recv        MPI_Irecv, then polled to completion (exact size checked).
-//   wait_sends  completes every outstanding send of this rank.
+//   wait_sends  completes every outstanding send of this rank (but the "keep"
+//               most recent ones).
 //   allreduce   in-place sum over the dp or tied group, then * scale; several
 //               buffers travel packed in one collective.
 //   reduce_scatter  sum over dp of the zero-padded full gradients; member d
@@ -84,11 +85,21 @@ Thunk bindWaitSends(OpContext &c) {
   c.cls = InstrClass::Comm;
   c.expectCounts(0, 0, 0, 0);
   commOf(c);
+  // "keep": leave the k most recent sends outstanding (the compiler places
+  // such waits mid-step so that older sent buffers can be reused).
+  int64_t keep = 0;
+  if (auto it = c.inst.json.find("keep"); it != c.inst.json.end()) {
+    if (!it->is_number_integer() || it->get<int64_t>() < 0)
+      c.error("\"keep\" must be a non-negative integer, got ", it->dump());
+    keep = it->get<int64_t>();
+  }
   ExecEnv *env = &c.env;
-  return [env] {
-    for (auto &r : env->pendingSends)
-      r->wait();
-    env->pendingSends.clear();
+  return [env, keep] {
+    auto &pending = env->pendingSends;
+    size_t done = pending.size() > (size_t)keep ? pending.size() - keep : 0;
+    for (size_t i = 0; i < done; ++i)
+      pending[i]->wait();
+    pending.erase(pending.begin(), pending.begin() + done);
   };
 }
 
