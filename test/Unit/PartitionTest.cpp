@@ -462,20 +462,24 @@ TEST(CostModel, MatmulAndAttentionFlops) {
 }
 
 TEST(CostModel, DeviceRoofline) {
-  cost::Device d{"test", 1e9, 1e8, 0.5};
-  // Compute-bound: 2e9 flops, 1e6 bytes -> 2 s / 0.5.
-  EXPECT_DOUBLE_EQ(d.time({2e9, 1e6}), 4.0);
+  cost::Device d;
+  d.name = "test";
+  d.peakFlopsFp32 = 1e9;
+  d.memBandwidth = 1e8;
+  d.gemmEfficiency = d.memEfficiency = d.vectorEfficiency = 0.5;
+  // Compute-bound GEMM: 2e9 flops, 1e6 bytes -> 2 s / 0.5.
+  EXPECT_DOUBLE_EQ(d.time({2e9, 1e6}, cost::KernelClass::Gemm), 4.0);
   // Bytes-bound: 1e6 flops, 1e8 bytes -> 1 s / 0.5.
   EXPECT_DOUBLE_EQ(d.time({1e6, 1e8}), 2.0);
 
   auto cpu = cost::Device::byName("cpu");
   ASSERT_TRUE(cpu);
   EXPECT_EQ(cpu->name, "cpu");
-  EXPECT_DOUBLE_EQ(cpu->peakFlops, 150e9);
+  EXPECT_DOUBLE_EQ(cpu->peakFlops(), 150e9);
   EXPECT_DOUBLE_EQ(cpu->memBandwidth, 20e9);
   EXPECT_TRUE(cost::Device::byName("a100"));
   EXPECT_TRUE(cost::Device::byName("h100"));
-  EXPECT_GT(cost::Device::h100().peakFlops, cost::Device::a100().peakFlops);
+  EXPECT_GT(cost::Device::h100().peakFlops(), cost::Device::a100_40gb().peakFlops());
   EXPECT_FALSE(cost::Device::byName("tpu"));
 }
 
