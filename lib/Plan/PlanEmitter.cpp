@@ -194,6 +194,11 @@ private:
   std::vector<int64_t> sendCompletedAt;
   size_t sendsCompleted = 0;
   void waitSends(size_t keep);
+  /// Async data-parallel collectives issued and not yet waited for, and the
+  /// transient gradients to free once they complete.
+  bool asyncCollectives = false;
+  json::Array freedAfterWait;
+  void waitCollectives();
   std::set<std::string> constantsUsed;
 };
 
@@ -430,26 +435,42 @@ int RankEmitter::gradTarget(StringRef name) {
 void RankEmitter::dpReduce(llvm::ArrayRef<std::string> names) {
   if (names.empty() || sh.opts.dp <= 1)
     return;
+  // Asynchronous: the reduction runs on the data-parallel stream while the
+  // backward goes on; wait_collectives before the optimizer step completes
+  // it, and only then are transient gradients freed.
+  asyncCollectives = true;
   if (sh.zero == 0) {
     json::Array bufs;
     for (const std::string &n : names)
       bufs.push_back(pbufs[n].grad);
-    emit(json::Object{{"op", "allreduce"}, {"group", "dp"}, {"bufs", std::move(bufs)}});
+    emit(json::Object{
+        {"op", "allreduce"}, {"group", "dp"}, {"bufs", std::move(bufs)}, {"async", true}});
     return;
   }
-  json::Array in, out, freed;
+  json::Array in, out;
   for (const std::string &n : names) {
     ParamBufs &pb = pbufs[n];
     int full = gradTarget(n);
     in.push_back(full);
     out.push_back(pb.gradShard);
     if (pb.transientGrad >= 0)
-      freed.push_back(full);
+      freedAfterWait.push_back(full);
   }
-  emit(json::Object{
-      {"op", "reduce_scatter"}, {"group", "dp"}, {"in", std::move(in)}, {"out", std::move(out)}});
-  if (!freed.empty())
-    emit(json::Object{{"op", "free"}, {"bufs", std::move(freed)}});
+  emit(json::Object{{"op", "reduce_scatter"},
+                    {"group", "dp"},
+                    {"in", std::move(in)},
+                    {"out", std::move(out)},
+                    {"async", true}});
+}
+
+void RankEmitter::waitCollectives() {
+  if (!asyncCollectives)
+    return;
+  emit(json::Object{{"op", "wait_collectives"}});
+  asyncCollectives = false;
+  if (!freedAfterWait.empty())
+    emit(json::Object{{"op", "free"}, {"bufs", std::move(freedAfterWait)}});
+  freedAfterWait = json::Array();
 }
 
 LogicalResult RankEmitter::emitOp(Operation *op, ActionCtx &ctx) {
@@ -770,6 +791,7 @@ LogicalResult RankEmitter::run(RankPlan &out) {
     dpReduce(tied);
   }
   waitSends(0);
+  waitCollectives();
 
   json::Array entries, gatherIn, gatherOut;
   for (const std::string &n : heldParams) {

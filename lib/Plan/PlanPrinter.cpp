@@ -202,6 +202,8 @@ bool printPlan(llvm::StringRef path, llvm::raw_ostream &os, std::string &why) {
           os << " tag " << *tag;
         if (auto keep = in->getInteger("keep"))
           os << " keep " << *keep;
+        if (in->getBoolean("async").value_or(false))
+          os << " async";
         if (auto s = in->getNumber("scale"))
           os << " scale " << *s;
         if (auto *attrs = in->getObject("attrs")) {

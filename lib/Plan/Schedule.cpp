@@ -190,9 +190,12 @@ std::vector<std::vector<Action>> zeroBubbleOrders(const ScheduleConfig &cfg) {
   std::vector<int64_t> nextF(pp, 0), nextB(pp, 0), time(pp, 0);
   std::vector<std::vector<int64_t>> pendingW(pp);
   std::vector<std::vector<Action>> out(pp);
-  auto cap = [&](int64_t r) {
-    return cfg.kind == ScheduleKind::ZBH2 ? 2 * (pp - r) - 1 : pp - r;
-  };
+  // In flight on every rank: at most 1F1B's largest (pp, on its first
+  // rank) for H1, 2 pp - 1 for H2. Letting the later ranks hold as many as
+  // the first lets them defer W's behind the B's upstream waits for; with
+  // unit costs H1 then ends 2 units after the chain's bound 3m + pp - 1
+  // (1F1B: 3m + 3 (pp - 1)) and H2 reaches the bound.
+  auto cap = [&](int64_t) { return cfg.kind == ScheduleKind::ZBH2 ? 2 * pp - 1 : pp; };
   auto finished = [&](int64_t r) { return nextF[r] == m && nextB[r] == m; };
   while (true) {
     // The unfinished rank that is earliest in time moves next: anything a

@@ -84,14 +84,19 @@ void expectMemorySafe(const json::Object &rank, const std::string &label) {
     return id;
   };
   const json::Array &prog = *rank.getArray("program");
-  int64_t waitAt = (int64_t)prog.size();
-  std::vector<int64_t> sent;
+  // A sent buffer lives until the wait_sends that completes its send (every
+  // earlier send but the `keep` most recent); unwaited, to the end.
+  std::vector<std::pair<int64_t, int64_t>> sent; // (root, completed at)
+  size_t completed = 0;
   for (auto [k, iv] : llvm::enumerate(prog)) {
     const json::Object &inst = *iv.getAsObject();
-    if (inst.getString("op") == "wait_sends")
-      waitAt = k;
+    if (inst.getString("op") == "wait_sends") {
+      size_t keep = inst.getInteger("keep").value_or(0);
+      for (; completed + keep < sent.size(); ++completed)
+        sent[completed].second = k;
+    }
     if (inst.getString("op") == "send")
-      sent.push_back(root(ids(inst, "in")[0]));
+      sent.push_back({root(ids(inst, "in")[0]), (int64_t)prog.size()});
     for (llvm::StringRef f : {"in", "out", "bufs"})
       for (int64_t id : ids(inst, f)) {
         Buf &b = bufs[root(id)];
@@ -99,8 +104,8 @@ void expectMemorySafe(const json::Object &rank, const std::string &label) {
         b.last = std::max<int64_t>(b.last, k);
       }
   }
-  for (int64_t id : sent)
-    bufs[id].last = std::max(bufs[id].last, waitAt);
+  for (auto [id, at] : sent)
+    bufs[id].last = std::max(bufs[id].last, at);
   for (auto &[i, a] : bufs)
     for (auto &[j, b] : bufs) {
       if (i >= j || a.alias >= 0 || b.alias >= 0)

@@ -17,8 +17,8 @@
 //   zb-h1, zb-h2 the Zero Bubble schedules (vpp = 1): the backward is split
 //                into B (input gradient, what the previous stage waits for)
 //                and W (weight gradient), and the W's fill the bubbles; at
-//                most 1F1B's pp - rank micro-batches in flight (H1) or
-//                2 (pp - rank) - 1 (H2, which also fills the warm-up bubble).
+//                most pp micro-batches in flight on any rank, 1F1B's peak
+//                (H1), or 2 pp - 1 (H2, which also fills the warm-up bubble).
 //
 // Actions print in PyTorch's pipelining notation: `0F1` is the forward of
 // chunk 0 on micro-batch 1, `1B0` the backward of chunk 1 on micro-batch 0,

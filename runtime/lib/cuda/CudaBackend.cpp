@@ -227,10 +227,25 @@ void CudaBackend::leave() {
     checkCuda(cudaStreamSynchronize(compute), "an instruction (--profile)");
 }
 
-void CudaBackend::waitSends() {
-  for (size_t e : sendsOutstanding)
-    checkCuda(cudaStreamWaitEvent(compute, commEvents[e].done, 0), "cudaStreamWaitEvent");
-  sendsOutstanding.clear();
+void CudaBackend::waitSends(size_t keep) {
+  // The `keep` most recent sends stay outstanding (wait_sends "keep").
+  size_t done = sendsOutstanding.size() > keep ? sendsOutstanding.size() - keep : 0;
+  for (size_t i = 0; i < done; ++i)
+    checkCuda(cudaStreamWaitEvent(compute, commEvents[sendsOutstanding[i]].done, 0),
+              "cudaStreamWaitEvent");
+  sendsOutstanding.erase(sendsOutstanding.begin(), sendsOutstanding.begin() + done);
+}
+
+void CudaBackend::waitCollectives() {
+  for (cudaStream_t s : {dpStream, tiedStream}) {
+    if (!s)
+      continue;
+    cudaEvent_t ev;
+    checkCuda(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
+    checkCuda(cudaEventRecord(ev, s), "cudaEventRecord");
+    checkCuda(cudaStreamWaitEvent(compute, ev, 0), "cudaStreamWaitEvent");
+    checkCuda(cudaEventDestroy(ev), "cudaEventDestroy"); // released once it completes
+  }
 }
 
 void CudaBackend::checkTransferOrder() const {

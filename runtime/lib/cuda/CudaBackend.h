@@ -116,8 +116,11 @@ public:
   /// After: with --profile, waits for the device so the executor's per-op
   /// times are real.
   void leave();
-  /// wait_sends: the compute stream waits for every send issued so far.
-  void waitSends();
+  /// wait_sends: the compute stream waits for every send issued so far but
+  /// the `keep` most recent.
+  void waitSends(size_t keep = 0);
+  /// wait_collectives: the compute stream waits for the dp and tied streams.
+  void waitCollectives();
   std::vector<size_t> sendsOutstanding;
 
   // NCCL (world size > 1): point-to-point by direction, the gradient-norm

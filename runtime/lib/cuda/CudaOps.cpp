@@ -882,7 +882,17 @@ Thunk bindWaitSends(OpContext &c, CudaBackend &b) {
   c.cls = InstrClass::Comm;
   c.expectCounts(0, 0, 0, 0);
   CudaBackend *bp = &b;
-  return [bp] { bp->waitSends(); };
+  size_t keep = (size_t)std::max<int64_t>(0, c.inst.json.value("keep", (int64_t)0));
+  return [bp, keep] { bp->waitSends(keep); };
+}
+
+/// wait_collectives: the compute stream waits for the dp and tied streams
+/// (the async gradient reductions issued so far).
+Thunk bindWaitCollectives(OpContext &c, CudaBackend &b) {
+  c.cls = InstrClass::Comm;
+  c.expectCounts(0, 0, 0, 0);
+  CudaBackend *bp = &b;
+  return [bp] { bp->waitCollectives(); };
 }
 
 Thunk bindFree(OpContext &c, CudaBackend &) {
@@ -1139,6 +1149,7 @@ const std::map<std::string, CudaBinder> &nativeBinders() {
       {"send", bindSend},
       {"recv", bindRecv},
       {"wait_sends", bindWaitSends},
+      {"wait_collectives", bindWaitCollectives},
       {"allreduce", bindAllreduce},
       {"reduce_scatter", bindReduceScatter},
       {"allgather", bindAllgather},

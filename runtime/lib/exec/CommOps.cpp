@@ -303,6 +303,17 @@ Thunk bindAllgather(OpContext &c) {
   };
 }
 
+/// wait_collectives: completes the rank's "async" collectives. The CPU
+/// backend runs every collective to completion where it is issued (a valid
+/// schedule of an async collective: MPI's non-blocking collectives progress
+/// only inside MPI calls, so there is no overlap to gain on CPUs), so there
+/// is nothing left to wait for.
+Thunk bindWaitCollectives(OpContext &c) {
+  c.cls = InstrClass::Comm;
+  c.expectCounts(0, 0, 0, 0);
+  return [] {};
+}
+
 Thunk bindFree(OpContext &c) {
   // Informational: the plan's memory planner already reuses the bytes.
   c.cls = InstrClass::Control;
@@ -329,6 +340,7 @@ void registerCommOps(OpTable &t) {
   t["reduce_scatter"] = bindReduceScatter;
   t["allgather"] = bindAllgather;
   t["free"] = bindFree;
+  t["wait_collectives"] = bindWaitCollectives;
 }
 
 } // namespace pipemesh::rt
