@@ -90,6 +90,19 @@ bool parseCompileOptions(llvm::StringRef text, CompileOptions &opts, std::string
     } else if (key == "bwd-groups") {
       if (!parseList(opts.bwdGroups))
         return false;
+    } else if (key == "groups") {
+      if (value != "auto") {
+        why = "groups takes 'auto' (give explicit sizes with fwd-groups= and bwd-groups=), got '" +
+              value.str() + "'";
+        return false;
+      }
+      opts.autoGroups = true;
+    } else if (key == "cluster") {
+      if (value.empty()) {
+        why = "cluster needs a pipemesh-sim preset or a cluster JSON file";
+        return false;
+      }
+      opts.cluster = value.str();
     } else if (key == "recompute") {
       if (!llvm::is_contained({"none", "selective", "full", "auto"}, value)) {
         why = "recompute must be none, selective, full or auto, got '" + value.str() + "'";
@@ -116,6 +129,14 @@ bool parseCompileOptions(llvm::StringRef text, CompileOptions &opts, std::string
       why = "unknown option '" + key.str() + "'";
       return false;
     }
+  }
+  if (opts.autoGroups && opts.schedule != "elastic") {
+    why = "groups=auto is an option of schedule=elastic";
+    return false;
+  }
+  if (opts.autoGroups && (!opts.fwdGroups.empty() || !opts.bwdGroups.empty())) {
+    why = "groups=auto chooses fwd-groups and bwd-groups itself: give one or the other";
+    return false;
   }
   if (!opts.batch || !opts.seq) {
     why = "batch=B and seq=T are required";

@@ -34,8 +34,12 @@
 #include "pipemesh/Plan/MemoryPlanner.h"
 #include "pipemesh/Plan/Schedule.h"
 #include "pipemesh/Plan/Sharding.h"
+#include "pipemesh/Sim/PlanLoader.h"
+#include "pipemesh/Sim/Simulator.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "llvm/Support/Format.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/FileSystem.h"
@@ -846,6 +850,17 @@ private:
   LogicalResult classifyInputs(func::FuncOp train);
   void countFlops(func::FuncOp train);
   LogicalResult emitRanks(func::FuncOp train, std::vector<RankPlan> &ranks);
+  FailureOr<json::Object> buildManifest(func::FuncOp train);
+  /// The simulated step of the plan the current options make (errors, e.g.
+  /// over mem-limit, in `why` instead of diagnostics).
+  struct Prediction {
+    bool ok = false;
+    std::string why;
+    sim::SimResult result;
+  };
+  Prediction predict(func::FuncOp train, const cost::Cluster &cluster);
+  LogicalResult chooseGroups(func::FuncOp train, const cost::Cluster &cluster);
+  void explain(func::FuncOp train, const cost::Cluster &cluster);
   json::Object rankJson(const RankPlan &rp, int64_t d);
   json::Object manifest(std::vector<RankPlan> &ranks);
 
@@ -1185,6 +1200,153 @@ LogicalResult PlanBuilder::emitRanks(func::FuncOp train, std::vector<RankPlan> &
   return success();
 }
 
+/// Emits every rank and the manifest; the first wait lag whose plan passes
+/// the deadlock check wins.
+FailureOr<json::Object> PlanBuilder::buildManifest(func::FuncOp train) {
+  std::vector<RankPlan> ranks;
+  for (int64_t lag : {1, 2, 4, 0}) {
+    sh.waitLag = lag;
+    if (failed(emitRanks(train, ranks)))
+      return failure();
+    json::Object m = manifest(ranks);
+    std::string why = checkPlanDeadlock(m);
+    if (why.empty())
+      return m;
+    if (lag == 0)
+      return sh.module.emitError() << "the plan fails the deadlock check: " << why;
+  }
+  return failure();
+}
+
+PlanBuilder::Prediction PlanBuilder::predict(func::FuncOp train, const cost::Cluster &cluster) {
+  Prediction out;
+  std::string why;
+  FailureOr<json::Object> m = failure();
+  {
+    // A candidate that does not fit is an answer of the search, not an error.
+    ScopedDiagnosticHandler quiet(sh.module.getContext(), [&](Diagnostic &d) {
+      if (why.empty())
+        why = d.str();
+      return success();
+    });
+    m = buildManifest(train);
+  }
+  if (failed(m)) {
+    out.why = why.empty() ? "cannot be emitted" : why;
+    return out;
+  }
+  sim::LoadedPlan lp;
+  if (!sim::jobFromManifest(*m, lp, out.why))
+    return out;
+  out.result = sim::simulate(lp.job, cluster);
+  out.ok = out.result.ok;
+  if (!out.ok)
+    out.why = out.result.error;
+  return out;
+}
+
+/// groups=auto: forward and backward group sizes from pp (depth-first) to
+/// all micro-batches (breadth-first), doubling, each way; the simulated
+/// fastest that fits mem-limit wins.
+LogicalResult PlanBuilder::chooseGroups(func::FuncOp train, const cost::Cluster &cluster) {
+  const int64_t m = sh.opts.microbatches, pp = sh.opts.pp;
+  std::vector<int64_t> sizes;
+  for (int64_t g = std::min(pp, m); g < m; g *= 2)
+    sizes.push_back(g);
+  sizes.push_back(m);
+  auto uniform = [&](int64_t g) {
+    std::vector<int64_t> v;
+    for (int64_t lo = 0; lo < m; lo += g)
+      v.push_back(std::min(g, m - lo));
+    return v;
+  };
+  double best = 0;
+  std::vector<int64_t> bestF, bestB;
+  std::string lastWhy;
+  for (int64_t f : sizes)
+    for (int64_t b : sizes) {
+      sh.sched.fwdGroups = uniform(f);
+      sh.sched.bwdGroups = uniform(b);
+      std::string why;
+      if (!validateSchedule(sh.sched, why))
+        continue;
+      Prediction p = predict(train, cluster);
+      if (!p.ok) {
+        lastWhy = p.why;
+        continue;
+      }
+      if (bestF.empty() || p.result.stepTimeS < best) {
+        best = p.result.stepTimeS;
+        bestF = sh.sched.fwdGroups;
+        bestB = sh.sched.bwdGroups;
+      }
+    }
+  if (bestF.empty())
+    return sh.module.emitError() << "groups=auto: no forward/backward group sizes give a plan ("
+                                 << lastWhy << ")";
+  sh.sched.fwdGroups = bestF;
+  sh.sched.bwdGroups = bestB;
+  return success();
+}
+
+/// --explain: the chosen plan against the best plan of each other schedule
+/// (same parallel sizes, zero, recompute and mem-limit), as predicted by the
+/// simulator on the cluster.
+void PlanBuilder::explain(func::FuncOp train, const cost::Cluster &cluster) {
+  llvm::raw_ostream &os = llvm::errs();
+  ScheduleConfig chosen = sh.sched;
+  auto groupsText = [](llvm::ArrayRef<int64_t> g) {
+    std::string s;
+    for (int64_t x : g)
+      s += (s.empty() ? "" : ",") + std::to_string(x);
+    return s;
+  };
+  auto row = [&](llvm::StringRef name, const Prediction &p, bool mark) {
+    os << (mark ? "* " : "  ") << llvm::format("%-28s", name.str().c_str());
+    if (!p.ok) {
+      os << "does not fit or run: " << p.why << "\n";
+      return;
+    }
+    const sim::SimResult &r = p.result;
+    os << llvm::format("%9.4f s %12.0f tok/s  bubble %5.1f%%  exposed comm %5.1f%%  "
+                       "all-idle %5.1f%%  recompute %4.1f%%  peak %8.3f GiB\n",
+                       r.stepTimeS, r.tokensPerS, 100 * r.bubbleFrac, 100 * r.exposedCommFrac,
+                       100 * r.allDeviceIdleFrac, 100 * r.recomputeFrac,
+                       r.maxPeakMemBytes / 1073741824.0);
+  };
+  os << "pipemesh-opt --explain: pp=" << sh.opts.pp << " dp=" << sh.opts.dp
+     << " vpp=" << sh.opts.vpp << " microbatches=" << sh.opts.microbatches
+     << " zero=" << sh.opts.zero << " recompute=" << sh.opts.recompute
+     << (sh.opts.memLimit ? " mem-limit=" + std::to_string(sh.opts.memLimit) : std::string())
+     << " on cluster " << cluster.name << " (simulated step, * = chosen)\n";
+  std::string chosenName = scheduleKindName(chosen.kind).str();
+  if (chosen.kind == ScheduleKind::Elastic)
+    chosenName += " " + groupsText(chosen.fwdGroups) + "/" + groupsText(chosen.bwdGroups);
+  row(chosenName, predict(train, cluster), true);
+  for (ScheduleKind k : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved,
+                         ScheduleKind::BFS, ScheduleKind::ZBH1, ScheduleKind::ZBH2,
+                         ScheduleKind::Elastic}) {
+    if (k == chosen.kind)
+      continue;
+    ScheduleConfig c = chosen;
+    c.kind = k;
+    c.fwdGroups.clear();
+    c.bwdGroups.clear();
+    std::string why;
+    if ((k == ScheduleKind::Interleaved && c.vpp == 1) || !validateSchedule(c, why))
+      continue;
+    sh.sched = c;
+    std::string name = scheduleKindName(k).str();
+    if (k == ScheduleKind::Elastic) {
+      if (failed(chooseGroups(train, cluster)))
+        continue;
+      name += " " + groupsText(sh.sched.fwdGroups) + "/" + groupsText(sh.sched.bwdGroups);
+    }
+    row(name, predict(train, cluster), false);
+  }
+  sh.sched = chosen;
+}
+
 LogicalResult PlanBuilder::run(llvm::raw_ostream &os) {
   if (failed(checkOptions()))
     return failure();
@@ -1206,19 +1368,20 @@ LogicalResult PlanBuilder::run(llvm::raw_ostream &os) {
            << " micro-batches), more than the " << kMaxMessageTag
            << " MPI guarantees: use fewer micro-batches or pipeline stages";
 
-  std::vector<RankPlan> ranks;
-  json::Object m;
-  for (int64_t lag : {1, 2, 4, 0}) {
-    sh.waitLag = lag;
-    if (failed(emitRanks(train, ranks)))
-      return failure();
-    m = manifest(ranks);
-    std::string why = checkPlanDeadlock(m);
-    if (why.empty())
-      break;
-    if (lag == 0)
-      return sh.module.emitError() << "the plan fails the deadlock check: " << why;
+  cost::Cluster cluster;
+  if (sh.opts.autoGroups || sh.opts.explain) {
+    std::string why;
+    if (!cost::Cluster::load(sh.opts.cluster, cluster, why))
+      return sh.module.emitError() << "cluster=" << sh.opts.cluster << ": " << why;
   }
+  if (sh.opts.autoGroups && failed(chooseGroups(train, cluster)))
+    return failure();
+  if (sh.opts.explain)
+    explain(train, cluster);
+  auto built = buildManifest(train);
+  if (failed(built))
+    return failure();
+  json::Object m = std::move(*built);
 
   std::string blob;
   if (failed(detail::writeWeights(sh.module, weights, sh.opts.shapesOnly, blob)))

@@ -96,6 +96,9 @@ bool printPlan(llvm::StringRef path, llvm::raw_ostream &os, std::string &why) {
     os << " (runs " << *run << ")";
   if (auto group = par->getInteger("group"))
     os << " group=" << *group;
+  for (const char *key : {"fwd_groups", "bwd_groups"})
+    if (const json::Array *g = par->getArray(key))
+      os << " " << llvm::StringRef(key).take_front(3) << "-groups=" << intList(g);
   if (auto zero = par->getInteger("zero"))
     os << " zero=" << *zero;
   os << "\n";

@@ -54,9 +54,16 @@ cl::OptionCategory compileCategory("Compiling a plan");
 cl::opt<std::string> compileOpt(
     "pipemesh-compile",
     cl::desc("Run the whole pipeline and write a plan: \"batch=B seq=T [pp=1 dp=1 vpp=1 "
-             "microbatches=M schedule=gpipe|1f1b|interleaved group=N zero=0|1|2|3 "
+             "microbatches=M schedule=gpipe|1f1b|interleaved|elastic|bfs|zb-h1|zb-h2 group=N "
+             "fwd-groups=a,b bwd-groups=c,d groups=auto zero=0|1|2|3 "
+             "recompute=none|selective|full|auto mem-limit=40GiB cluster=PRESET|FILE "
              "layers-per-stage=a,b,... labels=auto|next|same shapes-only=false]\""),
     cl::init(""), cl::cat(compileCategory));
+cl::opt<bool> explainOpt("explain",
+                         cl::desc("With --pipemesh-compile: print the chosen plan's simulated "
+                                  "step against the best plan of each other schedule "
+                                  "(cluster=... picks the simulated cluster)"),
+                         cl::init(false), cl::cat(compileCategory));
 cl::opt<bool> printPlanOpt("print-plan", cl::desc("Print the input plan file as text"),
                            cl::init(false), cl::cat(compileCategory));
 
@@ -213,6 +220,7 @@ int compileToPlan(StringRef inputFilename, StringRef outputFilename, DialectRegi
     errs() << "error: " << errorMessage << "\n";
     return 1;
   }
+  copts.explain = explainOpt;
   if (failed(pipemesh::plan::emitPlan(*module, copts, output->os())))
     return 1;
   output->keep();

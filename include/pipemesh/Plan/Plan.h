@@ -34,6 +34,15 @@ struct CompileOptions {
   /// Elastic: forward and backward micro-batch group sizes (empty: one group
   /// of all micro-batches).
   std::vector<int64_t> fwdGroups, bwdGroups;
+  /// Elastic `groups=auto`: choose the forward and backward group sizes by
+  /// simulating candidates on `cluster` (the simulator is the cost function).
+  bool autoGroups = false;
+  /// A pipemesh-sim cluster preset or cluster JSON file, for groups=auto and
+  /// --explain.
+  std::string cluster = "cpu";
+  /// Print the chosen plan's predicted step against the best plan of each
+  /// other schedule (pipemesh-opt --explain).
+  bool explain = false;
   /// ZeRO level over the dp replicas (0..3; nothing is sharded when dp = 1).
   int64_t zero = 0;
   /// Explicit transformer layers per chunk for --pmesh-partition (empty: the

@@ -28,6 +28,8 @@ CONFIGS = [  # (pp, dp, zero, microbatches, schedule)
     (2, 2, 1, 2, "zb-h2"),
     (2, 2, 2, 2, "bfs"),
     (2, 1, 0, 4, "elastic fwd-groups=3,1 bwd-groups=2,2"),
+    (2, 2, 1, 2, "elastic groups=auto cluster=a100-40g-25gbps recompute=full"),
+    (2, 1, 0, 4, "zb-h1 recompute=auto mem-limit=1600KB"),
 ]
 
 
@@ -49,7 +51,7 @@ class CompiledParallel(common.TempDirTest):
     def test_equivalence(self):
         refs = {}
         for pp, dp, zero, m, schedule in CONFIGS:
-            name = f"pp{pp}-dp{dp}-zero{zero}-{schedule}-m{m}".replace(" ", "_").replace(",", "-")
+            name = f"pp{pp}-dp{dp}-zero{zero}-{schedule}-m{m}".replace(" ", "_").replace(",", "-").replace("=", "")
             with self.subTest(name):
                 if m * dp not in refs:
                     one = self.compile(f"one-m{m * dp}.plan", f"pp=1 dp=1 microbatches={m * dp}")
