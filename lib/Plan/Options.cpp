@@ -77,9 +77,21 @@ bool parseCompileOptions(llvm::StringRef text, CompileOptions &opts, std::string
       }
       opts.schedule = value.str();
     } else if (key == "zero") {
-      if (value.getAsInteger(10, opts.zero) || opts.zero < 0 || opts.zero > 3) {
-        why = "zero must be 0, 1, 2 or 3, got '" + value.str() + "'";
-        return false;
+      // A level, a level per chunk, or auto.
+      opts.zeroAuto = value == "auto";
+      opts.zeroChunks.clear();
+      if (!opts.zeroAuto) {
+        std::vector<int64_t> levels;
+        if (!parseList(levels) || levels.empty() ||
+            llvm::any_of(levels, [](int64_t z) { return z > 3; })) {
+          why = "zero must be 0, 1, 2 or 3, a comma-separated level per chunk, or auto, got '" +
+                value.str() + "'";
+          return false;
+        }
+        if (levels.size() == 1)
+          opts.zero = levels[0];
+        else
+          opts.zeroChunks = levels, opts.zero = *llvm::max_element(levels);
       }
     } else if (key == "layers-per-stage") {
       if (!parseList(opts.layersPerStage))
@@ -129,6 +141,11 @@ bool parseCompileOptions(llvm::StringRef text, CompileOptions &opts, std::string
       why = "unknown option '" + key.str() + "'";
       return false;
     }
+  }
+  if (!opts.zeroChunks.empty() && (int64_t)opts.zeroChunks.size() != opts.pp * opts.vpp) {
+    why = "zero lists " + std::to_string(opts.zeroChunks.size()) +
+          " levels but pp * vpp = " + std::to_string(opts.pp * opts.vpp) + " chunks";
+    return false;
   }
   if (opts.autoGroups && opts.schedule != "elastic") {
     why = "groups=auto is an option of schedule=elastic";

@@ -84,6 +84,8 @@ struct Shared {
   StagedStep step;
   ScheduleConfig sched;
   int64_t zero = 0; // effective: 0 when dp = 1
+  /// Effective ZeRO level of every chunk (all 0 when dp = 1).
+  std::vector<int64_t> zeroChunks;
   double invM = 1;
   std::vector<ParamInfo> params;
   llvm::StringMap<size_t> paramIndex;
@@ -162,6 +164,9 @@ private:
   void emit(json::Object inst) { program.push_back(std::move(inst)); }
 
   void createParamBuffers();
+  /// The ZeRO level of this rank's copy of a parameter: that of the lowest
+  /// chunk on this rank that reads it or accumulates its gradient.
+  int64_t zeroOf(StringRef name) const;
   FailureOr<int> operand(Value v, ActionCtx &ctx);
   int view(Value v, int of, StringRef name);
   int paramBuffer(StringRef name, ActionCtx &ctx);
@@ -206,6 +211,15 @@ private:
   std::set<std::string> constantsUsed;
 };
 
+int64_t RankEmitter::zeroOf(StringRef name) const {
+  auto it = step.chunksOf.find(name);
+  if (it != step.chunksOf.end())
+    for (int64_t c : it->second)
+      if (step.rankOf(c) == p)
+        return sh.zeroChunks[c];
+  return sh.zero;
+}
+
 void RankEmitter::createParamBuffers() {
   for (const ParamInfo &pi : sh.params) {
     auto it = step.holders.find(pi.name);
@@ -214,7 +228,7 @@ void RankEmitter::createParamBuffers() {
       continue;
     heldParams.push_back(pi.name);
     ParamBufs pb;
-    pb.st = paramStorage(sh.zero, sh.opts.dp, pi.trained);
+    pb.st = paramStorage(zeroOf(pi.name), sh.opts.dp, pi.trained);
     pb.layout = shardLayout(shapes::numElements(pi.shape), sh.opts.dp);
     auto make = [&](StringRef kind, std::string name, bool sharded) {
       Buffer b;
@@ -443,28 +457,32 @@ void RankEmitter::dpReduce(llvm::ArrayRef<std::string> names) {
   // backward goes on; wait_collectives before the optimizer step completes
   // it, and only then are transient gradients freed.
   asyncCollectives = true;
-  if (sh.zero == 0) {
-    json::Array bufs;
-    for (const std::string &n : names)
+  // Replicated gradients (zero 0) are all-reduced, sharded ones
+  // reduce-scattered.
+  json::Array bufs;
+  for (const std::string &n : names)
+    if (!pbufs[n].st.gradShard)
       bufs.push_back(pbufs[n].grad);
+  if (!bufs.empty())
     emit(json::Object{
         {"op", "allreduce"}, {"group", "dp"}, {"bufs", std::move(bufs)}, {"async", true}});
-    return;
-  }
   json::Array in, out;
   for (const std::string &n : names) {
     ParamBufs &pb = pbufs[n];
+    if (!pb.st.gradShard)
+      continue;
     int full = gradTarget(n);
     in.push_back(full);
     out.push_back(pb.gradShard);
     if (pb.transientGrad >= 0)
       freedAfterWait.push_back(full);
   }
-  emit(json::Object{{"op", "reduce_scatter"},
-                    {"group", "dp"},
-                    {"in", std::move(in)},
-                    {"out", std::move(out)},
-                    {"async", true}});
+  if (!in.empty())
+    emit(json::Object{{"op", "reduce_scatter"},
+                      {"group", "dp"},
+                      {"in", std::move(in)},
+                      {"out", std::move(out)},
+                      {"async", true}});
 }
 
 void RankEmitter::waitCollectives() {
@@ -815,7 +833,7 @@ LogicalResult RankEmitter::run(RankPlan &out) {
     int64_t lowest = holders == step.holders.end() ? 0 : *holders->second.begin();
     if (lowest != p)
       e["norm_weight"] = 0.0;
-    else if (sh.zero == 0 && sh.opts.dp > 1)
+    else if (!pb.st.gradShard && sh.opts.dp > 1)
       e["norm_dp0_only"] = true; // resolved per dp rank
     entries.push_back(std::move(e));
     if (pb.shard >= 0 && pb.full >= 0) {
@@ -860,6 +878,7 @@ private:
   };
   Prediction predict(func::FuncOp train, const cost::Cluster &cluster);
   LogicalResult chooseGroups(func::FuncOp train, const cost::Cluster &cluster);
+  void chooseZero(func::FuncOp train, const cost::Cluster &cluster);
   void explain(func::FuncOp train, const cost::Cluster &cluster);
   json::Object rankJson(const RankPlan &rp, int64_t d);
   json::Object manifest(std::vector<RankPlan> &ranks);
@@ -887,6 +906,9 @@ LogicalResult PlanBuilder::checkOptions() {
   if (o.zero < 0 || o.zero > 3)
     return sh.module.emitError() << "zero must be 0, 1, 2 or 3";
   sh.zero = o.dp > 1 ? o.zero : 0;
+  sh.zeroChunks.assign(o.pp * o.vpp, sh.zero);
+  if (o.dp > 1 && !o.zeroChunks.empty())
+    sh.zeroChunks = o.zeroChunks;
   sh.invM = 1.0 / (double)(o.microbatches * o.dp);
   return success();
 }
@@ -1113,10 +1135,16 @@ json::Object PlanBuilder::manifest(std::vector<RankPlan> &ranks) {
                         {"vpp", o.vpp},
                         {"microbatches", o.microbatches},
                         {"schedule", o.schedule},
-                        {"zero", o.zero},
+                        {"zero", *llvm::max_element(sh.zeroChunks)},
                         {"world_size", o.pp * o.dp}};
   if (effectiveKind(sh.sched) == ScheduleKind::Interleaved)
     parallel["group"] = effectiveGroup(sh.sched);
+  if (llvm::any_of(sh.zeroChunks, [&](int64_t z) { return z != sh.zeroChunks[0]; })) {
+    json::Array zc;
+    for (int64_t z : sh.zeroChunks)
+      zc.push_back(z);
+    parallel["zero_chunks"] = std::move(zc);
+  }
   if (sh.sched.kind == ScheduleKind::Elastic) {
     auto list = [](llvm::ArrayRef<int64_t> g, int64_t m) {
       json::Array a;
@@ -1289,6 +1317,44 @@ LogicalResult PlanBuilder::chooseGroups(func::FuncOp train, const cost::Cluster 
   return success();
 }
 
+/// zero=auto (mixed sharding, as AMSP argues): per chunk, whether its
+/// parameters, gradients and optimizer state are sharded over dp (ZeRO level
+/// 0..3), by coordinate descent over the chunks with the simulated step as
+/// the cost: a plan that fits mem-limit beats one that does not, then the
+/// faster wins (by more than 0.1%: otherwise the less sharded stays). With
+/// recompute=auto in each candidate, memory saved by sharding turns into
+/// less recomputation.
+void PlanBuilder::chooseZero(func::FuncOp train, const cost::Cluster &cluster) {
+  const size_t chunks = sh.zeroChunks.size();
+  std::vector<int64_t> best(chunks, 0);
+  sh.zeroChunks = best;
+  Prediction cur = predict(train, cluster);
+  for (int sweep = 0; sweep < 2; ++sweep) {
+    bool changed = false;
+    for (size_t c = 0; c < chunks; ++c)
+      for (int64_t z = 0; z <= 3; ++z) {
+        if (z == best[c])
+          continue;
+        sh.zeroChunks = best;
+        sh.zeroChunks[c] = z;
+        Prediction p = predict(train, cluster);
+        bool better = p.ok && (!cur.ok || p.result.stepTimeS < cur.result.stepTimeS * 0.999);
+        if (better) {
+          best = sh.zeroChunks;
+          cur = std::move(p);
+          changed = true;
+        }
+      }
+    if (!changed)
+      break;
+  }
+  // Nothing fits: shard everything, and let the emission say by how much
+  // the plan is over the limit.
+  if (!cur.ok)
+    best.assign(chunks, 3);
+  sh.zeroChunks = best;
+}
+
 /// --explain: the chosen plan against the best plan of each other schedule
 /// (same parallel sizes, zero, recompute and mem-limit), as predicted by the
 /// simulator on the cluster.
@@ -1316,7 +1382,7 @@ void PlanBuilder::explain(func::FuncOp train, const cost::Cluster &cluster) {
   };
   os << "pipemesh-opt --explain: pp=" << sh.opts.pp << " dp=" << sh.opts.dp
      << " vpp=" << sh.opts.vpp << " microbatches=" << sh.opts.microbatches
-     << " zero=" << sh.opts.zero << " recompute=" << sh.opts.recompute
+     << " zero=" << groupsText(sh.zeroChunks) << " recompute=" << sh.opts.recompute
      << (sh.opts.memLimit ? " mem-limit=" + std::to_string(sh.opts.memLimit) : std::string())
      << " on cluster " << cluster.name << " (simulated step, * = chosen)\n";
   std::string chosenName = scheduleKindName(chosen.kind).str();
@@ -1369,11 +1435,15 @@ LogicalResult PlanBuilder::run(llvm::raw_ostream &os) {
            << " MPI guarantees: use fewer micro-batches or pipeline stages";
 
   cost::Cluster cluster;
-  if (sh.opts.autoGroups || sh.opts.explain) {
+  if (sh.opts.autoGroups || sh.opts.explain || sh.opts.zeroAuto) {
     std::string why;
     if (!cost::Cluster::load(sh.opts.cluster, cluster, why))
       return sh.module.emitError() << "cluster=" << sh.opts.cluster << ": " << why;
   }
+  // zero=auto first (with the schedule's default groups), then the groups
+  // for the chosen sharding.
+  if (sh.opts.zeroAuto && sh.opts.dp > 1)
+    chooseZero(train, cluster);
   if (sh.opts.autoGroups && failed(chooseGroups(train, cluster)))
     return failure();
   if (sh.opts.explain)

@@ -99,7 +99,9 @@ bool printPlan(llvm::StringRef path, llvm::raw_ostream &os, std::string &why) {
   for (const char *key : {"fwd_groups", "bwd_groups"})
     if (const json::Array *g = par->getArray(key))
       os << " " << llvm::StringRef(key).take_front(3) << "-groups=" << intList(g);
-  if (auto zero = par->getInteger("zero"))
+  if (const json::Array *zc = par->getArray("zero_chunks"))
+    os << " zero-per-chunk=" << intList(zc);
+  else if (auto zero = par->getInteger("zero"))
     os << " zero=" << *zero;
   os << "\n";
   for (const json::Value &rv : *ranks) {

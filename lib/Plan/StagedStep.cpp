@@ -134,14 +134,17 @@ FailureOr<StagedStep> analyzeTrainStep(func::FuncOp train, int64_t pp, int64_t n
     if (auto acc = dyn_cast<pm::AccumulateGradOp>(op)) {
       s.accumulated[c].insert(acc.getParam().str());
       s.holders[acc.getParam()].insert(s.rankOf(c));
+      s.chunksOf[acc.getParam()].insert(c);
     }
   }
 
   // Parameter copies: every rank that reads a parameter holds one.
   for (Operation *op : ops)
     for (Value v : op->getOperands())
-      if (llvm::StringRef p = s.paramRoot(v); !p.empty())
+      if (llvm::StringRef p = s.paramRoot(v); !p.empty()) {
         s.holders[p].insert(s.rankOf(s.chunkOf[op]));
+        s.chunksOf[p].insert(s.chunkOf[op]);
+      }
 
   // Channels: an activation read on another pipeline rank is sent there
   // once per micro-batch, right after it is computed.

@@ -56,6 +56,8 @@ struct StagedStep {
   /// Per parameter: the pipeline ranks that read it or accumulate its
   /// gradient (more than one: a tied parameter, one copy per rank).
   llvm::StringMap<std::set<int64_t>> holders;
+  /// Per parameter: the chunks that read it or accumulate its gradient.
+  llvm::StringMap<std::set<int64_t>> chunksOf;
   /// Per chunk: the parameters whose gradient its backward accumulates.
   std::vector<std::set<std::string>> accumulated;
   /// The weights entry of every constant ("const.K" in program order).

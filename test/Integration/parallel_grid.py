@@ -49,7 +49,7 @@ def main():
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
 
-    def losses(pp, dp, vpp, sched, zero):
+    def losses(pp, dp, vpp, sched, zero, extra_opts=args.extra):
         m = args.microbatches // dp
         name = f"p{pp}d{dp}v{vpp}{sched.replace(':', '_').replace('/', '_').replace('+', '-')}z{zero}"
         # "elastic:2+2/4" is schedule=elastic fwd-groups=2,2 bwd-groups=4.
@@ -61,7 +61,7 @@ def main():
         plan, log = os.path.join(work, name + ".plan"), os.path.join(work, name + ".jsonl")
         r = subprocess.run([args.opt, model, f"--pipemesh-compile=batch=2 seq=8 "
                             f"microbatches={m} pp={pp} dp={dp} vpp={vpp} schedule={sched} "
-                            f"zero={zero}{extra} {args.extra}", "-o", plan], capture_output=True, text=True)
+                            f"zero={zero}{extra} {extra_opts}", "-o", plan], capture_output=True, text=True)
         if r.returncode:
             return None, "compile: " + r.stderr.strip()[-300:]
         r = subprocess.run(["mpirun", "--oversubscribe", "-np", str(pp * dp), args.run, plan,
@@ -72,7 +72,7 @@ def main():
             return None, "run: " + (r.stdout + r.stderr).strip()[-400:]
         return [json.loads(l)["loss"] for l in open(log)], None
 
-    ref, err = losses(1, 1, 1, "1f1b", 0)
+    ref, err = losses(1, 1, 1, "1f1b", 0, extra_opts="")  # the plain one-process plan
     if ref is None:
         print("reference failed:", err)
         return 1

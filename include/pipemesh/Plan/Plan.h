@@ -45,6 +45,11 @@ struct CompileOptions {
   bool explain = false;
   /// ZeRO level over the dp replicas (0..3; nothing is sharded when dp = 1).
   int64_t zero = 0;
+  /// Mixed sharding: one level per chunk (`zero=0,1,3,3`), or chosen per
+  /// chunk by the simulator within mem-limit (`zero=auto`). Empty and false:
+  /// `zero` everywhere.
+  std::vector<int64_t> zeroChunks;
+  bool zeroAuto = false;
   /// Explicit transformer layers per chunk for --pmesh-partition (empty: the
   /// partitioner balances by its cost model).
   std::vector<int64_t> layersPerStage;
