@@ -1,0 +1,303 @@
+#!/usr/bin/python3
+"""Elastic-pipeline paper setting in simulation (issue 5, "Performance").
+
+GPT models of about 1.3B, 7B and 13B parameters (shapes-only ONNX from models/gen_gpt2.py,
+seq 2048, vocab 50257) on 16 / 32 / 64 A100-40GB-class GPUs (8 per node) with 25 and 100
+Gb/s between nodes (pipemesh-sim presets a100-40g-25gbps / a100-40g-100gbps), global batch
+fixed at 128 sequences. For each of 1f1b, interleaved (vpp=2), bfs (vpp=2), zb-h1 (vpp=1)
+and elastic (vpp=2; uniform fwd/bwd groups g=pp, 2pp, M and the mixed fwd g=M / bwd g=pp,
+where g=pp and g=M are taken from the interleaved and bfs plans, see candidates()) the script
+compiles plans with recompute=auto mem-limit=40GiB, zero=1 first and zero=3 (then zero=2)
+when that does not compile, needs recompute or does not fit the device (run_chain()),
+simulates each on both clusters and keeps per row (model, gpus, network, schedule) the
+fastest plan that compiled within mem-limit (table 1) and the fastest whose simulated peak
+also fits the preset's 40e9 bytes (table 2).
+
+    bench/sim_paper.py [--build build] [--jobs 2] [--only 1.3B@16,7B@32] [--extra] [--table]
+
+Results are cached per configuration in bench/out/sim_paper/cache/ (a rerun skips the done
+ones, failures included; delete a file to redo it); bench/out/sim_paper.json holds every
+run and the chosen rows, bench/out/sim_paper.md the markdown table.
+"""
+import argparse
+import concurrent.futures as cf
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "bench", "out")
+WORK = os.path.join(OUT, "sim_paper")
+CACHE = os.path.join(WORK, "cache")
+
+MODELS = {  # name: (layers, embd, heads)
+    "1.3B": (24, 2048, 16),
+    "7B": (32, 4096, 32),
+    "13B": (40, 5120, 40),
+}
+SEQ, VOCAB = 2048, 50257
+GLOBAL_BATCH = 128          # sequences per step = batch * microbatches * dp
+PP = 4                       # pipeline stages for every GPU count; dp = gpus / pp
+NETWORKS = ("a100-40g-25gbps", "a100-40g-100gbps")
+MEM_LIMIT = "40GiB"
+SCHEDULES = ("1f1b", "interleaved", "bfs", "zb-h1", "elastic")
+# (model, gpus) rows in the order they run: the paper's diagonal (model grows with the
+# cluster) plus 1.3B on 64 GPUs first; --extra adds the rest of the 3 x 3 grid.
+PRIORITY = [("1.3B", 16), ("7B", 32), ("13B", 64), ("1.3B", 64)]
+EXTRA = [("1.3B", 32), ("7B", 16), ("7B", 64), ("13B", 16), ("13B", 32)]
+
+LOCK = threading.Lock()
+
+
+def log(msg):
+    with LOCK:
+        print(time.strftime("%H:%M:%S"), msg, flush=True)
+
+
+def model_file(name):
+    path = os.path.join(WORK, f"gpt_{name}.onnx")
+    if not os.path.exists(path):
+        layers, embd, heads = MODELS[name]
+        subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "models", "gen_gpt2.py"),
+                        "--layers", str(layers), "--embd", str(embd), "--heads", str(heads),
+                        "--vocab", str(VOCAB), "--ctx", str(SEQ), "--shapes-only",
+                        "--with-loss", "--loss-only", "--causal-mask", "computed",
+                        "-o", path], check=True, stdout=subprocess.DEVNULL)
+    return path
+
+
+def shape(gpus):
+    """pp, dp, micro-batch size, micro-batches for a GPU count at the fixed global batch."""
+    dp = gpus // PP
+    per_replica = GLOBAL_BATCH // dp
+    batch = 2 if per_replica >= 4 * PP else 1   # keep at least 2 * pp micro-batches
+    return PP, dp, batch, per_replica // batch
+
+
+def candidates(schedule, pp, m):
+    """[(vpp, extra compile options, label)] tried for one schedule.
+
+    Elastic with uniform groups g=pp is interleaved's order and g=M is bfs's (checked: the
+    1.3B@16 and 7B@32 plans simulate to identical numbers), so those two are not compiled
+    again for elastic: choose() counts the interleaved and bfs plans as elastic candidates.
+    Compiled for elastic: uniform g=2pp (when 2pp < M) and the mixed fwd g=M / bwd g=pp."""
+    if schedule in ("1f1b", "zb-h1"):
+        return [(1, "", "")]
+    if schedule in ("interleaved", "bfs"):
+        return [(2, "", "")]
+    groups = lambda g: ",".join([str(g)] * (m // g))
+    out = []
+    if 2 * pp < m and m % (2 * pp) == 0:
+        out.append((2, f"fwd-groups={groups(2 * pp)} bwd-groups={groups(2 * pp)}", f"g={2 * pp}"))
+    if pp < m and m % pp == 0:
+        out.append((2, f"fwd-groups={m} bwd-groups={groups(pp)}", f"fwd={m},bwd={pp}"))
+    return out
+
+
+def summarize(sim):
+    ranks = sim.get("ranks", [])
+    return {k: sim.get(k) for k in (
+        "step_time_s", "tokens_per_s", "tokens_per_step", "all_device_idle_frac",
+        "exposed_comm_frac", "bubble_frac", "recompute_frac", "compute_frac",
+        "max_peak_mem_bytes", "mem_capacity_bytes", "fits_memory")} | {
+        "max_arena_bytes": max((r.get("arena_bytes", 0) for r in ranks), default=0),
+        "ranks_with_recompute": sum(1 for r in ranks if r.get("recompute_s", 0) > 0)}
+
+
+def run_config(opt, simbin, model, gpus, schedule, vpp, extra, label, zero):
+    """Compile one plan and simulate it on every network; cached by key."""
+    pp, dp, batch, m = shape(gpus)
+    key = (f"{model}_g{gpus}_{schedule}{('_' + label) if label else ''}_z{zero}"
+           .replace("=", "").replace(",", "_"))
+    cache = os.path.join(CACHE, key + ".json")
+    if os.path.exists(cache):
+        return json.load(open(cache))
+    opts = (f"batch={batch} seq={SEQ} pp={pp} dp={dp} vpp={vpp} microbatches={m} "
+            f"schedule={schedule} zero={zero} recompute=auto mem-limit={MEM_LIMIT} "
+            f"shapes-only=true {extra}").strip()
+    rec = {"key": key, "model": model, "gpus": gpus, "schedule": schedule, "label": label,
+           "pp": pp, "dp": dp, "vpp": vpp, "batch": batch, "microbatches": m, "zero": zero,
+           "options": opts, "sims": {}}
+    plan = os.path.join(WORK, key + ".plan")
+    t0 = time.time()
+    cp = subprocess.run([opt, model_file(model), f"--pipemesh-compile={opts}", "-o", plan],
+                        capture_output=True, text=True)
+    rec["compile_s"] = round(time.time() - t0, 1)
+    if cp.returncode:
+        rec["compile_error"] = (cp.stderr or cp.stdout).strip().splitlines()[-1][:400] \
+            if (cp.stderr or cp.stdout).strip() else f"exit {cp.returncode}"
+        log(f"{key}: compile FAILED ({rec['compile_s']} s): {rec['compile_error']}")
+    else:
+        for net in NETWORKS:
+            out = os.path.join(WORK, f"{key}.{net}.json")
+            t1 = time.time()
+            sp = subprocess.run([simbin, plan, "--cluster", net, "--json", out, "--quiet"],
+                                capture_output=True, text=True)
+            if sp.returncode:
+                msg = (sp.stderr or sp.stdout).strip().splitlines()
+                rec["sims"][net] = {"error": (msg[-1] if msg else f"exit {sp.returncode}")[:400]}
+            else:
+                rec["sims"][net] = summarize(json.load(open(out)))
+                os.remove(out)
+            rec["sims"][net]["sim_s"] = round(time.time() - t1, 1)
+        os.remove(plan)
+        s = rec["sims"][NETWORKS[0]]
+        log(f"{key}: compile {rec['compile_s']} s, " + ", ".join(
+            f"{n.split('-')[-1]} {v.get('tokens_per_s', 0):.0f} tok/s"
+            f" rc {v.get('recompute_frac', 0) or 0:.3f}" if "error" not in v else
+            f"{n}: SIM ERROR {v['error']}" for n, v in rec["sims"].items()))
+    with open(cache, "w") as f:
+        json.dump(rec, f, indent=1)
+    return rec
+
+
+def needs_more_zero(rec):
+    """Try the next zero level when this one failed or needed recompute / did not fit."""
+    if "compile_error" in rec:
+        return True
+    for s in rec["sims"].values():
+        if "error" in s or (s.get("recompute_frac") or 0) > 0 or not s.get("fits_memory"):
+            return True
+    return False
+
+
+def run_chain(opt, simbin, model, gpus, schedule, vpp, extra, label):
+    """zero=1; zero=3 when zero=1 fails to compile, needs recompute or does not fit the
+    device; zero=2 only when zero=1 did not compile (in these plans zero=2 has zero=1's peak:
+    the unsharded gradient buffer is still live through the backward, see the doc)."""
+    recs = [run_config(opt, simbin, model, gpus, schedule, vpp, extra, label, 1)]
+    if needs_more_zero(recs[0]):
+        recs.append(run_config(opt, simbin, model, gpus, schedule, vpp, extra, label, 3))
+        if "compile_error" in recs[0] and needs_more_zero(recs[-1]):
+            recs.append(run_config(opt, simbin, model, gpus, schedule, vpp, extra, label, 2))
+    return recs
+
+
+def choose(recs, model, gpus, net, schedule, strict=False):
+    """The fastest plan of this row that compiled (the compiler holds its fp32 arena within
+    mem-limit=40GiB) and simulated; strict: only plans whose simulated peak also fits the
+    device preset's capacity (40e9 bytes = 37.25 GiB)."""
+    same = ("interleaved", "bfs", "elastic") if schedule == "elastic" else (schedule,)
+    mine = [r for r in recs if r["model"] == model and r["gpus"] == gpus
+            and r["schedule"] in same]
+    ok = [r for r in mine if "compile_error" not in r and net in r["sims"]
+          and "error" not in r["sims"][net]]
+    row = {"model": model, "gpus": gpus, "network": net, "schedule": schedule}
+    if not ok:
+        errs = [r.get("compile_error") or r["sims"].get(net, {}).get("error") for r in mine]
+        errs = {e.split(" error: ")[-1] for e in errs if e}   # drop the file:line prefix
+        row["error"] = " / ".join(sorted(errs)) or "not run (yet)"
+        return row
+    if strict:
+        ok = [r for r in ok if r["sims"][net].get("fits_memory")]
+        if not ok:
+            row["error"] = "no plan's simulated peak fits the 40e9-byte device"
+            return row
+    best = max(ok, key=lambda r: r["sims"][net]["tokens_per_s"])
+    row.update(best["sims"][net])
+    alias = {"interleaved": f" g={best['pp']} (=interleaved)",
+             "bfs": f" g={best['microbatches']} (=bfs)"}
+    label = (f" {best['label']}" if best["label"] else "") + (
+        alias.get(best["schedule"], "") if schedule == "elastic" else "")
+    row["config"] = (f"pp={best['pp']} dp={best['dp']} vpp={best['vpp']} b={best['batch']} "
+                     f"M={best['microbatches']} zero={best['zero']}{label}")
+    row["options"] = best["options"]
+    return row
+
+
+def pct(x):
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def table(rows):
+    head = ("| model | GPUs | net | schedule | best config | step s | tokens/s | all-idle % "
+            "| exposed comm % | bubble % | recompute % | peak GiB | fits 40 GB | "
+            "elastic / interleaved | elastic / best other |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['model']} | {r['gpus']} | {r['network'].split('-')[-1]} | "
+                         f"{r['schedule']} | FAILED: {r['error']} |  |  |  |  |  |  |  |  |  |  |")
+            continue
+        ratio = lambda k: f"{r[k]:.3f}" if r.get(k) is not None else ""
+        lines.append(
+            f"| {r['model']} | {r['gpus']} | {r['network'].split('-')[-1]} | {r['schedule']} | "
+            f"{r['config']} | {r['step_time_s']:.3f} | {r['tokens_per_s']:.0f} | "
+            f"{pct(r['all_device_idle_frac'])} | {pct(r['exposed_comm_frac'])} | "
+            f"{pct(r['bubble_frac'])} | {pct(r['recompute_frac'])} | "
+            f"{r['max_peak_mem_bytes'] / 2**30:.1f} | {'yes' if r['fits_memory'] else 'NO'} | "
+            f"{ratio('elastic_over_interleaved')} | {ratio('elastic_over_best_other')} |")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--only", help="comma-separated MODEL@GPUS rows (default: the priority rows)")
+    ap.add_argument("--extra", action="store_true", help="also the rest of the 3 x 3 grid")
+    ap.add_argument("--table", action="store_true", help="only rebuild the table from the cache")
+    args = ap.parse_args()
+    opt, simbin = (os.path.join(args.build, "bin", t) for t in ("pipemesh-opt", "pipemesh-sim"))
+    os.makedirs(CACHE, exist_ok=True)
+    grid = list(PRIORITY) + (EXTRA if args.extra else [])
+    if args.only:
+        grid = [(s.split("@")[0], int(s.split("@")[1])) for s in args.only.split(",")]
+    for model, _ in grid:
+        model_file(model)
+    tasks = []
+    for model, gpus in grid:
+        pp, dp, batch, m = shape(gpus)
+        for schedule in SCHEDULES:
+            for vpp, extra, label in candidates(schedule, pp, m):
+                tasks.append((model, gpus, schedule, vpp, extra, label))
+    recs = []
+    if args.table:
+        for f in sorted(os.listdir(CACHE)):
+            recs.append(json.load(open(os.path.join(CACHE, f))))
+        grid = sorted({(r["model"], r["gpus"]) for r in recs},
+                      key=lambda mg: (list(MODELS).index(mg[0]), mg[1]))
+    else:
+        log(f"{len(tasks)} configuration chains on {args.jobs} workers")
+        with cf.ThreadPoolExecutor(args.jobs) as ex:
+            for chain in ex.map(lambda t: run_chain(opt, simbin, *t), tasks):
+                recs.extend(chain)
+    tables = {}
+    for strict in (False, True):
+        tables["strict" if strict else "mem_limit"] = rows_for(recs, grid, strict)
+    rows = tables["mem_limit"]
+    with open(os.path.join(OUT, "sim_paper.json"), "w") as f:
+        json.dump({"setting": {"seq": SEQ, "vocab": VOCAB, "global_batch": GLOBAL_BATCH,
+                               "pp": PP, "mem_limit": MEM_LIMIT, "networks": NETWORKS},
+                   "rows": rows, "rows_strict_device_fit": tables["strict"], "runs": recs},
+                  f, indent=1)
+    md = ("Best plan within the compiler's mem-limit=40GiB:\n\n" + table(rows) +
+          "\n\nBest plan whose simulated peak fits the 40e9-byte device preset:\n\n" +
+          table(tables["strict"]))
+    with open(os.path.join(OUT, "sim_paper.md"), "w") as f:
+        f.write(md + "\n")
+    print(md)
+
+
+def rows_for(recs, grid, strict):
+    rows = []
+    for model, gpus in grid:
+        for net in NETWORKS:
+            group = [choose(recs, model, gpus, net, s, strict) for s in SCHEDULES]
+            tput = {r["schedule"]: r.get("tokens_per_s") for r in group}
+            e = tput.get("elastic")
+            others = [v for s, v in tput.items() if s != "elastic" and v]
+            for r in group:
+                if r["schedule"] == "elastic" and e:
+                    if tput.get("interleaved"):
+                        r["elastic_over_interleaved"] = e / tput["interleaved"]
+                    if others:
+                        r["elastic_over_best_other"] = e / max(others)
+            rows.extend(group)
+    return rows
+
+if __name__ == "__main__":
+    sys.exit(main())
