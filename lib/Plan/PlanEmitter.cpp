@@ -25,6 +25,7 @@
 #include "pipemesh/Plan/Plan.h"
 
 #include "PlanInternal.h"
+#include "RankPrograms.h"
 #include "StagedStep.h"
 
 #include "pipemesh/CostModel/CostModel.h"
@@ -136,7 +137,6 @@ private:
     Action a;
     llvm::StringMap<int> gathered; // zero 3: whole parameters of this action
     llvm::DenseMap<Value, int> views;
-    std::vector<std::string> recvTokens, sendTokens;
     /// Re-running forward ops before their backward: their results replace
     /// the forward's for this micro-batch, nothing is sent or counted again.
     bool recompute = false;
@@ -164,17 +164,14 @@ private:
   void emit(json::Object inst) { program.push_back(std::move(inst)); }
 
   void createParamBuffers();
-  /// The ZeRO level of this rank's copy of a parameter: that of the lowest
-  /// chunk on this rank that reads it or accumulates its gradient.
+  /// The ZeRO level of a parameter (`pmesh.zero`, set by --pmesh-shard).
   int64_t zeroOf(StringRef name) const;
   FailureOr<int> operand(Value v, ActionCtx &ctx);
   int view(Value v, int of, StringRef name);
   int paramBuffer(StringRef name, ActionCtx &ctx);
   void ensureLoaded(int64_t mb);
   LogicalResult emitOp(Operation *op, ActionCtx &ctx);
-  void sendResults(Operation *op, ActionCtx &ctx);
   int gradTarget(StringRef name);
-  void dpReduce(llvm::ArrayRef<std::string> names);
   void layout(RankPlan &out);
   std::vector<Operation *> recomputedOps(int64_t chunk) const;
   std::string direction(Value v) const {
@@ -212,12 +209,7 @@ private:
 };
 
 int64_t RankEmitter::zeroOf(StringRef name) const {
-  auto it = step.chunksOf.find(name);
-  if (it != step.chunksOf.end())
-    for (int64_t c : it->second)
-      if (step.rankOf(c) == p)
-        return sh.zeroChunks[c];
-  return sh.zero;
+  return sh.opts.dp > 1 ? detail::zeroLevelOf(sh.module, name) : 0;
 }
 
 void RankEmitter::createParamBuffers() {
@@ -389,47 +381,12 @@ FailureOr<int> RankEmitter::operand(Value v, ActionCtx &ctx) {
                                 << mb << " before pipeline rank " << p
                                 << " computes it: the schedule runs a consumer before its "
                                    "producer (internal error)";
-    int64_t channel = -1;
-    for (auto [dst, ch] : step.remote.lookup(v))
-      if (dst == p)
-        channel = ch;
-    assert(channel >= 0 && "remote value without a channel");
-    int id = add(valueBuffer(v, "activation", tmpName()));
-    emit(json::Object{{"op", "recv"},
-                      {"out", json::Array{id}},
-                      {"peer", src},
-                      {"tag", channel * sh.opts.microbatches + mb}});
-    inst[{v, mb}] = id;
-    std::string token =
-        std::to_string(ctx.a.chunk) + "RECV_" + direction(v) + std::to_string(mb);
-    if (!llvm::is_contained(ctx.recvTokens, token))
-      ctx.recvTokens.push_back(token);
-    return id;
+    return def->emitOpError() << "result is read on pipeline rank " << p << " (chunk "
+                              << ctx.a.chunk << ", micro-batch " << mb
+                              << ") before the rank program receives it (internal error)";
   }
   }
   return failure();
-}
-
-void RankEmitter::sendResults(Operation *op, ActionCtx &ctx) {
-  int64_t mb = ctx.a.microbatch;
-  for (Value v : op->getResults()) {
-    auto it = step.remote.find(v);
-    if (it == step.remote.end())
-      continue;
-    int id = inst.lookup({v, mb});
-    for (auto [dst, ch] : it->second) {
-      emit(json::Object{{"op", "send"},
-                        {"in", json::Array{id}},
-                        {"peer", dst},
-                        {"tag", ch * sh.opts.microbatches + mb}});
-      sentRoots.push_back(root(id));
-      sendCompletedAt.push_back(-1);
-    }
-    std::string token =
-        std::to_string(ctx.a.chunk) + "SEND_" + direction(v) + std::to_string(mb);
-    if (!llvm::is_contained(ctx.sendTokens, token))
-      ctx.sendTokens.push_back(token);
-  }
 }
 
 int RankEmitter::gradTarget(StringRef name) {
@@ -448,41 +405,6 @@ int RankEmitter::gradTarget(StringRef name) {
     emit(json::Object{{"op", "zero"}, {"out", json::Array{pb.transientGrad}}});
   }
   return pb.transientGrad;
-}
-
-void RankEmitter::dpReduce(llvm::ArrayRef<std::string> names) {
-  if (names.empty() || sh.opts.dp <= 1)
-    return;
-  // Asynchronous: the reduction runs on the data-parallel stream while the
-  // backward goes on; wait_collectives before the optimizer step completes
-  // it, and only then are transient gradients freed.
-  asyncCollectives = true;
-  // Replicated gradients (zero 0) are all-reduced, sharded ones
-  // reduce-scattered.
-  json::Array bufs;
-  for (const std::string &n : names)
-    if (!pbufs[n].st.gradShard)
-      bufs.push_back(pbufs[n].grad);
-  if (!bufs.empty())
-    emit(json::Object{
-        {"op", "allreduce"}, {"group", "dp"}, {"bufs", std::move(bufs)}, {"async", true}});
-  json::Array in, out;
-  for (const std::string &n : names) {
-    ParamBufs &pb = pbufs[n];
-    if (!pb.st.gradShard)
-      continue;
-    int full = gradTarget(n);
-    in.push_back(full);
-    out.push_back(pb.gradShard);
-    if (pb.transientGrad >= 0)
-      freedAfterWait.push_back(full);
-  }
-  if (!in.empty())
-    emit(json::Object{{"op", "reduce_scatter"},
-                      {"group", "dp"},
-                      {"in", std::move(in)},
-                      {"out", std::move(out)},
-                      {"async", true}});
 }
 
 void RankEmitter::waitCollectives() {
@@ -551,7 +473,6 @@ LogicalResult RankEmitter::emitOp(Operation *op, ActionCtx &ctx) {
   }
   if (ctx.recompute)
     return success();
-  sendResults(op, ctx);
   if (op == step.lossOp)
     emit(json::Object{{"op", "loss"},
                       {"in", json::Array{inst.lookup({step.loss, mb})}},
@@ -689,16 +610,15 @@ LogicalResult RankEmitter::run(RankPlan &out) {
   }
 
   createParamBuffers();
-  json::Array zeroed;
-  for (const std::string &n : heldParams)
-    if (pbufs[n].grad >= 0)
-      zeroed.push_back(pbufs[n].grad);
-  if (!zeroed.empty())
-    emit(json::Object{{"op", "zero"}, {"out", std::move(zeroed)}});
 
-  // Where each gradient's accumulation ends on this rank, and (zero 3)
-  // after which op of a phase a gathered parameter is no longer read.
-  std::vector<Action> actions = rankSchedule(sh.sched, p);
+  // The rank's program (--pmesh-schedule), lowered op by op.
+  pm::RankProgramOp rankProgram;
+  for (auto rp : sh.module.getOps<pm::RankProgramOp>())
+    if (rp.getPpRank() == p)
+      rankProgram = rp;
+  if (!rankProgram)
+    return sh.module.emitError() << "no pmesh.rank_program for pipeline rank " << p
+                                 << " (internal error)";
   const bool split = splitsBackward(sh.sched);
   // The ops an action runs: the forward, the whole backward, or (schedules
   // that split it) its input-gradient part B or weight-gradient part W.
@@ -710,11 +630,7 @@ LogicalResult RankEmitter::run(RankPlan &out) {
     return a.weight ? step.bwdWeightOps[a.chunk] : step.bwdInputOps[a.chunk];
   };
   auto phaseKey = [](const Action &a) { return a.weight ? 2 : a.backward ? 1 : 0; };
-  llvm::StringMap<size_t> lastAccumulation;
-  for (auto [k, a] : llvm::enumerate(actions))
-    if (a.backward && (!split || a.weight))
-      for (const std::string &n : step.accumulated[a.chunk])
-        lastAccumulation[n] = k;
+  // (zero 3) After which op of a phase a gathered parameter is no longer read.
   auto freeAfter = [&](llvm::ArrayRef<Operation *> ops) {
     llvm::StringMap<size_t> lastUse;
     for (auto [k, op] : llvm::enumerate(ops))
@@ -746,107 +662,172 @@ LogicalResult RankEmitter::run(RankPlan &out) {
     return seq;
   };
   std::map<std::pair<int64_t, int>, std::vector<std::vector<std::string>>> frees;
-  for (const Action &a : actions)
-    if (!frees.count({a.chunk, phaseKey(a)}))
-      frees[{a.chunk, phaseKey(a)}] = freeAfter(sequence(a));
+  auto names = [](ArrayAttr syms) {
+    std::vector<std::string> out;
+    for (Attribute a : syms)
+      out.push_back(cast<FlatSymbolRefAttr>(a).getValue().str());
+    return out;
+  };
+  auto tokenOf = [&](int64_t chunk, StringRef what, Value v, int64_t mb) {
+    return std::to_string(chunk) + what.str() + direction(v) + std::to_string(mb);
+  };
+  std::vector<std::string> pendingRecvTokens;
+  int64_t lastChunk = 0;
 
-  auto isTied = [&](StringRef n) { return step.holders.lookup(n).size() > 1; };
-  std::vector<size_t> sendsBeforeAction;
-  for (auto [k, a] : llvm::enumerate(actions)) {
-    ActionCtx ctx;
-    ctx.a = a;
-    // Sends posted more than `waitLag` actions ago are received by now in
-    // any sensible timing; completing them lets their buffers be reused
-    // instead of living to the end of the step. (The deadlock check decides:
-    // two ranks each waiting for the other to receive is a deadlock, and the
-    // builder then retries with a longer lag.)
-    sendsBeforeAction.push_back(sentRoots.size());
-    if (sh.waitLag > 0 && (int64_t)k >= sh.waitLag)
-      waitSends(sentRoots.size() - sendsBeforeAction[k - sh.waitLag]);
-    std::vector<Operation *> ops = sequence(a);
-    size_t numRecomputed = recomputedBefore(a).size();
-    const auto &freeList = frees[{a.chunk, phaseKey(a)}];
-    size_t actionStart = program.size(), recomputeEnd = program.size();
-    for (auto [i, op] : llvm::enumerate(ops)) {
-      ctx.recompute = i < numRecomputed;
-      if (failed(emitOp(op, ctx)))
-        return failure();
-      if (ctx.recompute)
-        recomputeEnd = program.size();
-      json::Array freed;
-      for (const std::string &n : freeList[i])
-        if (auto it = ctx.gathered.find(n); it != ctx.gathered.end())
-          freed.push_back(it->second);
-      if (!freed.empty())
-        emit(json::Object{{"op", "free"}, {"bufs", std::move(freed)}});
+  std::string lastActionName;
+  for (Operation &op : rankProgram.getBody().front()) {
+    if (isa<pm::ZeroGradsOp>(op)) {
+      json::Array zeroed;
+      for (const std::string &n : heldParams)
+        if (pbufs[n].grad >= 0)
+          zeroed.push_back(pbufs[n].grad);
+      if (!zeroed.empty())
+        emit(json::Object{{"op", "zero"}, {"out", std::move(zeroed)}});
+    } else if (auto w = dyn_cast<pm::WaitSendsOp>(op)) {
+      waitSends(w.getKeep());
+    } else if (auto r = dyn_cast<pm::RecvOp>(op)) {
+      Value v = step.channelValue[r.getChannel()];
+      int64_t mb = r.getMicrobatch();
+      int id = add(valueBuffer(v, "activation", tmpName()));
+      emit(json::Object{{"op", "recv"},
+                        {"out", json::Array{id}},
+                        {"peer", (int64_t)r.getPeer()},
+                        {"tag", (int64_t)r.getTag()}});
+      inst[{v, mb}] = id;
+      pendingRecvTokens.push_back(direction(v) + std::to_string(mb));
+    } else if (auto c = dyn_cast<pm::ComputeOp>(op)) {
+      Action a{(int64_t)c.getChunk(), (int64_t)c.getMicrobatch(), c.getPhase() != "F",
+               c.getPhase() == "W"};
+      lastChunk = a.chunk;
+      ActionCtx ctx;
+      ctx.a = a;
+      std::vector<Operation *> ops = sequence(a);
+      size_t numRecomputed = recomputedBefore(a).size();
+      auto key = std::make_pair(a.chunk, phaseKey(a));
+      if (!frees.count(key))
+        frees[key] = freeAfter(ops);
+      const auto &freeList = frees[key];
+      size_t actionStart = program.size(), recomputeEnd = actionStart;
+      for (auto [i, o] : llvm::enumerate(ops)) {
+        ctx.recompute = i < numRecomputed;
+        if (failed(emitOp(o, ctx)))
+          return failure();
+        if (ctx.recompute)
+          recomputeEnd = program.size();
+        json::Array freed;
+        for (const std::string &n : freeList[i])
+          if (auto it = ctx.gathered.find(n); it != ctx.gathered.end())
+            freed.push_back(it->second);
+        if (!freed.empty())
+          emit(json::Object{{"op", "free"}, {"bufs", std::move(freed)}});
+      }
+      // Which action each instruction belongs to, for pipemesh-sim's and
+      // the profiler's attribution of time.
+      std::string actionName = formatAction(a);
+      std::string recomputeName = std::to_string(a.chunk) + "R" + std::to_string(a.microbatch);
+      for (size_t k2 = actionStart; k2 < program.size(); ++k2)
+        program[k2]["action"] = k2 < recomputeEnd ? recomputeName : actionName;
+      // The schedule row: `<chunk>RECV_<dir><mb>` for what it received, once.
+      std::vector<std::string> recvTokens;
+      for (const std::string &t : pendingRecvTokens)
+        if (std::string token = std::to_string(a.chunk) + "RECV_" + t;
+            !llvm::is_contained(recvTokens, token))
+          recvTokens.push_back(token);
+      pendingRecvTokens.clear();
+      row.insert(row.end(), recvTokens.begin(), recvTokens.end());
+      row.push_back(actionName);
+      lastActionName = actionName;
+    } else if (auto sd = dyn_cast<pm::SendOp>(op)) {
+      Value v = step.channelValue[sd.getChannel()];
+      int64_t mb = sd.getMicrobatch();
+      auto it = inst.find({v, mb});
+      if (it == inst.end())
+        return sh.module.emitError() << "pipeline rank " << p << " sends channel "
+                                     << sd.getChannel() << " of micro-batch " << mb
+                                     << " before computing it (internal error)";
+      emit(json::Object{{"op", "send"},
+                        {"in", json::Array{it->second}},
+                        {"peer", (int64_t)sd.getPeer()},
+                        {"tag", (int64_t)sd.getTag()},
+                        {"action", lastActionName}});
+      sentRoots.push_back(root(it->second));
+      sendCompletedAt.push_back(-1);
+      std::string token = tokenOf(lastChunk, "SEND_", v, mb);
+      if (!llvm::is_contained(row, token))
+        row.push_back(token);
+    } else if (auto ar = dyn_cast<pm::AllReduceGradsOp>(op)) {
+      json::Array bufs;
+      for (const std::string &n : names(ar.getParams()))
+        bufs.push_back(ar.getGroup() == "tied" ? gradTarget(n) : pbufs[n].grad);
+      json::Object o{{"op", "allreduce"}, {"group", ar.getGroup()}, {"bufs", std::move(bufs)}};
+      if (ar.getAsync()) {
+        o["async"] = true;
+        asyncCollectives = true;
+      }
+      emit(std::move(o));
+    } else if (auto rs = dyn_cast<pm::ReduceScatterGradsOp>(op)) {
+      json::Array in, out;
+      for (const std::string &n : names(rs.getParams())) {
+        ParamBufs &pb = pbufs[n];
+        int full = gradTarget(n);
+        in.push_back(full);
+        out.push_back(pb.gradShard);
+        if (pb.transientGrad >= 0)
+          freedAfterWait.push_back(full);
+      }
+      json::Object o{{"op", "reduce_scatter"},
+                     {"group", "dp"},
+                     {"in", std::move(in)},
+                     {"out", std::move(out)}};
+      if (rs.getAsync()) {
+        o["async"] = true;
+        asyncCollectives = true;
+      }
+      emit(std::move(o));
+    } else if (isa<pm::WaitCollectivesOp>(op)) {
+      waitCollectives();
+    } else if (isa<pm::OptimizerStepOp>(op)) {
+      json::Array entries;
+      for (const std::string &n : heldParams) {
+        ParamBufs &pb = pbufs[n];
+        if (pb.m < 0)
+          continue;
+        const ParamInfo &pi = sh.params[sh.paramIndex.lookup(n)];
+        json::Object e{{"param", pb.shard >= 0 ? pb.shard : pb.full},
+                       {"grad", pb.gradShard >= 0 ? pb.gradShard : pb.grad},
+                       {"m", pb.m},
+                       {"v", pb.v},
+                       {"decay", pi.decay}};
+        // Every gradient element counts once in the global norm: the tied
+        // copy on the lowest pipeline rank, and replicated (zero 0) gradients
+        // on dp rank 0 only.
+        auto holders = step.holders.find(n);
+        int64_t lowest = holders == step.holders.end() ? 0 : *holders->second.begin();
+        if (lowest != p)
+          e["norm_weight"] = 0.0;
+        else if (!pb.st.gradShard && sh.opts.dp > 1)
+          e["norm_dp0_only"] = true; // resolved per dp rank
+        entries.push_back(std::move(e));
+      }
+      emit(json::Object{{"op", "adamw"}, {"params", std::move(entries)}});
+    } else if (auto ag = dyn_cast<pm::AllGatherParamsOp>(op)) {
+      json::Array in, out;
+      for (const std::string &n : names(ag.getParams())) {
+        ParamBufs &pb = pbufs[n];
+        if (pb.shard >= 0 && pb.full >= 0) {
+          in.push_back(pb.shard);
+          out.push_back(pb.full);
+        }
+      }
+      if (!in.empty())
+        emit(json::Object{
+            {"op", "allgather"}, {"group", "dp"}, {"in", std::move(in)}, {"out", std::move(out)}});
+    } else {
+      return op.emitOpError("cannot be lowered into a plan");
     }
-    // Which action each instruction belongs to, for pipemesh-sim's and the
-    // profiler's attribution of time.
-    std::string actionName = formatAction(a);
-    std::string recomputeName =
-        std::to_string(a.chunk) + "R" + std::to_string(a.microbatch);
-    for (size_t k2 = actionStart; k2 < program.size(); ++k2)
-      program[k2]["action"] = k2 < recomputeEnd ? recomputeName : actionName;
-    row.insert(row.end(), ctx.recvTokens.begin(), ctx.recvTokens.end());
-    row.push_back(actionName);
-    row.insert(row.end(), ctx.sendTokens.begin(), ctx.sendTokens.end());
-    // Data-parallel reduction as soon as a gradient is complete.
-    std::vector<std::string> done;
-    for (const std::string &n : heldParams)
-      if (pbufs[n].m >= 0 && !isTied(n) && lastAccumulation.count(n) &&
-          lastAccumulation[n] == k)
-        done.push_back(n);
-    dpReduce(done);
-  }
-
-  // Tied copies: sum over the tied group, then over dp. Last, because a
-  // collective blocks until every member reaches it.
-  std::vector<std::string> tied;
-  for (const std::string &n : heldParams)
-    if (pbufs[n].m >= 0 && isTied(n))
-      tied.push_back(n);
-  if (!tied.empty()) {
-    json::Array bufs;
-    for (const std::string &n : tied)
-      bufs.push_back(gradTarget(n));
-    emit(json::Object{{"op", "allreduce"}, {"group", "tied"}, {"bufs", std::move(bufs)}});
-    dpReduce(tied);
   }
   waitSends(0);
   waitCollectives();
-
-  json::Array entries, gatherIn, gatherOut;
-  for (const std::string &n : heldParams) {
-    ParamBufs &pb = pbufs[n];
-    if (pb.m < 0)
-      continue;
-    const ParamInfo &pi = sh.params[sh.paramIndex.lookup(n)];
-    json::Object e{{"param", pb.shard >= 0 ? pb.shard : pb.full},
-                   {"grad", pb.gradShard >= 0 ? pb.gradShard : pb.grad},
-                   {"m", pb.m},
-                   {"v", pb.v},
-                   {"decay", pi.decay}};
-    // Every gradient element counts once in the global norm: the tied copy
-    // on the lowest pipeline rank, and replicated (zero 0) gradients on dp
-    // rank 0 only.
-    auto holders = step.holders.find(n);
-    int64_t lowest = holders == step.holders.end() ? 0 : *holders->second.begin();
-    if (lowest != p)
-      e["norm_weight"] = 0.0;
-    else if (!pb.st.gradShard && sh.opts.dp > 1)
-      e["norm_dp0_only"] = true; // resolved per dp rank
-    entries.push_back(std::move(e));
-    if (pb.shard >= 0 && pb.full >= 0) {
-      gatherIn.push_back(pb.shard);
-      gatherOut.push_back(pb.full);
-    }
-  }
-  emit(json::Object{{"op", "adamw"}, {"params", std::move(entries)}});
-  if (!gatherIn.empty())
-    emit(json::Object{{"op", "allgather"},
-                      {"group", "dp"},
-                      {"in", std::move(gatherIn)},
-                      {"out", std::move(gatherOut)}});
 
   layout(out);
   out.buffers = std::move(buffers);
@@ -1179,6 +1160,10 @@ json::Object PlanBuilder::manifest(std::vector<RankPlan> &ranks) {
 
 /// Every pipeline rank's program, with the recomputation each needs.
 LogicalResult PlanBuilder::emitRanks(func::FuncOp train, std::vector<RankPlan> &ranks) {
+  // --pmesh-shard and --pmesh-schedule, then their lowering.
+  detail::annotateSharding(sh.module, sh.step, sh.zeroChunks, sh.opts.dp);
+  if (failed(detail::buildRankPrograms(sh.module, sh.step, sh.sched, sh.opts.dp, sh.waitLag)))
+    return failure();
   ranks.assign(sh.opts.pp, RankPlan());
   const int64_t limit = sh.opts.memLimit;
   for (int64_t p = 0; p < sh.opts.pp; ++p) {

@@ -156,8 +156,10 @@ FailureOr<StagedStep> analyzeTrainStep(func::FuncOp train, int64_t pp, int64_t n
         if (auto it = s.chunkOf.find(user); it != s.chunkOf.end())
           if (s.rankOf(it->second) != src)
             dst.insert(s.rankOf(it->second));
-      for (int64_t d : dst)
+      for (int64_t d : dst) {
         s.remote[v].push_back({d, s.numChannels++});
+        s.channelValue.push_back(v);
+      }
     }
 
   // The input-gradient part of each backward: the ops the values it sends

@@ -53,6 +53,8 @@ struct StagedStep {
   /// Activations read on other pipeline ranks: (destination rank, channel).
   llvm::DenseMap<mlir::Value, llvm::SmallVector<std::pair<int64_t, int64_t>, 1>> remote;
   int64_t numChannels = 0;
+  /// The value each channel carries.
+  std::vector<mlir::Value> channelValue;
   /// Per parameter: the pipeline ranks that read it or accumulate its
   /// gradient (more than one: a tied parameter, one copy per rank).
   llvm::StringMap<std::set<int64_t>> holders;

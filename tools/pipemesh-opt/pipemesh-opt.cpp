@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "pipemesh/Dialect/PMesh/PMesh.h"
 #include "pipemesh/Import/ONNXImporter.h"
+#include "pipemesh/Plan/Passes.h"
 #include "pipemesh/Plan/Plan.h"
 #include "pipemesh/Transforms/Passes.h"
 
@@ -233,6 +234,7 @@ int main(int argc, char **argv) {
   DialectRegistry registry;
   registry.insert<pipemesh::pmesh::PMeshDialect, func::FuncDialect>();
   pipemesh::registerPMeshPasses();
+  pipemesh::plan::registerPlanPasses();
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
   mlir::registerSymbolDCEPass();

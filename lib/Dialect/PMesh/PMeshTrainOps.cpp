@@ -91,3 +91,15 @@ LogicalResult AdamWOp::verify() {
                          << " decay flags";
   return success();
 }
+
+//===----------------------------------------------------------------------===//
+// Per-rank program ops
+//===----------------------------------------------------------------------===//
+
+LogicalResult pipemesh::pmesh::ComputeOp::verify() {
+  if (getPhase() != "F" && getPhase() != "B" && getPhase() != "W")
+    return emitOpError() << "phase must be \"F\", \"B\" or \"W\", got \"" << getPhase() << "\"";
+  if (getChunk() < 0 || getMicrobatch() < 0)
+    return emitOpError("chunk and microbatch must be non-negative");
+  return success();
+}

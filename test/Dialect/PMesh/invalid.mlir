@@ -893,3 +893,18 @@ func.func @slice_element(%x: tensor<4xf32>) {
   %0 = pmesh.slice %x [[0] : [4] : [1]] : tensor<4xf32> -> tensor<4xf16>
   return
 }
+
+// -----
+
+pmesh.rank_program attributes {pp_rank = 0 : i64, schedule = "1f1b", wait_lag = 1 : i64} {
+  // expected-error @+1 {{phase must be "F", "B" or "W", got "X"}}
+  pmesh.compute {chunk = 0 : i64, microbatch = 0 : i64, phase = "X"}
+}
+
+// -----
+
+func.func @outside() {
+  // expected-error @+1 {{expects parent op 'pmesh.rank_program'}}
+  pmesh.wait_sends
+  return
+}

@@ -16,6 +16,7 @@ include "mlir/IR/BuiltinAttributeInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
 include "mlir/IR/OpBase.td"
+include "mlir/IR/RegionKindInterface.td"
 
 // All values are statically shaped tensors: shapes are bound at import time.
 def PMesh_Tensor : StaticShapeTensorOf<[AnyFloat, AnySignlessInteger]>;
@@ -317,5 +318,6 @@ def PMesh_SliceOp : PMesh_Op<"slice", [Pure, DeclareOpInterfaceMethods<PMesh_Dif
 }
 
 include "pipemesh/Dialect/PMesh/PMeshTrainOps.td"
+include "pipemesh/Dialect/PMesh/PMeshParallelOps.td"
 
 #endif // PIPEMESH_DIALECT_PMESH_OPS_TD

@@ -1,0 +1,48 @@
+//===- RankPrograms.h - sharding and per-rank programs in the IR -*- C++ -*-===//
+//
+// Internal to lib/Plan; the passes --pmesh-shard and --pmesh-schedule and the
+// plan emitter share it.
+//
+//   annotateSharding   sets `pmesh.zero` on every pmesh.param: the ZeRO level
+//                      its data-parallel replicas store it with (that of the
+//                      lowest chunk that reads it or accumulates its
+//                      gradient), and `pmesh.dp` on the module.
+//   buildRankPrograms  replaces the module's pmesh.rank_program ops with one
+//                      per pipeline rank: the schedule's compute actions, a
+//                      recv before the first action that reads a remote value,
+//                      a send after the action that produces one, wait_sends
+//                      `waitLag` actions later, each gradient's data-parallel
+//                      reduction (async) right after the action that completes
+//                      it, the tied-weight sum, then the optimizer step and
+//                      the all-gather of updated shards.
+//
+// The emitter lowers these ops instruction by instruction
+// (PlanEmitter.cpp); docs/parallel-plan.md describes what they become.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PIPEMESH_LIB_PLAN_RANKPROGRAMS_H
+#define PIPEMESH_LIB_PLAN_RANKPROGRAMS_H
+
+#include "StagedStep.h"
+
+#include "pipemesh/Plan/Schedule.h"
+
+#include "mlir/IR/BuiltinOps.h"
+
+namespace pipemesh::plan::detail {
+
+/// ZeRO level of every chunk (one entry per chunk) over `dp` replicas.
+void annotateSharding(mlir::ModuleOp module, const StagedStep &step,
+                      llvm::ArrayRef<int64_t> zeroChunks, int64_t dp);
+
+/// The `pmesh.zero` of a parameter (0 when absent or dp = 1).
+int64_t zeroLevelOf(mlir::ModuleOp module, llvm::StringRef param);
+
+/// Builds the pmesh.rank_program ops (annotateSharding first).
+mlir::LogicalResult buildRankPrograms(mlir::ModuleOp module, const StagedStep &step,
+                                      const ScheduleConfig &sched, int64_t dp,
+                                      int64_t waitLag);
+
+} // namespace pipemesh::plan::detail
+
+#endif // PIPEMESH_LIB_PLAN_RANKPROGRAMS_H

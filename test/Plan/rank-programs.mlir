@@ -1,0 +1,57 @@
+// --pmesh-shard and --pmesh-schedule: the parallel plan in the IR, one
+// pmesh.rank_program per pipeline rank, before the emitter lowers it.
+//
+// RUN: pipemesh-opt %S/Inputs/staged-2-chunks.mlir --pmesh-shard="pp=2 dp=2 zero=1,3" --pmesh-schedule="pp=2 dp=2 microbatches=2 schedule=1f1b" | FileCheck %s
+// RUN: pipemesh-opt %S/Inputs/staged-2-chunks.mlir --pmesh-schedule="pp=2 microbatches=2 schedule=zb-h1" | FileCheck %s --check-prefix=ZB
+// RUN: pipemesh-opt %S/Inputs/staged-2-chunks.mlir --pmesh-shard="pp=2 dp=2 zero=1,3" --pmesh-schedule="pp=2 dp=2 microbatches=2 schedule=1f1b" | pipemesh-opt | FileCheck %s
+//
+// The level of a parameter is that of the lowest chunk that uses it: the tied
+// @wte (chunks 0 and 1) takes chunk 0's.
+// CHECK: module attributes {pmesh.dp = 2 : i64}
+// CHECK: pmesh.param @wte : tensor<16x8xf32> {pmesh.zero = 1 : i64}
+// CHECK: pmesh.param @w2 : tensor<6x8xf32> {pmesh.zero = 3 : i64}
+//
+// Rank 0: forwards send their activation on channel 0 right after they run;
+// a send is completed one action later; each backward receives channel 1
+// first. Gradients are reduce-scattered (async) once the last backward that
+// accumulates them is done; the tied @wte is summed over the tied group first.
+// CHECK-LABEL: pmesh.rank_program attributes {pp_rank = 0 : i64, schedule = "1f1b", wait_lag = 1 : i64}
+// CHECK-NEXT: pmesh.zero_grads
+// CHECK-NEXT: pmesh.compute {chunk = 0 : i64, microbatch = 0 : i64, phase = "F"}
+// CHECK-NEXT: pmesh.send {channel = 0 : i64, microbatch = 0 : i64, peer = 1 : i64, tag = 0 : i64}
+// CHECK-NEXT: pmesh.compute {chunk = 0 : i64, microbatch = 1 : i64, phase = "F"}
+// CHECK-NEXT: pmesh.send {channel = 0 : i64, microbatch = 1 : i64, peer = 1 : i64, tag = 1 : i64}
+// CHECK-NEXT: pmesh.wait_sends {keep = 1 : i64}
+// CHECK-NEXT: pmesh.recv {channel = 1 : i64, microbatch = 0 : i64, peer = 1 : i64, tag = 2 : i64}
+// CHECK-NEXT: pmesh.compute {chunk = 0 : i64, microbatch = 0 : i64, phase = "B"}
+// CHECK-NEXT: pmesh.wait_sends
+// CHECK-NEXT: pmesh.recv {channel = 1 : i64, microbatch = 1 : i64, peer = 1 : i64, tag = 3 : i64}
+// CHECK-NEXT: pmesh.compute {chunk = 0 : i64, microbatch = 1 : i64, phase = "B"}
+// CHECK-NEXT: pmesh.reduce_scatter_grads {async = true, params = [@w1, @b1]}
+// CHECK-NEXT: pmesh.all_reduce_grads {group = "tied", params = [@wte]}
+// CHECK-NEXT: pmesh.reduce_scatter_grads {async = true, params = [@wte]}
+// CHECK-NEXT: pmesh.wait_collectives
+// CHECK-NEXT: pmesh.optimizer_step
+// CHECK-NEXT: pmesh.all_gather_params {params = [@wte, @w1, @b1]}
+// CHECK-NEXT: }
+// Rank 1 holds @w2 at ZeRO-3: its updated shard is not gathered back.
+// CHECK-LABEL: pmesh.rank_program attributes {pp_rank = 1 : i64
+// CHECK: pmesh.reduce_scatter_grads {async = true, params = [@w2]}
+// CHECK: pmesh.optimizer_step
+// CHECK-NEXT: pmesh.all_gather_params {params = [@wte]}
+//
+// Zero Bubble: each backward split into B (sends the input gradient) and W.
+// ZB-LABEL: pmesh.rank_program attributes {pp_rank = 1 : i64, schedule = "zb-h1"
+// ZB: pmesh.compute {chunk = 1 : i64, microbatch = 0 : i64, phase = "B"}
+// ZB-NEXT: pmesh.send {channel = 1 : i64, microbatch = 0 : i64, peer = 0 : i64, tag = 2 : i64}
+// ZB: pmesh.compute {chunk = 1 : i64, microbatch = 0 : i64, phase = "W"}
+// ZB-NOT: reduce_scatter_grads
+// ZB: pmesh.optimizer_step
+//
+// Errors name the pass and what is wrong.
+// RUN: not pipemesh-opt %S/Inputs/staged-2-chunks.mlir --pmesh-schedule="pp=2 microbatches=2 schedule=zb" 2>&1 | FileCheck %s --check-prefix=BADSCHED
+// BADSCHED: error: --pmesh-schedule: schedule must be gpipe, 1f1b, interleaved, elastic, bfs, zb-h1 or zb-h2, got 'zb'
+// RUN: not pipemesh-opt %S/Inputs/staged-2-chunks.mlir --pmesh-shard="pp=2 dp=2 zero=1,3,3" 2>&1 | FileCheck %s --check-prefix=BADZERO
+// BADZERO: error: --pmesh-shard: zero lists 3 levels but pp * vpp = 2 chunks
+// RUN: echo 'module {}' | not pipemesh-opt --pmesh-schedule="pp=2" 2>&1 | FileCheck %s --check-prefix=NOTRAIN
+// NOTRAIN: error: --pmesh-schedule needs @train_step: run --pmesh-autodiff first
