@@ -115,14 +115,17 @@ static Device gpu(const char *name, double fp32, double bf16, double bw, double 
 }
 
 // V100 SXM2 32GB: 15.7 TF fp32, 125 TF fp16 tensor cores (no bf16), 900 GB/s.
-Device Device::v100() { return gpu("v100", 15.7e12, 125e12, 900e9, 32e9, 0.75, 3e8); }
+// Memory capacities in GiB, as the cards report them (a "40GB" A100 holds
+// 40 GiB): the unit of mem-limit=40GiB.
+constexpr double kGiB = 1024.0 * 1024 * 1024;
+Device Device::v100() { return gpu("v100", 15.7e12, 125e12, 900e9, 32 * kGiB, 0.75, 3e8); }
 // A100 SXM: 19.5 TF fp32, 312 TF bf16 dense; 1555 GB/s (40GB), 2039 GB/s (80GB).
-Device Device::a100_40gb() { return gpu("a100-40gb", 19.5e12, 312e12, 1555e9, 40e9, 0.8, 1e9); }
-Device Device::a100_80gb() { return gpu("a100-80gb", 19.5e12, 312e12, 2039e9, 80e9, 0.8, 1e9); }
+Device Device::a100_40gb() { return gpu("a100-40gb", 19.5e12, 312e12, 1555e9, 40 * kGiB, 0.8, 1e9); }
+Device Device::a100_80gb() { return gpu("a100-80gb", 19.5e12, 312e12, 2039e9, 80 * kGiB, 0.8, 1e9); }
 // H100 SXM: 67 TF fp32, 989 TF bf16 dense, 3.35 TB/s, 80 GB.
-Device Device::h100() { return gpu("h100", 67e12, 989e12, 3350e9, 80e9, 0.75, 3e9); }
-// H200 SXM: the H100's compute, 4.8 TB/s, 141 GB.
-Device Device::h200() { return gpu("h200", 67e12, 989e12, 4800e9, 141e9, 0.75, 3e9); }
+Device Device::h100() { return gpu("h100", 67e12, 989e12, 3350e9, 80 * kGiB, 0.75, 3e9); }
+// H200 SXM: the H100's compute, 4.8 TB/s, 141 GB (about 139 GiB usable).
+Device Device::h200() { return gpu("h200", 67e12, 989e12, 4800e9, 139 * kGiB, 0.75, 3e9); }
 
 std::optional<Device> Device::byName(llvm::StringRef name) {
   std::string n = name.lower();

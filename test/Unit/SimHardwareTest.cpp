@@ -58,7 +58,9 @@ TEST(SimHardware, PresetsExist) {
   for (const char *n : {"cpu", "v100", "a100", "a100-40gb", "a100-80gb", "h100", "h200"})
     EXPECT_TRUE(Device::byName(n).has_value()) << n;
   EXPECT_FALSE(Device::byName("tpu").has_value());
-  EXPECT_EQ(Device::h200().memCapacity, 141e9);
+  // Capacities in GiB, the unit of mem-limit (a "40GB" A100 holds 40 GiB).
+  EXPECT_EQ(Device::a100_40gb().memCapacity, 40.0 * 1024 * 1024 * 1024);
+  EXPECT_EQ(Device::h200().memCapacity, 139.0 * 1024 * 1024 * 1024);
   for (const std::string &n : Cluster::presetNames())
     EXPECT_TRUE(Cluster::preset(n).has_value()) << n;
   EXPECT_TRUE(Cluster::preset("a100-40g-100gbps").has_value());
