@@ -677,10 +677,13 @@ LogicalResult RankEmitter::run(RankPlan &out) {
   std::string lastActionName;
   for (Operation &op : rankProgram.getBody().front()) {
     if (isa<pm::ZeroGradsOp>(op)) {
+      // Persistent gradients, and the shards that ZeRO-2/3 accumulate into.
       json::Array zeroed;
       for (const std::string &n : heldParams)
         if (pbufs[n].grad >= 0)
           zeroed.push_back(pbufs[n].grad);
+        else if (pbufs[n].gradShard >= 0)
+          zeroed.push_back(pbufs[n].gradShard);
       if (!zeroed.empty())
         emit(json::Object{{"op", "zero"}, {"out", std::move(zeroed)}});
     } else if (auto w = dyn_cast<pm::WaitSendsOp>(op)) {
@@ -765,6 +768,33 @@ LogicalResult RankEmitter::run(RankPlan &out) {
         asyncCollectives = true;
       }
       emit(std::move(o));
+    } else if (auto rs = dyn_cast<pm::ReduceScatterGradsOp>(op); rs && rs.getAccumulate()) {
+      // Reduce this action's whole gradients into temporary shards, add
+      // those to the persistent shards, free both.
+      json::Array in, tmp, acc, freed;
+      for (const std::string &n : names(rs.getParams())) {
+        ParamBufs &pb = pbufs[n];
+        int full = gradTarget(n);
+        Buffer b;
+        b.name = n + ".grad.reduced";
+        b.shape = {pb.layout.shardNumel};
+        b.dtype = "f32";
+        b.kind = "activation";
+        int t = add(std::move(b));
+        in.push_back(full);
+        tmp.push_back(t);
+        acc.push_back(pb.gradShard);
+        freed.push_back(full);
+        freed.push_back(t);
+        pb.transientGrad = -1; // the next backward starts a new whole gradient
+      }
+      json::Array tmpCopy = tmp;
+      emit(json::Object{{"op", "reduce_scatter"},
+                        {"group", "dp"},
+                        {"in", std::move(in)},
+                        {"out", std::move(tmp)}});
+      emit(json::Object{{"op", "accumulate"}, {"in", std::move(tmpCopy)}, {"out", std::move(acc)}});
+      emit(json::Object{{"op", "free"}, {"bufs", std::move(freed)}});
     } else if (auto rs = dyn_cast<pm::ReduceScatterGradsOp>(op)) {
       json::Array in, out;
       for (const std::string &n : names(rs.getParams())) {

@@ -95,7 +95,8 @@ void ProgramBuilder::dpReduce(llvm::ArrayRef<std::string> names) {
     b.create<pm::AllReduceGradsOp>(module.getLoc(), symbols(replicated), b.getStringAttr("dp"),
                                    b.getBoolAttr(true));
   if (!sharded.empty())
-    b.create<pm::ReduceScatterGradsOp>(module.getLoc(), symbols(sharded), b.getBoolAttr(true));
+    b.create<pm::ReduceScatterGradsOp>(module.getLoc(), symbols(sharded), b.getBoolAttr(true),
+                                       b.getBoolAttr(false));
   asyncIssued = true;
 }
 
@@ -160,10 +161,22 @@ void ProgramBuilder::build(OpBuilder &outer) {
                                b.getI64IntegerAttr(dst), b.getI64IntegerAttr(ch * m + mb));
           ++numSends;
         }
-    // Data-parallel reduction as soon as a gradient is complete.
+    // ZeRO-2/3: each backward's gradients are reduce-scattered into the
+    // persistent shard right away, so no whole gradient outlives its action
+    // (tied copies wait for the tied sum at the end).
+    std::vector<std::string> perAction;
+    if (dp > 1 && a.backward && (!split || a.weight))
+      for (const std::string &n : step.accumulated[a.chunk])
+        if (llvm::is_contained(held, n) && !isTied(n) && zeroLevelOf(module, n) >= 2)
+          perAction.push_back(n);
+    if (!perAction.empty())
+      b.create<pm::ReduceScatterGradsOp>(loc, symbols(perAction), b.getBoolAttr(false),
+                                         b.getBoolAttr(true));
+    // Otherwise the data-parallel reduction runs once a gradient is complete.
     std::vector<std::string> done;
     for (const std::string &n : held)
-      if (!isTied(n) && lastAccumulation.count(n) && lastAccumulation[n] == k)
+      if (!isTied(n) && lastAccumulation.count(n) && lastAccumulation[n] == k &&
+          !(dp > 1 && zeroLevelOf(module, n) >= 2))
         done.push_back(n);
     dpReduce(done);
   }

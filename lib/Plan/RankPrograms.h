@@ -13,7 +13,8 @@
 //                      a send after the action that produces one, wait_sends
 //                      `waitLag` actions later, each gradient's data-parallel
 //                      reduction (async) right after the action that completes
-//                      it, the tied-weight sum, then the optimizer step and
+//                      it (ZeRO-2/3: a blocking reduce-scatter into the shard
+//                      after every action that accumulates it), the tied sum, then the optimizer step and
 //                      the all-gather of updated shards.
 //
 // The emitter lowers these ops instruction by instruction

@@ -34,9 +34,13 @@
 // CHECK-NEXT: pmesh.optimizer_step
 // CHECK-NEXT: pmesh.all_gather_params {params = [@wte, @w1, @b1]}
 // CHECK-NEXT: }
-// Rank 1 holds @w2 at ZeRO-3: its updated shard is not gathered back.
+// Rank 1 holds @w2 at ZeRO-3: each backward reduce-scatters its gradient into
+// the shard at once (blocking, accumulating), and the updated shard is not
+// gathered back.
 // CHECK-LABEL: pmesh.rank_program attributes {pp_rank = 1 : i64
-// CHECK: pmesh.reduce_scatter_grads {async = true, params = [@w2]}
+// CHECK: pmesh.compute {chunk = 1 : i64, microbatch = 0 : i64, phase = "B"}
+// CHECK-NEXT: pmesh.send
+// CHECK-NEXT: pmesh.reduce_scatter_grads {accumulate = true, params = [@w2]}
 // CHECK: pmesh.optimizer_step
 // CHECK-NEXT: pmesh.all_gather_params {params = [@wte]}
 //

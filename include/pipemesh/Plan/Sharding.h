@@ -7,8 +7,9 @@
 //   zero 1: the moments are 1-D shards; gradients are reduce-scattered into a
 //           gradient shard; AdamW updates a parameter shard, all-gathered
 //           back into the whole parameter after the step.
-//   zero 2: as 1, but the whole gradient is a temporary (live from its first
-//           accumulation to its reduce-scatter), only the shard persists.
+//   zero 2: as 1, but only the gradient shard persists: each backward's whole
+//           gradient is a temporary, reduce-scattered into the shard right
+//           after that backward.
 //   zero 3: as 2, and the parameter itself is stored as a shard: it is
 //           all-gathered into a temporary before each use and freed after.
 //

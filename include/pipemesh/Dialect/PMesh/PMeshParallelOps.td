@@ -66,8 +66,15 @@ def PMesh_AllReduceGradsOp : PMesh_ProgramOp<"all_reduce_grads"> {
 
 def PMesh_ReduceScatterGradsOp : PMesh_ProgramOp<"reduce_scatter_grads"> {
   let summary = "sums the listed gradients over dp, each replica keeping its shard";
+  let description = [{
+    With `accumulate`, the reduced shard is added to the persistent gradient
+    shard and the whole gradient is freed: ZeRO-2/3 reduce the gradients of
+    every backward this way (as DeepSpeed does per micro-batch), so a whole
+    gradient lives for one action only.
+  }];
   let arguments = (ins FlatSymbolRefArrayAttr:$params,
-                       DefaultValuedAttr<BoolAttr, "false">:$async);
+                       DefaultValuedAttr<BoolAttr, "false">:$async,
+                       DefaultValuedAttr<BoolAttr, "false">:$accumulate);
 }
 
 def PMesh_WaitCollectivesOp : PMesh_ProgramOp<"wait_collectives"> {
