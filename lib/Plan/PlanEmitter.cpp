@@ -879,7 +879,7 @@ private:
   LogicalResult classifyInputs(func::FuncOp train);
   void countFlops(func::FuncOp train);
   LogicalResult emitRanks(func::FuncOp train, std::vector<RankPlan> &ranks);
-  FailureOr<json::Object> buildManifest(func::FuncOp train);
+  FailureOr<json::Object> buildManifest(func::FuncOp train, bool replicasElided = false);
   /// The simulated step of the plan the current options make (errors, e.g.
   /// over mem-limit, in `why` instead of diagnostics).
   struct Prediction {
@@ -892,7 +892,9 @@ private:
   void chooseZero(func::FuncOp train, const cost::Cluster &cluster);
   void explain(func::FuncOp train, const cost::Cluster &cluster);
   json::Object rankJson(const RankPlan &rp, int64_t d);
-  json::Object manifest(std::vector<RankPlan> &ranks);
+  /// `replicasElided`: only dp rank 0's program of each pipeline rank (the
+  /// simulator builds the other replicas; what the schedule search uses).
+  json::Object manifest(std::vector<RankPlan> &ranks, bool replicasElided = false);
 
   Shared sh;
   detail::WeightsSpec weights;
@@ -1116,7 +1118,7 @@ json::Object PlanBuilder::rankJson(const RankPlan &rp, int64_t d) {
                       {"program", std::move(program)}};
 }
 
-json::Object PlanBuilder::manifest(std::vector<RankPlan> &ranks) {
+json::Object PlanBuilder::manifest(std::vector<RankPlan> &ranks, bool replicasElided) {
   const CompileOptions &o = sh.opts;
   json::Array params;
   int64_t numParams = 0;
@@ -1139,7 +1141,7 @@ json::Object PlanBuilder::manifest(std::vector<RankPlan> &ranks) {
     inputs["targets"] = sh.targetsName;
   json::Array rankArray;
   for (const RankPlan &rp : ranks)
-    for (int64_t d = 0; d < o.dp; ++d)
+    for (int64_t d = 0; d < (replicasElided ? 1 : o.dp); ++d)
       rankArray.push_back(rankJson(rp, d));
   json::Object parallel{{"pp", o.pp},
                         {"dp", o.dp},
@@ -1148,6 +1150,8 @@ json::Object PlanBuilder::manifest(std::vector<RankPlan> &ranks) {
                         {"schedule", o.schedule},
                         {"zero", *llvm::max_element(sh.zeroChunks)},
                         {"world_size", o.pp * o.dp}};
+  if (replicasElided)
+    parallel["replicas_elided"] = true;
   if (effectiveKind(sh.sched) == ScheduleKind::Interleaved)
     parallel["group"] = effectiveGroup(sh.sched);
   if (llvm::any_of(sh.zeroChunks, [&](int64_t z) { return z != sh.zeroChunks[0]; })) {
@@ -1245,14 +1249,27 @@ LogicalResult PlanBuilder::emitRanks(func::FuncOp train, std::vector<RankPlan> &
 
 /// Emits every rank and the manifest; the first wait lag whose plan passes
 /// the deadlock check wins.
-FailureOr<json::Object> PlanBuilder::buildManifest(func::FuncOp train) {
+FailureOr<json::Object> PlanBuilder::buildManifest(func::FuncOp train, bool replicasElided) {
   std::vector<RankPlan> ranks;
   for (int64_t lag : {1, 2, 4, 0}) {
     sh.waitLag = lag;
     if (failed(emitRanks(train, ranks)))
       return failure();
-    json::Object m = manifest(ranks);
-    std::string why = checkPlanDeadlock(m);
+    json::Object m = manifest(ranks, replicasElided);
+    std::string why;
+    if (!replicasElided) {
+      why = checkPlanDeadlock(m);
+    } else {
+      // dp replicas run the same program against their own peers, and every
+      // member of a dp group reaches its collectives in the same order: one
+      // replica deadlocks exactly when all do, so check replica 0 alone.
+      std::vector<RankProgram> programs;
+      if (!programsFromManifest(m, programs, why))
+        return sh.module.emitError() << why;
+      for (RankProgram &rp : programs)
+        rp.groups["dp"] = {rp.rank};
+      why = findDeadlock(programs);
+    }
     if (why.empty())
       return m;
     if (lag == 0)
@@ -1272,7 +1289,7 @@ PlanBuilder::Prediction PlanBuilder::predict(func::FuncOp train, const cost::Clu
         why = d.str();
       return success();
     });
-    m = buildManifest(train);
+    m = buildManifest(train, /*replicasElided=*/true);
   }
   if (failed(m)) {
     out.why = why.empty() ? "cannot be emitted" : why;
@@ -1289,8 +1306,10 @@ PlanBuilder::Prediction PlanBuilder::predict(func::FuncOp train, const cost::Clu
 }
 
 /// groups=auto: forward and backward group sizes from pp (depth-first) to
-/// all micro-batches (breadth-first), doubling, each way; the simulated
-/// fastest that fits mem-limit wins.
+/// all micro-batches (breadth-first), doubling. Equal sizes both ways first,
+/// then the backward size and the forward size each varied around the best
+/// (coordinate descent: 3 |sizes| candidates rather than |sizes|^2); the
+/// simulated fastest that fits mem-limit wins.
 LogicalResult PlanBuilder::chooseGroups(func::FuncOp train, const cost::Cluster &cluster) {
   const int64_t m = sh.opts.microbatches, pp = sh.opts.pp;
   std::vector<int64_t> sizes;
@@ -1304,31 +1323,43 @@ LogicalResult PlanBuilder::chooseGroups(func::FuncOp train, const cost::Cluster 
     return v;
   };
   double best = 0;
-  std::vector<int64_t> bestF, bestB;
+  int64_t bestF = -1, bestB = -1;
   std::string lastWhy;
-  for (int64_t f : sizes)
-    for (int64_t b : sizes) {
-      sh.sched.fwdGroups = uniform(f);
-      sh.sched.bwdGroups = uniform(b);
-      std::string why;
-      if (!validateSchedule(sh.sched, why))
-        continue;
-      Prediction p = predict(train, cluster);
-      if (!p.ok) {
-        lastWhy = p.why;
-        continue;
-      }
-      if (bestF.empty() || p.result.stepTimeS < best) {
-        best = p.result.stepTimeS;
-        bestF = sh.sched.fwdGroups;
-        bestB = sh.sched.bwdGroups;
-      }
+  std::set<std::pair<int64_t, int64_t>> tried;
+  auto consider = [&](int64_t f, int64_t b) {
+    if (!tried.insert({f, b}).second)
+      return;
+    sh.sched.fwdGroups = uniform(f);
+    sh.sched.bwdGroups = uniform(b);
+    std::string why;
+    if (!validateSchedule(sh.sched, why))
+      return;
+    Prediction p = predict(train, cluster);
+    if (!p.ok) {
+      lastWhy = p.why;
+      return;
     }
-  if (bestF.empty())
+    if (bestF < 0 || p.result.stepTimeS < best) {
+      best = p.result.stepTimeS;
+      bestF = f;
+      bestB = b;
+    }
+  };
+  for (int64_t g : sizes)
+    consider(g, g);
+  if (bestF >= 0) {
+    int64_t f0 = bestF;
+    for (int64_t b : sizes)
+      consider(f0, b);
+    int64_t b0 = bestB;
+    for (int64_t f : sizes)
+      consider(f, b0);
+  }
+  if (bestF < 0)
     return sh.module.emitError() << "groups=auto: no forward/backward group sizes give a plan ("
                                  << lastWhy << ")";
-  sh.sched.fwdGroups = bestF;
-  sh.sched.bwdGroups = bestB;
+  sh.sched.fwdGroups = uniform(bestF);
+  sh.sched.bwdGroups = uniform(bestB);
   return success();
 }
 

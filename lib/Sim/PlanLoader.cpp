@@ -313,10 +313,15 @@ bool pipemesh::sim::jobFromManifest(const json::Object &m, LoadedPlan &out, std:
     why = "manifest: missing \"ranks\"";
     return false;
   }
+  // A search's manifest may list only dp rank 0 of each pipeline rank
+  // (`parallel.replicas_elided`); the other replicas run the same program
+  // against their own peers and are built here.
+  const bool elided = par->getBoolean("replicas_elided").value_or(false);
+  const size_t numRanks = elided ? (size_t)info.worldSize : ranks->size();
   Job &job = out.job;
-  job.ranks.assign(ranks->size(), Program());
-  out.opNames.assign(ranks->size(), {});
-  std::vector<bool> seen(ranks->size(), false);
+  job.ranks.assign(numRanks, Program());
+  out.opNames.assign(numRanks, {});
+  std::vector<bool> seen(numRanks, false);
   for (auto [k, rv] : llvm::enumerate(*ranks)) {
     std::string path = "ranks[" + std::to_string(k) + "]";
     const json::Object *r = rv.getAsObject();
@@ -325,7 +330,7 @@ bool pipemesh::sim::jobFromManifest(const json::Object &m, LoadedPlan &out, std:
       return false;
     }
     int64_t g = r->getInteger("rank").value_or((int64_t)k);
-    if (g < 0 || g >= (int64_t)ranks->size() || seen[g]) {
+    if (g < 0 || g >= (int64_t)numRanks || seen[g] || (elided && g % info.dp != 0)) {
       why = path + ".rank: " + std::to_string(g) + " is out of range or repeated";
       return false;
     }
@@ -335,6 +340,40 @@ bool pipemesh::sim::jobFromManifest(const json::Object &m, LoadedPlan &out, std:
     RankReader reader(*r, path, job, why);
     if (!reader.read(p, out.opNames[g]))
       return false;
+  }
+  if (elided) {
+    // Replica d of pipeline rank p is global rank p * dp + d: its peers and
+    // its groups other than dp (the tied group) are replica 0's shifted by d.
+    for (int64_t base = 0; base < (int64_t)numRanks; base += info.dp) {
+      if (!seen[base]) {
+        why = "manifest: replicas_elided but pipeline rank " + std::to_string(base / info.dp) +
+              " is missing";
+        return false;
+      }
+      for (int64_t d = 1; d < info.dp; ++d) {
+        Program copy = job.ranks[base];
+        copy.rank = (int32_t)(base + d);
+        std::map<int32_t, int32_t> groupOf;
+        for (Instr &in : copy.instrs) {
+          if (in.kind == OpKind::Send || in.kind == OpKind::Recv)
+            in.peer += (int32_t)d;
+          if (in.kind == OpKind::Collective) {
+            auto it = groupOf.find(in.group);
+            if (it == groupOf.end()) {
+              Group gr = job.groups[in.group];
+              if (gr.name != "dp")
+                for (int64_t &mbr : gr.members)
+                  mbr += d;
+              it = groupOf.emplace(in.group, job.group(gr.name, gr.members)).first;
+            }
+            in.group = it->second;
+          }
+        }
+        job.ranks[base + d] = std::move(copy);
+        out.opNames[base + d] = out.opNames[base];
+        seen[base + d] = true;
+      }
+    }
   }
   job.tokensPerStep = (double)info.batch * info.seq * info.microbatches * info.dp;
   job.description = "pp=" + std::to_string(info.pp) + " dp=" + std::to_string(info.dp) +
