@@ -63,9 +63,25 @@ using detail::ValueScope;
 
 enum class InputRole { Tokens, Targets, Mask };
 
-enum class Recompute { None, Selective, Full };
-const char *recomputeName(Recompute r) {
-  return r == Recompute::None ? "none" : r == Recompute::Selective ? "selective" : "full";
+/// What a rank's backwards re-run: nothing; the attention cores
+/// (selective); or, in every chunk, its first `layers` transformer layers
+/// (the ops before the first layer count as one), all of them being full.
+struct Recompute {
+  enum Kind { None, Selective, Layers } kind = None;
+  int64_t layers = 0;
+  static constexpr int64_t kAll = INT64_MAX;
+  static Recompute none() { return {}; }
+  static Recompute selective() { return {Selective, 0}; }
+  static Recompute full() { return {Layers, kAll}; }
+  static Recompute firstLayers(int64_t n) { return {Layers, n}; }
+  bool operator==(const Recompute &o) const { return kind == o.kind && layers == o.layers; }
+};
+std::string recomputeName(Recompute r) {
+  if (r.kind == Recompute::None)
+    return "none";
+  if (r.kind == Recompute::Selective)
+    return "selective";
+  return r.layers == Recompute::kAll ? "full" : std::to_string(r.layers) + " layers";
 }
 
 struct ParamInfo {
@@ -116,7 +132,7 @@ struct RankPlan {
   bool tied = false, firstStage = false, lastStage = false;
   int64_t arenaBytes = 0, persistentBytes = 0, activationPeak = 0;
   std::set<std::string> constantsUsed;
-  Recompute recompute = Recompute::None;
+  Recompute recompute;
 };
 
 /// Builds one pipeline rank's buffers and program.
@@ -482,13 +498,21 @@ LogicalResult RankEmitter::emitOp(Operation *op, ActionCtx &ctx) {
 
 /// The forward ops of `chunk` that its backward re-runs: selective, the
 /// attention cores whose results the backward reads (their inputs stay
-/// stored); full, everything the backward reads back to the chunk's inputs,
-/// so that of the chunk's activations only its inputs are kept.
+/// stored); layers, everything the backward reads back to the chunk's inputs
+/// within the chunk's first n layers (all: only the chunk's inputs are kept).
 std::vector<Operation *> RankEmitter::recomputedOps(int64_t chunk) const {
-  if (recompute == Recompute::None)
+  if (recompute.kind == Recompute::None)
     return {};
   const std::vector<Operation *> &fwd = step.fwdOps[chunk];
   llvm::DenseSet<Operation *> inForward(fwd.begin(), fwd.end()), chosen;
+  // Layers: the chunk's first n (in forward order).
+  std::set<int64_t> layers;
+  for (Operation *op : fwd)
+    layers.insert(step.layerOf.lookup(op));
+  std::set<int64_t> recomputedLayers;
+  for (int64_t l : layers)
+    if ((int64_t)recomputedLayers.size() < recompute.layers)
+      recomputedLayers.insert(l);
   llvm::SmallVector<Operation *> work;
   auto reach = [&](Operation *user) {
     for (Value v : user->getOperands())
@@ -507,12 +531,14 @@ std::vector<Operation *> RankEmitter::recomputedOps(int64_t chunk) const {
     Operation *def = op->getOperand(0).getDefiningOp();
     return def && inForward.count(def) && fromAttention(def);
   };
+  const bool byLayer = recompute.kind == Recompute::Layers;
   while (!work.empty()) {
     Operation *op = work.pop_back_val();
-    bool candidate = recompute == Recompute::Full || fromAttention(op);
+    bool candidate =
+        byLayer ? recomputedLayers.count(step.layerOf.lookup(op)) > 0 : fromAttention(op);
     if (!candidate || !chosen.insert(op).second)
       continue;
-    if (recompute == Recompute::Full || !isa<pm::AttentionOp>(op))
+    if (byLayer || !isa<pm::AttentionOp>(op))
       reach(op);
   }
   std::vector<Operation *> out;
@@ -656,9 +682,34 @@ LogicalResult RankEmitter::run(RankPlan &out) {
       it = recomputed.emplace(a.chunk, recomputedOps(a.chunk)).first;
     return it->second;
   };
-  auto sequence = [&](const Action &a) {
-    std::vector<Operation *> seq = recomputedBefore(a);
-    llvm::append_range(seq, actionOps(a));
+  // The ops of an action in emission order, and which are re-runs: each
+  // recomputed op right before the first op of the action that needs it (its
+  // own recomputed inputs first), so a recomputed activation lives from just
+  // before its first backward use (a layer at a time, not a chunk).
+  auto sequence = [&](const Action &a, std::vector<bool> &isRecompute) {
+    const std::vector<Operation *> &redo = recomputedBefore(a);
+    std::vector<Operation *> seq;
+    isRecompute.clear();
+    if (redo.empty()) {
+      seq = actionOps(a);
+      isRecompute.assign(seq.size(), false);
+      return seq;
+    }
+    llvm::DenseSet<Operation *> pending(redo.begin(), redo.end());
+    std::function<void(Operation *)> ensure = [&](Operation *op) {
+      if (!op || !pending.erase(op))
+        return;
+      for (Value v : op->getOperands())
+        ensure(v.getDefiningOp());
+      seq.push_back(op);
+      isRecompute.push_back(true);
+    };
+    for (Operation *op : actionOps(a)) {
+      for (Value v : op->getOperands())
+        ensure(v.getDefiningOp());
+      seq.push_back(op);
+      isRecompute.push_back(false);
+    }
     return seq;
   };
   std::map<std::pair<int64_t, int>, std::vector<std::vector<std::string>>> frees;
@@ -704,19 +755,22 @@ LogicalResult RankEmitter::run(RankPlan &out) {
       lastChunk = a.chunk;
       ActionCtx ctx;
       ctx.a = a;
-      std::vector<Operation *> ops = sequence(a);
-      size_t numRecomputed = recomputedBefore(a).size();
+      std::vector<bool> isRecompute;
+      std::vector<Operation *> ops = sequence(a, isRecompute);
       auto key = std::make_pair(a.chunk, phaseKey(a));
       if (!frees.count(key))
         frees[key] = freeAfter(ops);
       const auto &freeList = frees[key];
-      size_t actionStart = program.size(), recomputeEnd = actionStart;
+      size_t actionStart = program.size();
+      std::vector<bool> recomputedInstr; // per instruction of this action
       for (auto [i, o] : llvm::enumerate(ops)) {
-        ctx.recompute = i < numRecomputed;
+        ctx.recompute = isRecompute[i];
+        size_t before = program.size();
         if (failed(emitOp(o, ctx)))
           return failure();
-        if (ctx.recompute)
-          recomputeEnd = program.size();
+        recomputedInstr.resize(program.size() - actionStart, false);
+        for (size_t k2 = before; k2 < program.size(); ++k2)
+          recomputedInstr[k2 - actionStart] = ctx.recompute;
         json::Array freed;
         for (const std::string &n : freeList[i])
           if (auto it = ctx.gathered.find(n); it != ctx.gathered.end())
@@ -729,7 +783,10 @@ LogicalResult RankEmitter::run(RankPlan &out) {
       std::string actionName = formatAction(a);
       std::string recomputeName = std::to_string(a.chunk) + "R" + std::to_string(a.microbatch);
       for (size_t k2 = actionStart; k2 < program.size(); ++k2)
-        program[k2]["action"] = k2 < recomputeEnd ? recomputeName : actionName;
+        program[k2]["action"] = k2 - actionStart < recomputedInstr.size() &&
+                                        recomputedInstr[k2 - actionStart]
+                                    ? recomputeName
+                                    : actionName;
       // The schedule row: `<chunk>RECV_<dir><mb>` for what it received, once.
       std::vector<std::string> recvTokens;
       for (const std::string &t : pendingRecvTokens)
@@ -1203,21 +1260,47 @@ LogicalResult PlanBuilder::emitRanks(func::FuncOp train, std::vector<RankPlan> &
   for (int64_t p = 0; p < sh.opts.pp; ++p) {
     // recompute=auto: per rank, the least recomputation that fits the limit
     // (the late stages, with few micro-batches in flight, need none).
-    std::vector<Recompute> tries;
-    if (sh.opts.recompute == "auto")
-      tries = {Recompute::None, Recompute::Selective, Recompute::Full};
-    else
-      tries = {sh.opts.recompute == "full"        ? Recompute::Full
-               : sh.opts.recompute == "selective" ? Recompute::Selective
-                                                  : Recompute::None};
-    for (Recompute r : tries) {
+    auto emitWith = [&](Recompute r) {
       ranks[p] = RankPlan();
       RankEmitter re(sh, p, r);
       if (failed(re.run(ranks[p])))
-        return failure();
+        return false;
       ranks[p].recompute = r;
-      if (!limit || ranks[p].arenaBytes <= limit)
-        break;
+      return true;
+    };
+    auto fits = [&] { return !limit || ranks[p].arenaBytes <= limit; };
+    if (sh.opts.recompute != "auto") {
+      Recompute r = sh.opts.recompute == "full"        ? Recompute::full()
+                    : sh.opts.recompute == "selective" ? Recompute::selective()
+                                                       : Recompute::none();
+      if (!emitWith(r))
+        return failure();
+    } else if (!emitWith(Recompute::none()) ||
+               (!fits() && !emitWith(Recompute::selective()))) {
+      return failure();
+    } else if (!fits()) {
+      // The fewest recomputed layers per chunk that fit (memory falls as
+      // layers are added): a binary search over 1 .. the rank's most layers
+      // in a chunk.
+      int64_t most = 1;
+      for (int64_t c = p; c < sh.step.numChunks; c += sh.step.pp) {
+        std::set<int64_t> layers;
+        for (Operation *op : sh.step.fwdOps[c])
+          layers.insert(sh.step.layerOf.lookup(op));
+        most = std::max<int64_t>(most, layers.size());
+      }
+      int64_t lo = 1, hi = most;
+      while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        if (!emitWith(Recompute::firstLayers(mid)))
+          return failure();
+        if (fits())
+          hi = mid;
+        else
+          lo = mid + 1;
+      }
+      if (!emitWith(lo == most ? Recompute::full() : Recompute::firstLayers(lo)))
+        return failure();
     }
     if (limit && ranks[p].arenaBytes > limit)
       return sh.module.emitError()

@@ -2,6 +2,7 @@
 #include "StagedStep.h"
 
 #include "pipemesh/Dialect/PMesh/PMesh.h"
+#include "pipemesh/Transforms/Partition.h"
 
 using namespace mlir;
 namespace pm = pipemesh::pmesh;
@@ -161,6 +162,25 @@ FailureOr<StagedStep> analyzeTrainStep(func::FuncOp train, int64_t pp, int64_t n
         s.channelValue.push_back(v);
       }
     }
+
+  // Layers: a parameter's name says its layer; other ops take the highest
+  // layer among their operands' producers (the residual stream carries it).
+  for (Operation *op : ops) {
+    int64_t layer = -1;
+    for (Value v : op->getOperands())
+      if (llvm::StringRef p = s.paramRoot(v); !p.empty())
+        if (auto ln = partition::layerOfParam(p))
+          layer = std::max(layer, ln->index);
+    if (auto acc = dyn_cast<pm::AccumulateGradOp>(op))
+      if (auto ln = partition::layerOfParam(acc.getParam()))
+        layer = std::max(layer, ln->index);
+    if (layer < 0)
+      for (Value v : op->getOperands())
+        if (Operation *def = v.getDefiningOp())
+          if (auto it = s.layerOf.find(def); it != s.layerOf.end())
+            layer = std::max(layer, it->second);
+    s.layerOf[op] = layer;
+  }
 
   // The input-gradient part of each backward: the ops the values it sends
   // to other ranks depend on, within the chunk's backward.

@@ -50,6 +50,10 @@ struct StagedStep {
   /// weight-gradient part (the rest: weight gradients and their
   /// accumulation), each in program order.
   std::vector<std::vector<mlir::Operation *>> bwdInputOps, bwdWeightOps;
+  /// The transformer layer of every forward and backward op (from the
+  /// parameters it reads, else inherited from its operands; -1 before the
+  /// first layer): what recompute=layers works in.
+  llvm::DenseMap<mlir::Operation *, int64_t> layerOf;
   /// Activations read on other pipeline ranks: (destination rank, channel).
   llvm::DenseMap<mlir::Value, llvm::SmallVector<std::pair<int64_t, int64_t>, 1>> remote;
   int64_t numChannels = 0;
