@@ -670,18 +670,18 @@ LogicalResult RankEmitter::run(RankPlan &out) {
       llvm::sort(names);
     return after;
   };
-  // What a B action recomputes before its backward (full backward or its
-  // input-gradient part; W runs after B and reads the recomputed values).
+  // What a backward action recomputes (B, or W for what its B did not need).
   std::map<int64_t, std::vector<Operation *>> recomputed;
   auto recomputedBefore = [&](const Action &a) -> const std::vector<Operation *> & {
     static const std::vector<Operation *> none;
-    if (!a.backward || a.weight)
+    if (!a.backward)
       return none;
     auto it = recomputed.find(a.chunk);
     if (it == recomputed.end())
       it = recomputed.emplace(a.chunk, recomputedOps(a.chunk)).first;
     return it->second;
   };
+  std::map<std::pair<int64_t, int64_t>, llvm::DenseSet<Operation *>> recomputedDone;
   // The ops of an action in emission order, and which are re-runs: each
   // recomputed op right before the first op of the action that needs it (its
   // own recomputed inputs first), so a recomputed activation lives from just
@@ -695,10 +695,16 @@ LogicalResult RankEmitter::run(RankPlan &out) {
       isRecompute.assign(seq.size(), false);
       return seq;
     }
-    llvm::DenseSet<Operation *> pending(redo.begin(), redo.end());
+    // A W re-runs only what its B did not (for the same micro-batch).
+    llvm::DenseSet<Operation *> &done = recomputedDone[{a.chunk, a.microbatch}];
+    llvm::DenseSet<Operation *> pending;
+    for (Operation *op : redo)
+      if (!done.count(op))
+        pending.insert(op);
     std::function<void(Operation *)> ensure = [&](Operation *op) {
       if (!op || !pending.erase(op))
         return;
+      done.insert(op);
       for (Value v : op->getOperands())
         ensure(v.getDefiningOp());
       seq.push_back(op);
