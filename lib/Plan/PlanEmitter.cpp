@@ -151,7 +151,6 @@ private:
   };
   struct ActionCtx {
     Action a;
-    llvm::StringMap<int> gathered; // zero 3: whole parameters of this action
     llvm::DenseMap<Value, int> views;
     /// Re-running forward ops before their backward: their results replace
     /// the forward's for this micro-batch, nothing is sent or counted again.
@@ -216,6 +215,18 @@ private:
   std::vector<int64_t> sendCompletedAt;
   size_t sendsCompleted = 0;
   void waitSends(size_t keep);
+  /// zero 3: whole parameters gathered for the current run of actions of one
+  /// chunk and phase (kept across consecutive actions of the same chunk and
+  /// phase, so a breadth-first run of micro-batches gathers them once).
+  llvm::StringMap<int> gathered;
+  void freeGathered() {
+    json::Array bufs;
+    for (auto &kv : gathered)
+      bufs.push_back(kv.second);
+    gathered.clear();
+    if (!bufs.empty())
+      emit(json::Object{{"op", "free"}, {"bufs", std::move(bufs)}});
+  }
   /// Async data-parallel collectives issued and not yet waited for, and the
   /// transient gradients to free once they complete.
   bool asyncCollectives = false;
@@ -305,7 +316,7 @@ int RankEmitter::paramBuffer(StringRef name, ActionCtx &ctx) {
   ParamBufs &pb = pbufs[name];
   if (!pb.st.gatherBeforeUse)
     return pb.full;
-  if (auto it = ctx.gathered.find(name); it != ctx.gathered.end())
+  if (auto it = gathered.find(name); it != gathered.end())
     return it->second;
   const ParamInfo &pi = sh.params[sh.paramIndex.lookup(name)];
   Buffer b;
@@ -318,7 +329,7 @@ int RankEmitter::paramBuffer(StringRef name, ActionCtx &ctx) {
                     {"group", "dp"},
                     {"in", json::Array{pb.shard}},
                     {"out", json::Array{id}}});
-  ctx.gathered[name] = id;
+  gathered[name] = id;
   return id;
 }
 
@@ -718,7 +729,6 @@ LogicalResult RankEmitter::run(RankPlan &out) {
     }
     return seq;
   };
-  std::map<std::pair<int64_t, int>, std::vector<std::vector<std::string>>> frees;
   auto names = [](ArrayAttr syms) {
     std::vector<std::string> out;
     for (Attribute a : syms)
@@ -732,6 +742,12 @@ LogicalResult RankEmitter::run(RankPlan &out) {
   int64_t lastChunk = 0;
 
   std::string lastActionName;
+  std::vector<int64_t> computeKeys; // chunk * 3 + phase of each compute action
+  for (auto c : rankProgram.getBody().front().getOps<pm::ComputeOp>())
+    computeKeys.push_back(c.getChunk() * 3 +
+                          (c.getPhase() == "W" ? 2 : c.getPhase() == "B" ? 1 : 0));
+  size_t computeIndex = 0;
+  int64_t gatheredKey = -1;
   for (Operation &op : rankProgram.getBody().front()) {
     if (isa<pm::ZeroGradsOp>(op)) {
       // Persistent gradients, and the shards that ZeRO-2/3 accumulate into.
@@ -763,10 +779,17 @@ LogicalResult RankEmitter::run(RankPlan &out) {
       ctx.a = a;
       std::vector<bool> isRecompute;
       std::vector<Operation *> ops = sequence(a, isRecompute);
-      auto key = std::make_pair(a.chunk, phaseKey(a));
-      if (!frees.count(key))
-        frees[key] = freeAfter(ops);
-      const auto &freeList = frees[key];
+      // Gathered parameters stay for the next action when it runs the same
+      // chunk and phase; otherwise each is freed after its last use here.
+      int64_t key = a.chunk * 3 + phaseKey(a);
+      if (key != gatheredKey)
+        freeGathered();
+      gatheredKey = key;
+      bool keepGathered = computeIndex + 1 < computeKeys.size() &&
+                          computeKeys[computeIndex + 1] == key;
+      ++computeIndex;
+      std::vector<std::vector<std::string>> freeList =
+          keepGathered ? std::vector<std::vector<std::string>>(ops.size()) : freeAfter(ops);
       size_t actionStart = program.size();
       std::vector<bool> recomputedInstr; // per instruction of this action
       for (auto [i, o] : llvm::enumerate(ops)) {
@@ -779,8 +802,10 @@ LogicalResult RankEmitter::run(RankPlan &out) {
           recomputedInstr[k2 - actionStart] = ctx.recompute;
         json::Array freed;
         for (const std::string &n : freeList[i])
-          if (auto it = ctx.gathered.find(n); it != ctx.gathered.end())
+          if (auto it = gathered.find(n); it != gathered.end()) {
             freed.push_back(it->second);
+            gathered.erase(it);
+          }
         if (!freed.empty())
           emit(json::Object{{"op", "free"}, {"bufs", std::move(freed)}});
       }
@@ -880,6 +905,7 @@ LogicalResult RankEmitter::run(RankPlan &out) {
     } else if (isa<pm::WaitCollectivesOp>(op)) {
       waitCollectives();
     } else if (isa<pm::OptimizerStepOp>(op)) {
+      freeGathered();
       json::Array entries;
       for (const std::string &n : heldParams) {
         ParamBufs &pb = pbufs[n];
