@@ -298,18 +298,76 @@ void Trainer::printProfile() const {
   }
 }
 
-std::vector<TrainedParam> Trainer::trainedParams() const {
+std::vector<TrainedParam> Trainer::trainedParams() {
+  // Every rank runs this: rank 0 collects each parameter from the rank that
+  // holds it whole (the lowest), or from the ZeRO-3 shards that cover it;
+  // one parameter at a time, so rank 0 holds one extra copy at the most
+  // beyond what it returns.
   std::vector<TrainedParam> out;
-  for (const ParamInfo &pi : planData.params) {
+  exportStorage.assign(planData.params.size(), {});
+  const int me = comm.rank();
+  for (size_t i = 0; i < planData.params.size(); ++i) {
+    const ParamInfo &pi = planData.params[i];
+    const int64_t n = numElements(pi.shape);
+    const int tag = (int)(i % (size_t)std::max(1, comm.maxTag()));
+    // The whole copy on the lowest rank, else the shards.
+    const RankPlan *wholeRank = nullptr;
     const BufferInfo *whole = nullptr;
-    for (const BufferInfo &b : rankPlan->buffers)
-      if (b.kind == BufferKind::Param && b.param == pi.name && b.elemOffset == 0 &&
-          b.numel == numElements(pi.shape))
-        whole = &b;
-    if (!whole)
-      fail("--export-onnx: rank ", rankPlan->rank, " does not hold parameter '", pi.name,
-           "' whole (exporting a pipeline- or ZeRO-3-sharded plan is not supported yet)");
-    out.push_back({&pi, static_cast<const float *>(arena->tensor(*whole).data)});
+    for (const RankPlan &r : planData.ranks) {
+      for (const BufferInfo &b : r.buffers)
+        if (b.kind == BufferKind::Param && b.param == pi.name && !b.isShard() &&
+            b.elemOffset == 0 && b.numel == n)
+          whole = &b;
+      if (whole) {
+        wholeRank = &r;
+        break;
+      }
+    }
+    struct Piece {
+      int64_t rank;
+      const BufferInfo *buf;
+      int64_t offset, count;
+    };
+    std::vector<Piece> pieces;
+    if (whole) {
+      pieces.push_back({wholeRank->rank, whole, 0, n});
+    } else {
+      std::vector<bool> covered(n, false);
+      for (const RankPlan &r : planData.ranks)
+        for (const BufferInfo &b : r.buffers)
+          if (b.kind == BufferKind::Param && b.param == pi.name && b.isShard() &&
+              b.elemOffset < n && !covered[b.elemOffset]) {
+            int64_t count = std::min<int64_t>(b.shardNumel, n - b.elemOffset);
+            std::fill(covered.begin() + b.elemOffset, covered.begin() + b.elemOffset + count,
+                      true);
+            pieces.push_back({r.rank, &b, b.elemOffset, count});
+          }
+      if (std::find(covered.begin(), covered.end(), false) != covered.end())
+        fail("--export-onnx: no rank holds all of parameter '", pi.name, "'");
+    }
+    if (me == 0 && pieces.size() == 1 && pieces[0].rank == 0) {
+      out.push_back({&pi, static_cast<const float *>(arena->tensor(*pieces[0].buf).data)});
+      continue;
+    }
+    std::vector<std::unique_ptr<CommRequest>> requests;
+    if (me == 0)
+      exportStorage[i].assign(n, 0.0f);
+    for (const Piece &pc : pieces) {
+      std::string what = "--export-onnx: elements " + std::to_string(pc.offset) + ".." +
+                         std::to_string(pc.offset + pc.count) + " of '" + pi.name + "'";
+      const float *src = static_cast<const float *>(arena->tensor(*pc.buf).data);
+      if (pc.rank == me && me == 0)
+        std::copy(src, src + pc.count, exportStorage[i].begin() + pc.offset);
+      else if (pc.rank == me)
+        requests.push_back(comm.isend(src, pc.count * sizeof(float), 0, tag, what));
+      else if (me == 0)
+        requests.push_back(comm.irecv(exportStorage[i].data() + pc.offset,
+                                      pc.count * sizeof(float), (int)pc.rank, tag, what));
+    }
+    for (auto &r : requests)
+      r->wait();
+    if (me == 0)
+      out.push_back({&pi, exportStorage[i].data()});
   }
   return out;
 }

@@ -66,9 +66,10 @@ public:
   /// Runs the remaining steps.
   void run();
   const Plan &plan() const { return planData; }
-  /// Every parameter held whole by this rank (Error naming the first that is
-  /// not: with pp/dp > 1, export needs a gather that does not exist yet).
-  std::vector<TrainedParam> trainedParams() const;
+  /// Every parameter's trained values, on rank 0 (collected from the rank
+  /// that holds it whole, or from its ZeRO-3 shards; empty elsewhere). Every
+  /// rank must call it: the other ranks send what rank 0 needs.
+  std::vector<TrainedParam> trainedParams();
 
 private:
   void banner();
@@ -82,6 +83,8 @@ private:
   Plan planData;
   const RankPlan *rankPlan = nullptr;
   std::unique_ptr<Arena> arena; ///< host memory (the device backend's mirror)
+  /// Parameters rank 0 collected from other ranks for --export-onnx.
+  std::vector<std::vector<float>> exportStorage;
   std::unique_ptr<ComputeBackend> backend; ///< null: the CPU kernels on `arena`
   std::shared_ptr<TokenData> data;
   std::unique_ptr<Sampler> sampler;
