@@ -7,20 +7,28 @@ Gb/s between nodes (pipemesh-sim presets a100-40g-25gbps / a100-40g-100gbps), gl
 fixed at 128 sequences. For each of 1f1b, interleaved (vpp=2), bfs (vpp=2), zb-h1 (vpp=1)
 and elastic (vpp=2; uniform fwd/bwd groups g=pp, 2pp, M and the mixed fwd g=M / bwd g=pp,
 where g=pp and g=M are taken from the interleaved and bfs plans, see candidates()) the script
-compiles plans with recompute=auto mem-limit=40GiB, zero=1 first and zero=3 (then zero=2)
-when that does not compile, needs recompute or does not fit the device (run_chain()),
-simulates each on both clusters and keeps per row (model, gpus, network, schedule) the
-fastest plan that compiled within mem-limit (table 1) and the fastest whose simulated peak
-also fits the preset's 40e9 bytes (table 2).
+compiles plans with recompute=auto mem-limit=40GiB at zero=1, then zero=2, then zero=3, going
+up a level only while the lower one failed to compile, recomputes or does not fit the
+device (run_chain(): a higher level only adds communication, so once a level needs neither
+recompute nor more memory the higher ones cannot be faster); with --zero-auto also
+`zero=auto cluster=PRESET` (the compiler's per-chunk ZeRO search, one compile per network)
+for the elastic candidates and, unless --zero-auto=elastic, the interleaved and bfs plans.
+Every plan is simulated on both clusters (zero=auto ones on their own); per row (model, gpus,
+network, schedule) table 1 keeps the fastest plan that compiled within mem-limit, table 2 the
+fastest whose simulated peak fits the device (pipemesh-sim's fits_memory; since the presets
+are in GiB the two agree unless the simulator's liveness peak exceeds the compiler's arena).
 
-    bench/sim_paper.py [--build build] [--jobs 2] [--only 1.3B@16,7B@32] [--extra] [--table]
+    bench/sim_paper.py [--build build] [--jobs 2] [--only 1.3B@16,7B@32] [--extra]
+                       [--zero-auto[=elastic|all]] [--table]
 
-Results are cached per configuration in bench/out/sim_paper/cache/ (a rerun skips the done
-ones, failures included; delete a file to redo it); bench/out/sim_paper.json holds every
-run and the chosen rows, bench/out/sim_paper.md the markdown table.
+Results are cached per configuration in bench/out/sim_paper/cache/, tagged with a hash of
+the two binaries: a rerun skips the done ones (failures included) made by the same binaries
+and redoes the rest; bench/out/sim_paper.json holds every run and the chosen rows,
+bench/out/sim_paper.md the markdown tables.
 """
 import argparse
 import concurrent.futures as cf
+import hashlib
 import json
 import os
 import subprocess
@@ -50,6 +58,8 @@ PRIORITY = [("1.3B", 16), ("7B", 32), ("13B", 64), ("1.3B", 64)]
 EXTRA = [("1.3B", 32), ("7B", 16), ("7B", 64), ("13B", 16), ("13B", 32)]
 
 LOCK = threading.Lock()
+BIN_HASH = None              # set in main(): short hash of pipemesh-opt + pipemesh-sim
+COMPILE_TIMEOUT = {"fixed": 600, "auto": 240}
 
 
 def log(msg):
@@ -107,31 +117,62 @@ def summarize(sim):
         "ranks_with_recompute": sum(1 for r in ranks if r.get("recompute_s", 0) > 0)}
 
 
-def run_config(opt, simbin, model, gpus, schedule, vpp, extra, label, zero):
-    """Compile one plan and simulate it on every network; cached by key."""
+def bin_hash(*paths):
+    h = hashlib.sha1()
+    for p in paths:
+        with open(p, "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()[:12]
+
+
+def plan_zero_levels(plan):
+    """Per-chunk ZeRO levels recorded in a plan (zero=auto's choice), best effort."""
+    try:
+        doc = json.load(open(plan))
+    except Exception:
+        return None
+    for sec in (doc.get("parallel", {}), doc.get("manifest", {}), doc):
+        for k in ("zero_levels", "chunk_zero", "zero"):
+            if isinstance(sec, dict) and k in sec:
+                return sec[k]
+    return None
+
+
+def run_config(opt, simbin, model, gpus, schedule, vpp, extra, label, zero, net=None):
+    """Compile one plan and simulate it on every network (zero=auto: on `net`, the cluster
+    it was searched for); cached by key and binary hash."""
     pp, dp, batch, m = shape(gpus)
     key = (f"{model}_g{gpus}_{schedule}{('_' + label) if label else ''}_z{zero}"
+           f"{('_' + net.split('-')[-1]) if net else ''}"
            .replace("=", "").replace(",", "_"))
     cache = os.path.join(CACHE, key + ".json")
     if os.path.exists(cache):
-        return json.load(open(cache))
+        rec = json.load(open(cache))
+        if rec.get("bin_hash") == BIN_HASH:
+            return rec
     opts = (f"batch={batch} seq={SEQ} pp={pp} dp={dp} vpp={vpp} microbatches={m} "
             f"schedule={schedule} zero={zero} recompute=auto mem-limit={MEM_LIMIT} "
-            f"shapes-only=true {extra}").strip()
+            f"shapes-only=true {extra}{(' cluster=' + net) if net else ''}").strip()
     rec = {"key": key, "model": model, "gpus": gpus, "schedule": schedule, "label": label,
            "pp": pp, "dp": dp, "vpp": vpp, "batch": batch, "microbatches": m, "zero": zero,
-           "options": opts, "sims": {}}
+           "options": opts, "sims": {}, "bin_hash": BIN_HASH}
     plan = os.path.join(WORK, key + ".plan")
     t0 = time.time()
-    cp = subprocess.run([opt, model_file(model), f"--pipemesh-compile={opts}", "-o", plan],
-                        capture_output=True, text=True)
+    limit = COMPILE_TIMEOUT["auto" if zero == "auto" else "fixed"]
+    try:
+        cp = subprocess.run([opt, model_file(model), f"--pipemesh-compile={opts}", "-o", plan],
+                            capture_output=True, text=True, timeout=limit)
+    except subprocess.TimeoutExpired:
+        cp = subprocess.CompletedProcess([], 124, "", f"compile timed out after {limit} s")
     rec["compile_s"] = round(time.time() - t0, 1)
     if cp.returncode:
         rec["compile_error"] = (cp.stderr or cp.stdout).strip().splitlines()[-1][:400] \
             if (cp.stderr or cp.stdout).strip() else f"exit {cp.returncode}"
         log(f"{key}: compile FAILED ({rec['compile_s']} s): {rec['compile_error']}")
     else:
-        for net in NETWORKS:
+        if zero == "auto":
+            rec["zero_chosen"] = plan_zero_levels(plan)
+        for net in ([net] if net else NETWORKS):
             out = os.path.join(WORK, f"{key}.{net}.json")
             t1 = time.time()
             sp = subprocess.run([simbin, plan, "--cluster", net, "--json", out, "--quiet"],
@@ -164,22 +205,28 @@ def needs_more_zero(rec):
     return False
 
 
-def run_chain(opt, simbin, model, gpus, schedule, vpp, extra, label):
-    """zero=1; zero=3 when zero=1 fails to compile, needs recompute or does not fit the
-    device; zero=2 only when zero=1 did not compile (in these plans zero=2 has zero=1's peak:
-    the unsharded gradient buffer is still live through the backward, see the doc)."""
+def run_chain(opt, simbin, model, gpus, schedule, vpp, extra, label, zero_auto=False):
+    """zero=1, then zero=2, then zero=3, each only while the previous level failed to
+    compile, recomputed or did not fit the device (ZeRO-2 reduce-scatters every backward's
+    gradients, blocking; ZeRO-3 also all-gathers parameters per action: a higher level
+    saves memory and adds communication, so it can only win where the lower one recomputes
+    or does not fit). zero_auto: also zero=auto cluster=NET, one compile per network."""
     recs = [run_config(opt, simbin, model, gpus, schedule, vpp, extra, label, 1)]
-    if needs_more_zero(recs[0]):
-        recs.append(run_config(opt, simbin, model, gpus, schedule, vpp, extra, label, 3))
-        if "compile_error" in recs[0] and needs_more_zero(recs[-1]):
-            recs.append(run_config(opt, simbin, model, gpus, schedule, vpp, extra, label, 2))
+    for zero in (2, 3):
+        if not needs_more_zero(recs[-1]):
+            break
+        recs.append(run_config(opt, simbin, model, gpus, schedule, vpp, extra, label, zero))
+    if zero_auto:
+        for net in NETWORKS:
+            recs.append(run_config(opt, simbin, model, gpus, schedule, vpp, extra, label,
+                                   "auto", net))
     return recs
 
 
 def choose(recs, model, gpus, net, schedule, strict=False):
     """The fastest plan of this row that compiled (the compiler holds its fp32 arena within
     mem-limit=40GiB) and simulated; strict: only plans whose simulated peak also fits the
-    device preset's capacity (40e9 bytes = 37.25 GiB)."""
+    device (pipemesh-sim's fits_memory against the preset's 40 GiB)."""
     same = ("interleaved", "bfs", "elastic") if schedule == "elastic" else (schedule,)
     mine = [r for r in recs if r["model"] == model and r["gpus"] == gpus
             and r["schedule"] in same]
@@ -194,7 +241,7 @@ def choose(recs, model, gpus, net, schedule, strict=False):
     if strict:
         ok = [r for r in ok if r["sims"][net].get("fits_memory")]
         if not ok:
-            row["error"] = "no plan's simulated peak fits the 40e9-byte device"
+            row["error"] = "no plan's simulated peak fits the device"
             return row
     best = max(ok, key=lambda r: r["sims"][net]["tokens_per_s"])
     row.update(best["sims"][net])
@@ -203,9 +250,17 @@ def choose(recs, model, gpus, net, schedule, strict=False):
     label = (f" {best['label']}" if best["label"] else "") + (
         alias.get(best["schedule"], "") if schedule == "elastic" else "")
     row["config"] = (f"pp={best['pp']} dp={best['dp']} vpp={best['vpp']} b={best['batch']} "
-                     f"M={best['microbatches']} zero={best['zero']}{label}")
+                     f"M={best['microbatches']} zero={best['zero']}"
+                     f"{zero_detail(best)}{label}")
     row["options"] = best["options"]
     return row
+
+
+def zero_detail(rec):
+    z = rec.get("zero_chosen")
+    if rec["zero"] != "auto" or z is None:
+        return ""
+    return "(" + (",".join(map(str, z)) if isinstance(z, list) else str(z)) + ")"
 
 
 def pct(x):
@@ -214,7 +269,7 @@ def pct(x):
 
 def table(rows):
     head = ("| model | GPUs | net | schedule | best config | step s | tokens/s | all-idle % "
-            "| exposed comm % | bubble % | recompute % | peak GiB | fits 40 GB | "
+            "| exposed comm % | bubble % | recompute % | peak GiB | fits device | "
             "elastic / interleaved | elastic / best other |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
@@ -239,9 +294,14 @@ def main():
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--only", help="comma-separated MODEL@GPUS rows (default: the priority rows)")
     ap.add_argument("--extra", action="store_true", help="also the rest of the 3 x 3 grid")
+    ap.add_argument("--zero-auto", nargs="?", const="all", choices=("elastic", "all"),
+                    help="also compile zero=auto cluster=NET: for the elastic candidates only, "
+                         "or (all) also for the interleaved and bfs plans elastic includes")
     ap.add_argument("--table", action="store_true", help="only rebuild the table from the cache")
     args = ap.parse_args()
     opt, simbin = (os.path.join(args.build, "bin", t) for t in ("pipemesh-opt", "pipemesh-sim"))
+    global BIN_HASH
+    BIN_HASH = bin_hash(opt, simbin)
     os.makedirs(CACHE, exist_ok=True)
     grid = list(PRIORITY) + (EXTRA if args.extra else [])
     if args.only:
@@ -252,16 +312,22 @@ def main():
     for model, gpus in grid:
         pp, dp, batch, m = shape(gpus)
         for schedule in SCHEDULES:
+            za = (args.zero_auto == "all" and schedule in ("interleaved", "bfs")) or \
+                (args.zero_auto is not None and schedule == "elastic")
             for vpp, extra, label in candidates(schedule, pp, m):
-                tasks.append((model, gpus, schedule, vpp, extra, label))
+                tasks.append((model, gpus, schedule, vpp, extra, label, za))
     recs = []
     if args.table:
         for f in sorted(os.listdir(CACHE)):
             recs.append(json.load(open(os.path.join(CACHE, f))))
+        if any(r.get("bin_hash") == BIN_HASH for r in recs):
+            recs = [r for r in recs if r.get("bin_hash") == BIN_HASH]
+        else:
+            log(f"no cached run of binaries {BIN_HASH}: tabulating all {len(recs)} records")
         grid = sorted({(r["model"], r["gpus"]) for r in recs},
                       key=lambda mg: (list(MODELS).index(mg[0]), mg[1]))
     else:
-        log(f"{len(tasks)} configuration chains on {args.jobs} workers")
+        log(f"{len(tasks)} configuration chains on {args.jobs} workers, binaries {BIN_HASH}")
         with cf.ThreadPoolExecutor(args.jobs) as ex:
             for chain in ex.map(lambda t: run_chain(opt, simbin, *t), tasks):
                 recs.extend(chain)
@@ -271,11 +337,12 @@ def main():
     rows = tables["mem_limit"]
     with open(os.path.join(OUT, "sim_paper.json"), "w") as f:
         json.dump({"setting": {"seq": SEQ, "vocab": VOCAB, "global_batch": GLOBAL_BATCH,
-                               "pp": PP, "mem_limit": MEM_LIMIT, "networks": NETWORKS},
+                               "pp": PP, "mem_limit": MEM_LIMIT, "networks": NETWORKS,
+                               "bin_hash": BIN_HASH},
                    "rows": rows, "rows_strict_device_fit": tables["strict"], "runs": recs},
                   f, indent=1)
     md = ("Best plan within the compiler's mem-limit=40GiB:\n\n" + table(rows) +
-          "\n\nBest plan whose simulated peak fits the 40e9-byte device preset:\n\n" +
+          "\n\nBest plan whose simulated peak fits the device (pipemesh-sim fits_memory):\n\n" +
           table(tables["strict"]))
     with open(os.path.join(OUT, "sim_paper.md"), "w") as f:
         f.write(md + "\n")
