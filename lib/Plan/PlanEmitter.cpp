@@ -26,6 +26,7 @@
 
 #include "PlanInternal.h"
 #include "RankPrograms.h"
+#include "SkeletonJob.h"
 #include "StagedStep.h"
 
 #include "pipemesh/CostModel/CostModel.h"
@@ -739,9 +740,35 @@ LogicalResult RankEmitter::run(RankPlan &out) {
     return std::to_string(chunk) + what.str() + direction(v) + std::to_string(mb);
   };
   std::vector<std::string> pendingRecvTokens;
-  int64_t lastChunk = 0;
 
   std::string lastActionName;
+  // A send lowers right after the op that computes its value, inside the
+  // action that precedes it in the program (the earliest its data allows:
+  // the previous stage waits for the input gradient, not for this stage's
+  // weight gradients), or where it stands.
+  llvm::DenseSet<Operation *> sentEarly;
+  int64_t lastChunk = 0;
+  bool inAction = false;                    // lowering a compute action
+  std::vector<std::string> earlySendTokens; // its sends, for the row after it
+  auto lowerSend = [&](pm::SendOp sd) -> LogicalResult {
+    Value v = step.channelValue[sd.getChannel()];
+    int64_t mb = sd.getMicrobatch();
+    auto it = inst.find({v, mb});
+    if (it == inst.end())
+      return sh.module.emitError() << "pipeline rank " << p << " sends channel "
+                                   << sd.getChannel() << " of micro-batch " << mb
+                                   << " before computing it (internal error)";
+    emit(json::Object{{"op", "send"},
+                      {"in", json::Array{it->second}},
+                      {"peer", (int64_t)sd.getPeer()},
+                      {"tag", (int64_t)sd.getTag()}});
+    sentRoots.push_back(root(it->second));
+    sendCompletedAt.push_back(-1);
+    std::string token = tokenOf(lastChunk, "SEND_", v, mb);
+    if (!llvm::is_contained(row, token) && !llvm::is_contained(earlySendTokens, token))
+      (inAction ? earlySendTokens : row).push_back(token);
+    return success();
+  };
   std::vector<int64_t> computeKeys; // chunk * 3 + phase of each compute action
   for (auto c : rankProgram.getBody().front().getOps<pm::ComputeOp>())
     computeKeys.push_back(c.getChunk() * 3 +
@@ -792,11 +819,27 @@ LogicalResult RankEmitter::run(RankPlan &out) {
           keepGathered ? std::vector<std::vector<std::string>>(ops.size()) : freeAfter(ops);
       size_t actionStart = program.size();
       std::vector<bool> recomputedInstr; // per instruction of this action
+      inAction = true;
+      // The sends that follow this action in the program, by value.
+      llvm::DenseMap<Value, llvm::SmallVector<pm::SendOp>> sendsOf;
+      for (Operation *next = op.getNextNode(); next && isa<pm::SendOp>(next);
+           next = next->getNextNode()) {
+        auto sd = cast<pm::SendOp>(next);
+        if (sd.getMicrobatch() == a.microbatch)
+          sendsOf[step.channelValue[sd.getChannel()]].push_back(sd);
+      }
       for (auto [i, o] : llvm::enumerate(ops)) {
         ctx.recompute = isRecompute[i];
         size_t before = program.size();
         if (failed(emitOp(o, ctx)))
           return failure();
+        if (!ctx.recompute)
+          for (Value r : o->getResults())
+            for (pm::SendOp sd : sendsOf.lookup(r)) {
+              if (failed(lowerSend(sd)))
+                return failure();
+              sentEarly.insert(sd);
+            }
         recomputedInstr.resize(program.size() - actionStart, false);
         for (size_t k2 = before; k2 < program.size(); ++k2)
           recomputedInstr[k2 - actionStart] = ctx.recompute;
@@ -827,25 +870,13 @@ LogicalResult RankEmitter::run(RankPlan &out) {
       pendingRecvTokens.clear();
       row.insert(row.end(), recvTokens.begin(), recvTokens.end());
       row.push_back(actionName);
+      row.insert(row.end(), earlySendTokens.begin(), earlySendTokens.end());
+      earlySendTokens.clear();
+      inAction = false;
       lastActionName = actionName;
     } else if (auto sd = dyn_cast<pm::SendOp>(op)) {
-      Value v = step.channelValue[sd.getChannel()];
-      int64_t mb = sd.getMicrobatch();
-      auto it = inst.find({v, mb});
-      if (it == inst.end())
-        return sh.module.emitError() << "pipeline rank " << p << " sends channel "
-                                     << sd.getChannel() << " of micro-batch " << mb
-                                     << " before computing it (internal error)";
-      emit(json::Object{{"op", "send"},
-                        {"in", json::Array{it->second}},
-                        {"peer", (int64_t)sd.getPeer()},
-                        {"tag", (int64_t)sd.getTag()},
-                        {"action", lastActionName}});
-      sentRoots.push_back(root(it->second));
-      sendCompletedAt.push_back(-1);
-      std::string token = tokenOf(lastChunk, "SEND_", v, mb);
-      if (!llvm::is_contained(row, token))
-        row.push_back(token);
+      if (!sentEarly.count(sd) && failed(lowerSend(sd)))
+        return failure();
     } else if (auto ar = dyn_cast<pm::AllReduceGradsOp>(op)) {
       json::Array bufs;
       for (const std::string &n : names(ar.getParams()))
@@ -1423,8 +1454,10 @@ PlanBuilder::Prediction PlanBuilder::predict(func::FuncOp train, const cost::Clu
 /// groups=auto: forward and backward group sizes from pp (depth-first) to
 /// all micro-batches (breadth-first), doubling. Equal sizes both ways first,
 /// then the backward size and the forward size each varied around the best
-/// (coordinate descent: 3 |sizes| candidates rather than |sizes|^2); the
-/// simulated fastest that fits mem-limit wins.
+/// (coordinate descent: 3 |sizes| candidates rather than |sizes|^2), ranked
+/// by the skeleton simulation (SkeletonJob.h, milliseconds each); the best
+/// few are then emitted and simulated exactly, and the fastest of those that
+/// fits mem-limit wins.
 LogicalResult PlanBuilder::chooseGroups(func::FuncOp train, const cost::Cluster &cluster) {
   const int64_t m = sh.opts.microbatches, pp = sh.opts.pp;
   std::vector<int64_t> sizes;
@@ -1437,44 +1470,77 @@ LogicalResult PlanBuilder::chooseGroups(func::FuncOp train, const cost::Cluster 
       v.push_back(std::min(g, m - lo));
     return v;
   };
-  double best = 0;
-  int64_t bestF = -1, bestB = -1;
-  std::string lastWhy;
-  std::set<std::pair<int64_t, int64_t>> tried;
-  auto consider = [&](int64_t f, int64_t b) {
-    if (!tried.insert({f, b}).second)
-      return;
+  const double tokens = (double)sh.opts.batch * sh.opts.seq * m * sh.opts.dp;
+  std::map<std::pair<int64_t, int64_t>, double> skeleton; // (f, b) -> step time
+  auto rough = [&](int64_t f, int64_t b) -> double {
+    if (auto it = skeleton.find({f, b}); it != skeleton.end())
+      return it->second;
+    double t = INFINITY;
     sh.sched.fwdGroups = uniform(f);
     sh.sched.bwdGroups = uniform(b);
     std::string why;
-    if (!validateSchedule(sh.sched, why))
-      return;
-    Prediction p = predict(train, cluster);
-    if (!p.ok) {
-      lastWhy = p.why;
-      return;
+    if (validateSchedule(sh.sched, why)) {
+      detail::annotateSharding(sh.module, sh.step, sh.zeroChunks, sh.opts.dp);
+      for (int64_t lag : {1, 2, 4, 0}) {
+        if (failed(detail::buildRankPrograms(sh.module, sh.step, sh.sched, sh.opts.dp, lag)))
+          break;
+        sim::SimResult r = sim::simulate(
+            detail::skeletonJob(sh.module, sh.step, sh.sched, sh.opts.dp, cluster.device, tokens),
+            cluster);
+        if (r.ok) {
+          t = r.stepTimeS;
+          break;
+        }
+      }
     }
-    if (bestF < 0 || p.result.stepTimeS < best) {
-      best = p.result.stepTimeS;
-      bestF = f;
-      bestB = b;
-    }
+    return skeleton[{f, b}] = t;
+  };
+  std::pair<int64_t, int64_t> best{-1, -1};
+  auto consider = [&](int64_t f, int64_t b) {
+    double t = rough(f, b);
+    if (t < INFINITY && (best.first < 0 || t < skeleton[best]))
+      best = {f, b};
   };
   for (int64_t g : sizes)
     consider(g, g);
-  if (bestF >= 0) {
-    int64_t f0 = bestF;
+  if (best.first >= 0) {
+    int64_t f0 = best.first;
     for (int64_t b : sizes)
       consider(f0, b);
-    int64_t b0 = bestB;
+    int64_t b0 = best.second;
     for (int64_t f : sizes)
       consider(f, b0);
   }
-  if (bestF < 0)
+  // Exact checks, best skeletons first, until two candidates fit.
+  std::vector<std::pair<double, std::pair<int64_t, int64_t>>> ranked;
+  for (auto &[fb, t] : skeleton)
+    if (t < INFINITY)
+      ranked.push_back({t, fb});
+  llvm::sort(ranked);
+  double bestExact = INFINITY;
+  std::pair<int64_t, int64_t> chosen{-1, -1};
+  std::string lastWhy = "no valid order";
+  int fitting = 0;
+  for (auto &[t, fb] : ranked) {
+    sh.sched.fwdGroups = uniform(fb.first);
+    sh.sched.bwdGroups = uniform(fb.second);
+    Prediction p = predict(train, cluster);
+    if (!p.ok) {
+      lastWhy = p.why;
+      continue;
+    }
+    if (p.result.stepTimeS < bestExact) {
+      bestExact = p.result.stepTimeS;
+      chosen = fb;
+    }
+    if (++fitting == 2)
+      break;
+  }
+  if (chosen.first < 0)
     return sh.module.emitError() << "groups=auto: no forward/backward group sizes give a plan ("
                                  << lastWhy << ")";
-  sh.sched.fwdGroups = uniform(bestF);
-  sh.sched.bwdGroups = uniform(bestB);
+  sh.sched.fwdGroups = uniform(chosen.first);
+  sh.sched.bwdGroups = uniform(chosen.second);
   return success();
 }
 

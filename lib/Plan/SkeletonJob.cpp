@@ -1,0 +1,181 @@
+//===- SkeletonJob.cpp - a simulator job straight from rank programs -------===//
+#include "SkeletonJob.h"
+
+#include "RankPrograms.h"
+
+#include "pipemesh/CostModel/CostModel.h"
+#include "pipemesh/Dialect/PMesh/PMesh.h"
+#include "pipemesh/Dialect/PMesh/ShapeFunctions.h"
+#include "pipemesh/Plan/Sharding.h"
+
+#include "llvm/ADT/DenseSet.h"
+
+#include <map>
+
+using namespace mlir;
+namespace pm = pipemesh::pmesh;
+
+namespace pipemesh::plan::detail {
+
+namespace {
+
+/// Time and memory of one phase of one chunk, per micro-batch.
+struct PhaseCost {
+  double seconds = 0;
+  int64_t keeps = 0; // bytes a forward leaves for its backward
+  std::vector<std::string> gathered; // zero 3 parameters it reads
+};
+
+int64_t paramBytes(ModuleOp module, llvm::StringRef name) {
+  auto p = module.lookupSymbol<pm::ParamOp>(name);
+  return p ? cost::typeBytes(p.getType()) : 0;
+}
+
+} // namespace
+
+sim::Job skeletonJob(ModuleOp module, const StagedStep &step, const ScheduleConfig &sched,
+                     int64_t dp, const cost::Device &device, double tokensPerStep) {
+  const bool split = splitsBackward(sched);
+  // Per (chunk, phase 0 F / 1 B / 2 W): time, saved bytes, zero-3 params.
+  std::map<std::pair<int64_t, int>, PhaseCost> phases;
+  auto phaseOps = [&](int64_t c, int ph) -> const std::vector<Operation *> & {
+    if (ph == 0)
+      return step.fwdOps[c];
+    if (!split)
+      return step.bwdOps[c];
+    return ph == 2 ? step.bwdWeightOps[c] : step.bwdInputOps[c];
+  };
+  for (int64_t c = 0; c < step.numChunks; ++c) {
+    llvm::DenseSet<Operation *> fwd(step.fwdOps[c].begin(), step.fwdOps[c].end());
+    for (int ph = 0; ph < 3; ++ph) {
+      PhaseCost pc;
+      std::set<std::string> zero3;
+      for (Operation *op : phaseOps(c, ph)) {
+        pc.seconds += cost::opTime(op, device);
+        for (Value v : op->getOperands())
+          if (llvm::StringRef n = step.paramRoot(v);
+              !n.empty() && dp > 1 && zeroLevelOf(module, n) == 3)
+            zero3.insert(n.str());
+      }
+      pc.gathered.assign(zero3.begin(), zero3.end());
+      phases[{c, ph}] = std::move(pc);
+    }
+    // What the backward reads of the forward: kept from F to B.
+    llvm::DenseSet<Value> kept;
+    for (Operation *op : step.bwdOps[c])
+      for (Value v : op->getOperands())
+        if (Operation *def = v.getDefiningOp(); def && fwd.count(def))
+          kept.insert(v);
+    int64_t bytes = 0;
+    for (Value v : kept)
+      bytes += cost::typeBytes(v.getType());
+    phases[{c, 0}].keeps = bytes;
+  }
+
+  const int64_t pp = sched.pp;
+  sim::Job job;
+  job.tokensPerStep = tokensPerStep;
+  job.ranks.resize(pp * dp);
+  std::vector<int64_t> tied;
+  for (auto &kv : step.holders)
+    if (kv.second.size() > 1)
+      tied.assign(kv.second.begin(), kv.second.end());
+  for (auto rp : module.getOps<pm::RankProgramOp>()) {
+    const int64_t p = rp.getPpRank();
+    for (int64_t d = 0; d < dp; ++d) {
+      sim::Program &prog = job.ranks[p * dp + d];
+      prog.rank = (int32_t)(p * dp + d);
+      std::vector<int64_t> dpMembers, tiedMembers;
+      for (int64_t e = 0; e < dp; ++e)
+        dpMembers.push_back(p * dp + e);
+      for (int64_t q : tied)
+        tiedMembers.push_back(q * dp + d);
+      int32_t dpGroup = job.group("dp", dpMembers);
+      // Persistent: every parameter the rank holds, its gradient and moments
+      // as the ZeRO level stores them.
+      for (auto param : module.getOps<pm::ParamOp>()) {
+        auto h = step.holders.find(param.getSymName());
+        if (h == step.holders.end() || !h->second.count(p))
+          continue;
+        int64_t bytes = cost::typeBytes(param.getType());
+        ParamStorage st = paramStorage(zeroLevelOf(module, param.getSymName()), dp, true);
+        int64_t shard = (bytes / 4 + dp - 1) / dp * 4;
+        prog.persistentBytes += (st.fullParam ? bytes : 0) + (st.paramShard ? shard : 0) +
+                                (st.fullGrad ? bytes : 0) + (st.gradShard ? shard : 0) +
+                                2 * (st.momentShards ? shard : bytes);
+      }
+      int64_t heldKey = -1;
+      std::vector<std::string> computeKeys;
+      auto gatherBytes = [&](const std::vector<std::string> &names) {
+        int64_t b = 0;
+        for (const std::string &n : names)
+          b += paramBytes(module, n);
+        return b;
+      };
+      for (Operation &op : rp.getBody().front()) {
+        if (auto c = dyn_cast<pm::ComputeOp>(op)) {
+          int ph = c.getPhase() == "W" ? 2 : c.getPhase() == "B" ? 1 : 0;
+          const PhaseCost &pc = phases[{(int64_t)c.getChunk(), ph}];
+          int64_t key = c.getChunk() * 3 + ph;
+          if (key != heldKey && !pc.gathered.empty())
+            prog.instrs.push_back(sim::Instr::collective(cost::Collective::AllGather, dpGroup,
+                                                         (double)gatherBytes(pc.gathered)));
+          heldKey = key;
+          std::string label = std::to_string(c.getChunk()) + c.getPhase().str() +
+                              std::to_string(c.getMicrobatch());
+          sim::Work w = ph == 0 ? sim::Work::Forward
+                        : ph == 1 ? sim::Work::Backward
+                                  : sim::Work::WeightGrad;
+          sim::Instr in = sim::Instr::compute(pc.seconds, w, prog.label(label));
+          int64_t keeps = phases[{(int64_t)c.getChunk(), 0}].keeps;
+          if (ph == 0)
+            in.mem(keeps, 0);
+          else if (ph == 1)
+            in.mem(0, split ? keeps / 2 : keeps);
+          else
+            in.mem(0, keeps - keeps / 2);
+          prog.instrs.push_back(in);
+        } else if (auto s = dyn_cast<pm::SendOp>(op)) {
+          Value v = step.channelValue[s.getChannel()];
+          prog.instrs.push_back(sim::Instr::send((int32_t)(s.getPeer() * dp + d), s.getTag(),
+                                                 (double)cost::typeBytes(v.getType())));
+        } else if (auto r = dyn_cast<pm::RecvOp>(op)) {
+          Value v = step.channelValue[r.getChannel()];
+          prog.instrs.push_back(sim::Instr::recv((int32_t)(r.getPeer() * dp + d), r.getTag(),
+                                                 (double)cost::typeBytes(v.getType())));
+        } else if (auto w = dyn_cast<pm::WaitSendsOp>(op)) {
+          prog.instrs.push_back(sim::Instr::waitSends((int32_t)w.getKeep()));
+        } else if (auto ar = dyn_cast<pm::AllReduceGradsOp>(op)) {
+          int64_t bytes = 0;
+          for (Attribute a : ar.getParams())
+            bytes += paramBytes(module, cast<FlatSymbolRefAttr>(a).getValue());
+          int32_t g = ar.getGroup() == "tied" ? job.group("tied", tiedMembers) : dpGroup;
+          prog.instrs.push_back(sim::Instr::collective(cost::Collective::AllReduce, g,
+                                                       (double)bytes, ar.getAsync()));
+        } else if (auto rs = dyn_cast<pm::ReduceScatterGradsOp>(op)) {
+          int64_t bytes = 0;
+          for (Attribute a : rs.getParams())
+            bytes += paramBytes(module, cast<FlatSymbolRefAttr>(a).getValue());
+          prog.instrs.push_back(sim::Instr::collective(cost::Collective::ReduceScatter, dpGroup,
+                                                       (double)bytes, rs.getAsync()));
+        } else if (isa<pm::WaitCollectivesOp>(op)) {
+          prog.instrs.push_back(sim::Instr::wait(-1));
+        } else if (isa<pm::OptimizerStepOp>(op)) {
+          // AdamW streams parameters, gradients and both moments.
+          prog.instrs.push_back(sim::Instr::kernel(0, 4.0 * (double)prog.persistentBytes / 3,
+                                                   cost::KernelClass::Memory,
+                                                   sim::Work::Optimizer));
+        } else if (auto ag = dyn_cast<pm::AllGatherParamsOp>(op)) {
+          int64_t bytes = 0;
+          for (Attribute a : ag.getParams())
+            bytes += paramBytes(module, cast<FlatSymbolRefAttr>(a).getValue());
+          prog.instrs.push_back(
+              sim::Instr::collective(cost::Collective::AllGather, dpGroup, (double)bytes));
+        }
+      }
+    }
+  }
+  return job;
+}
+
+} // namespace pipemesh::plan::detail
