@@ -99,7 +99,7 @@ LogicalResult AdamWOp::verify() {
 LogicalResult pipemesh::pmesh::ComputeOp::verify() {
   if (getPhase() != "F" && getPhase() != "B" && getPhase() != "W")
     return emitOpError() << "phase must be \"F\", \"B\" or \"W\", got \"" << getPhase() << "\"";
-  if (getChunk() < 0 || getMicrobatch() < 0)
+  if (getChunkAttr().getInt() < 0 || getMicrobatchAttr().getInt() < 0)
     return emitOpError("chunk and microbatch must be non-negative");
   return success();
 }
