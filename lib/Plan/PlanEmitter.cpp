@@ -48,6 +48,7 @@
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/Path.h"
 
+#include <chrono>
 #include <set>
 
 using namespace mlir;
@@ -120,6 +121,9 @@ struct Shared {
   /// and more before it (0: only at the end of the step, the last resort
   /// when every lag fails the deadlock check).
   int64_t waitLag = 1;
+  /// groups=auto: candidates simulated and the search's wall time (seconds).
+  int64_t searchCandidates = 0;
+  double searchSeconds = 0;
 };
 
 /// One pipeline rank's program, the template of its dp replicas: `peer`
@@ -1291,6 +1295,10 @@ json::Object PlanBuilder::manifest(std::vector<RankPlan> &ranks, bool replicasEl
     };
     parallel["fwd_groups"] = list(sh.sched.fwdGroups, o.microbatches);
     parallel["bwd_groups"] = list(sh.sched.bwdGroups, o.microbatches);
+    if (sh.opts.autoGroups)
+      parallel["groups_search"] = json::Object{{"candidates", sh.searchCandidates},
+                                               {"seconds", sh.searchSeconds},
+                                               {"cluster", sh.opts.cluster}};
   }
   if (effectiveKind(sh.sched) != sh.sched.kind)
     parallel["schedule_run"] = scheduleKindName(effectiveKind(sh.sched));
@@ -1459,6 +1467,13 @@ PlanBuilder::Prediction PlanBuilder::predict(func::FuncOp train, const cost::Clu
 /// few are then emitted and simulated exactly, and the fastest of those that
 /// fits mem-limit wins.
 LogicalResult PlanBuilder::chooseGroups(func::FuncOp train, const cost::Cluster &cluster) {
+  auto started = std::chrono::steady_clock::now();
+  auto finish = [&](int64_t candidates) {
+    sh.searchCandidates = candidates;
+    sh.searchSeconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    return success();
+  };
   const int64_t m = sh.opts.microbatches, pp = sh.opts.pp;
   std::vector<int64_t> sizes;
   for (int64_t g = std::min(pp, m); g < m; g *= 2)
@@ -1511,12 +1526,19 @@ LogicalResult PlanBuilder::chooseGroups(func::FuncOp train, const cost::Cluster 
     for (int64_t f : sizes)
       consider(f, b0);
   }
-  // Exact checks, best skeletons first, until two candidates fit.
+  // Exact checks, best skeletons first, until two candidates fit. Without
+  // a memory limit (and so without recompute=auto) nothing the skeleton
+  // leaves out decides between them: its best stands.
   std::vector<std::pair<double, std::pair<int64_t, int64_t>>> ranked;
   for (auto &[fb, t] : skeleton)
     if (t < INFINITY)
       ranked.push_back({t, fb});
   llvm::sort(ranked);
+  if (!sh.opts.memLimit && !ranked.empty()) {
+    sh.sched.fwdGroups = uniform(ranked.front().second.first);
+    sh.sched.bwdGroups = uniform(ranked.front().second.second);
+    return finish(skeleton.size());
+  }
   double bestExact = INFINITY;
   std::pair<int64_t, int64_t> chosen{-1, -1};
   std::string lastWhy = "no valid order";
@@ -1541,7 +1563,7 @@ LogicalResult PlanBuilder::chooseGroups(func::FuncOp train, const cost::Cluster 
                                  << lastWhy << ")";
   sh.sched.fwdGroups = uniform(chosen.first);
   sh.sched.bwdGroups = uniform(chosen.second);
-  return success();
+  return finish(skeleton.size());
 }
 
 /// zero=auto (mixed sharding, as AMSP argues): per chunk, whether its

@@ -99,6 +99,10 @@ bool printPlan(llvm::StringRef path, llvm::raw_ostream &os, std::string &why) {
   for (const char *key : {"fwd_groups", "bwd_groups"})
     if (const json::Array *g = par->getArray(key))
       os << " " << llvm::StringRef(key).take_front(3) << "-groups=" << intList(g);
+  if (const json::Object *gs = par->getObject("groups_search"))
+    os << " (groups=auto: " << gs->getInteger("candidates").value_or(0)
+       << " candidates on " << gs->getString("cluster").value_or("?") << " in "
+       << llvm::format("%.2f", gs->getNumber("seconds").value_or(0)) << " s)";
   if (const json::Array *zc = par->getArray("zero_chunks"))
     os << " zero-per-chunk=" << intList(zc);
   else if (auto zero = par->getInteger("zero"))
