@@ -16,8 +16,9 @@ namespace json = llvm::json;
 //===----------------------------------------------------------------------===//
 
 KernelClass pipemesh::cost::kernelClassOfName(llvm::StringRef op) {
-  return op == "matmul" || op == "attention" || op == "attention_grad" ? KernelClass::Gemm
-                                                                       : KernelClass::Memory;
+  if (op == "attention" || op == "attention_grad")
+    return KernelClass::Attention;
+  return op == "matmul" ? KernelClass::Gemm : KernelClass::Memory;
 }
 
 llvm::StringRef pipemesh::cost::precisionName(Precision p) {
@@ -62,7 +63,10 @@ double Device::time(const OpCost &c, KernelClass k) const {
   double bw = memBandwidth * (memEfficiency > 0 ? memEfficiency : 1.0);
   double memTime = bw > 0 ? c.bytes / bw : 0.0;
   double flopTime = 0;
-  if (k == KernelClass::Gemm) {
+  if (k == KernelClass::Attention && attentionEfficiency > 0) {
+    double rate = peakFlops() * attentionEfficiency;
+    flopTime = rate > 0 ? c.flops / rate : 0.0;
+  } else if (k == KernelClass::Gemm || k == KernelClass::Attention) {
     double rate = peakFlops() * gemmEfficiencyAt(c.flops);
     flopTime = rate > 0 ? c.flops / rate : 0.0;
   } else {
@@ -159,7 +163,8 @@ json::Value Device::toJson() const {
                       {"gemm_half_flops", gemmHalfFlops},
                       {"mem_efficiency", memEfficiency},
                       {"vector_efficiency", vectorEfficiency},
-                      {"kernel_overhead_s", kernelOverhead}};
+                      {"kernel_overhead_s", kernelOverhead},
+                      {"attention_efficiency", attentionEfficiency}};
 }
 
 namespace {
@@ -246,6 +251,7 @@ bool Device::fromJson(const json::Value &v, Device &out, std::string &why) {
   r.num("mem_efficiency", d.memEfficiency, true);
   r.num("vector_efficiency", d.vectorEfficiency, true);
   r.num("kernel_overhead_s", d.kernelOverhead);
+  r.num("attention_efficiency", d.attentionEfficiency);
   if (!r.ok)
     return false;
   if (std::optional<llvm::StringRef> p = o->getString("precision")) {
@@ -260,7 +266,8 @@ bool Device::fromJson(const json::Value &v, Device &out, std::string &why) {
     why = "device: peak_flops_fp32 and mem_bandwidth are required (or a \"preset\")";
     return false;
   }
-  if (d.gemmEfficiency > 1 || d.memEfficiency > 1 || d.vectorEfficiency > 1) {
+  if (d.gemmEfficiency > 1 || d.memEfficiency > 1 || d.vectorEfficiency > 1 ||
+      d.attentionEfficiency > 1 || d.attentionEfficiency < 0) {
     why = "device: efficiencies must lie in (0, 1]";
     return false;
   }

@@ -134,6 +134,7 @@ int pipemesh::sim::runCalibration(const std::string &outPath, bool quick) {
 
   // --- Vector throughput: gelu (15 flops an element in the cost model) ------
   double geluT, geluN = quick ? (1 << 20) : (1 << 22);
+  double attentionRate = 0; // measured below, after the GEMM fit
   {
     std::vector<float> x((size_t)geluN, 0.3f), y((size_t)geluN);
     geluT = timeMedian([&] { cpu::gelu<float>(x.data(), y.data(), (int64_t)geluN, false); }, budget);
@@ -174,6 +175,37 @@ int pipemesh::sim::runCalibration(const std::string &outPath, bool quick) {
   if (geluCompute > geluMem)
     dev.vectorEfficiency =
         std::clamp(15.0 * geluN / geluCompute / dev.peakFlopsFp32, 1e-3, 1.0);
+
+  // --- Attention: the runtime's flash-style kernels, forward + backward ------
+  // Causal, GPT-2-like head size. Flops as the cost model counts them
+  // (CostModel.h): 2 * BH * visible * (D + Dv) forward and
+  // 2 * BH * visible * (4 D + 3 Dv) backward, visible = T (T + 1) / 2.
+  {
+    const int64_t bh = 8, t = quick ? 128 : 256, d = 64;
+    std::vector<float> q(bh * t * d, 0.01f), k(q), v(q), o(q.size()), dq(q.size()),
+        dk(q.size()), dv(q.size());
+    const float scale = 0.125f;
+    double fwdT = timeMedian(
+        [&] {
+          cpu::attention<float>(q.data(), k.data(), v.data(), nullptr, 0, 0, 0, o.data(), bh, t,
+                                t, d, d, scale, true);
+        },
+        budget);
+    double bwdT = timeMedian(
+        [&] {
+          cpu::attentionGrad<float>(o.data(), q.data(), k.data(), v.data(), nullptr, 0, 0, 0,
+                                    dq.data(), dk.data(), dv.data(), bh, t, t, d, d, scale, true);
+        },
+        budget);
+    double visible = (double)t * (t + 1) / 2;
+    double flops = 2.0 * bh * visible * (5.0 * d + 4.0 * d);
+    attentionRate = flops / std::max(fwdT + bwdT, 1e-9);
+    raw["attention"] = json::Object{{"bh", bh},       {"t", t},           {"d", d},
+                                    {"fwd_seconds", fwdT}, {"bwd_seconds", bwdT},
+                                    {"gflops", attentionRate / 1e9}};
+  }
+  if (attentionRate > 0)
+    dev.attentionEfficiency = std::clamp(attentionRate / dev.peakFlops(), 1e-3, 1.0);
 
   // --- MPI: ping-pong and an all-reduce -------------------------------------
   cost::Link link = cost::Link::sharedMemory();

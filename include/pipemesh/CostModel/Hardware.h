@@ -61,8 +61,9 @@ struct OpCost {
 
 /// Which roofline a kernel follows.
 enum class KernelClass : uint8_t {
-  Gemm,   // matmul, attention and their gradients: tensor cores / BLAS
-  Memory, // elementwise, norms, reductions, data movement, optimizer
+  Gemm,      // matmul and its gradients: tensor cores / BLAS
+  Memory,    // elementwise, norms, reductions, data movement, optimizer
+  Attention, // attention and its gradient: flash-style kernels
 };
 
 /// The class of a pmesh op by name, without the dialect prefix (`matmul`,
@@ -87,6 +88,9 @@ struct Device {
   double memEfficiency = 1;   // fraction of memBandwidth streaming kernels reach
   double vectorEfficiency = 1; // fraction of the fp32 peak non-GEMM kernels reach
   double kernelOverhead = 0;  // seconds per kernel (launch, thread wake-up)
+  /// Fraction of peakFlops() attention kernels reach (their own loops, not
+  /// the GEMM library's); 0: they follow the GEMM curve.
+  double attentionEfficiency = 0;
 
   /// The GEMM peak at `precision`.
   double peakFlops() const;
