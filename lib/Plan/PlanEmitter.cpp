@@ -522,11 +522,8 @@ std::vector<Operation *> RankEmitter::recomputedOps(int64_t chunk) const {
   const std::vector<Operation *> &fwd = step.fwdOps[chunk];
   llvm::DenseSet<Operation *> inForward(fwd.begin(), fwd.end()), chosen;
   // Layers: the chunk's first n (in forward order).
-  std::set<int64_t> layers;
-  for (Operation *op : fwd)
-    layers.insert(step.layerOf.lookup(op));
   std::set<int64_t> recomputedLayers;
-  for (int64_t l : layers)
+  for (int64_t l : step.layersIn(chunk))
     if ((int64_t)recomputedLayers.size() < recompute.layers)
       recomputedLayers.insert(l);
   llvm::SmallVector<Operation *> work;
@@ -662,16 +659,10 @@ LogicalResult RankEmitter::run(RankPlan &out) {
     return sh.module.emitError() << "no pmesh.rank_program for pipeline rank " << p
                                  << " (internal error)";
   const bool split = splitsBackward(sh.sched);
-  // The ops an action runs: the forward, the whole backward, or (schedules
-  // that split it) its input-gradient part B or weight-gradient part W.
-  auto actionOps = [&](const Action &a) -> const std::vector<Operation *> & {
-    if (!a.backward)
-      return step.fwdOps[a.chunk];
-    if (!split)
-      return step.bwdOps[a.chunk];
-    return a.weight ? step.bwdWeightOps[a.chunk] : step.bwdInputOps[a.chunk];
-  };
   auto phaseKey = [](const Action &a) { return a.weight ? 2 : a.backward ? 1 : 0; };
+  auto actionOps = [&](const Action &a) -> const std::vector<Operation *> & {
+    return step.phaseOps(a.chunk, phaseKey(a), split);
+  };
   // (zero 3) After which op of a phase a gathered parameter is no longer read.
   auto freeAfter = [&](llvm::ArrayRef<Operation *> ops) {
     llvm::StringMap<size_t> lastUse;
@@ -1354,12 +1345,8 @@ LogicalResult PlanBuilder::emitRanks(func::FuncOp train, std::vector<RankPlan> &
       // layers are added): a binary search over 1 .. the rank's most layers
       // in a chunk.
       int64_t most = 1;
-      for (int64_t c = p; c < sh.step.numChunks; c += sh.step.pp) {
-        std::set<int64_t> layers;
-        for (Operation *op : sh.step.fwdOps[c])
-          layers.insert(sh.step.layerOf.lookup(op));
-        most = std::max<int64_t>(most, layers.size());
-      }
+      for (int64_t c = p; c < sh.step.numChunks; c += sh.step.pp)
+        most = std::max<int64_t>(most, sh.step.layersIn(c).size());
       int64_t lo = 1, hi = most;
       while (lo < hi) {
         int64_t mid = (lo + hi) / 2;

@@ -50,11 +50,15 @@ public:
 
 private:
   const std::vector<Operation *> &actionOps(const Action &a) const {
-    if (!a.backward)
-      return step.fwdOps[a.chunk];
-    if (!splitsBackward(sched))
-      return step.bwdOps[a.chunk];
-    return a.weight ? step.bwdWeightOps[a.chunk] : step.bwdInputOps[a.chunk];
+    return step.phaseOps(a.chunk, a.weight ? 2 : a.backward ? 1 : 0, splitsBackward(sched));
+  }
+  /// `pmesh.zero` of a parameter, read once per program (a symbol lookup
+  /// scans the module).
+  int64_t zeroOf(llvm::StringRef name) {
+    auto [it, added] = levels.try_emplace(name, 0);
+    if (added)
+      it->second = zeroLevelOf(module, name);
+    return it->second;
   }
   ArrayAttr symbols(llvm::ArrayRef<std::string> names) {
     llvm::SmallVector<Attribute> refs;
@@ -72,6 +76,7 @@ private:
   const llvm::StringSet<> &trained;
   int64_t p;
   OpBuilder b;
+  llvm::StringMap<int64_t> levels;
   int64_t numSends = 0, sendsCompleted = 0;
   bool asyncIssued = false;
 };
@@ -90,7 +95,7 @@ void ProgramBuilder::dpReduce(llvm::ArrayRef<std::string> names) {
     return;
   std::vector<std::string> replicated, sharded;
   for (const std::string &n : names)
-    (zeroLevelOf(module, n) == 0 ? replicated : sharded).push_back(n);
+    (zeroOf(n) == 0 ? replicated : sharded).push_back(n);
   if (!replicated.empty())
     b.create<pm::AllReduceGradsOp>(module.getLoc(), symbols(replicated), b.getStringAttr("dp"),
                                    b.getBoolAttr(true));
@@ -167,7 +172,7 @@ void ProgramBuilder::build(OpBuilder &outer) {
     std::vector<std::string> perAction;
     if (dp > 1 && a.backward && (!split || a.weight))
       for (const std::string &n : step.accumulated[a.chunk])
-        if (llvm::is_contained(held, n) && !isTied(n) && zeroLevelOf(module, n) >= 2)
+        if (llvm::is_contained(held, n) && !isTied(n) && zeroOf(n) >= 2)
           perAction.push_back(n);
     if (!perAction.empty())
       b.create<pm::ReduceScatterGradsOp>(loc, symbols(perAction), b.getBoolAttr(false),
@@ -176,7 +181,7 @@ void ProgramBuilder::build(OpBuilder &outer) {
     std::vector<std::string> done;
     for (const std::string &n : held)
       if (!isTied(n) && lastAccumulation.count(n) && lastAccumulation[n] == k &&
-          !(dp > 1 && zeroLevelOf(module, n) >= 2))
+          !(dp > 1 && zeroOf(n) >= 2))
         done.push_back(n);
     dpReduce(done);
   }
@@ -198,7 +203,7 @@ void ProgramBuilder::build(OpBuilder &outer) {
   b.create<pm::OptimizerStepOp>(loc);
   std::vector<std::string> gathered;
   for (const std::string &n : held) {
-    int64_t z = zeroLevelOf(module, n);
+    int64_t z = zeroOf(n);
     if (dp > 1 && (z == 1 || z == 2))
       gathered.push_back(n);
   }

@@ -26,11 +26,6 @@ struct PhaseCost {
   std::vector<std::string> gathered; // zero 3 parameters it reads
 };
 
-int64_t paramBytes(ModuleOp module, llvm::StringRef name) {
-  auto p = module.lookupSymbol<pm::ParamOp>(name);
-  return p ? cost::typeBytes(p.getType()) : 0;
-}
-
 } // namespace
 
 sim::Job skeletonJob(ModuleOp module, const StagedStep &step, const ScheduleConfig &sched,
@@ -38,23 +33,23 @@ sim::Job skeletonJob(ModuleOp module, const StagedStep &step, const ScheduleConf
   const bool split = splitsBackward(sched);
   // Per (chunk, phase 0 F / 1 B / 2 W): time, saved bytes, zero-3 params.
   std::map<std::pair<int64_t, int>, PhaseCost> phases;
-  auto phaseOps = [&](int64_t c, int ph) -> const std::vector<Operation *> & {
-    if (ph == 0)
-      return step.fwdOps[c];
-    if (!split)
-      return step.bwdOps[c];
-    return ph == 2 ? step.bwdWeightOps[c] : step.bwdInputOps[c];
-  };
+  // Every parameter's bytes and ZeRO level, looked up once.
+  llvm::StringMap<int64_t> bytesOf, levelOf;
+  for (auto param : module.getOps<pm::ParamOp>()) {
+    bytesOf[param.getSymName()] = cost::typeBytes(param.getType());
+    levelOf[param.getSymName()] = zeroLevelOf(module, param.getSymName());
+  }
+  auto paramBytes = [&](llvm::StringRef name) { return bytesOf.lookup(name); };
   for (int64_t c = 0; c < step.numChunks; ++c) {
     llvm::DenseSet<Operation *> fwd(step.fwdOps[c].begin(), step.fwdOps[c].end());
     for (int ph = 0; ph < 3; ++ph) {
       PhaseCost pc;
       std::set<std::string> zero3;
-      for (Operation *op : phaseOps(c, ph)) {
+      for (Operation *op : step.phaseOps(c, ph, split)) {
         pc.seconds += cost::opTime(op, device);
         for (Value v : op->getOperands())
           if (llvm::StringRef n = step.paramRoot(v);
-              !n.empty() && dp > 1 && zeroLevelOf(module, n) == 3)
+              !n.empty() && dp > 1 && levelOf.lookup(n) == 3)
             zero3.insert(n.str());
       }
       pc.gathered.assign(zero3.begin(), zero3.end());
@@ -98,7 +93,7 @@ sim::Job skeletonJob(ModuleOp module, const StagedStep &step, const ScheduleConf
         if (h == step.holders.end() || !h->second.count(p))
           continue;
         int64_t bytes = cost::typeBytes(param.getType());
-        ParamStorage st = paramStorage(zeroLevelOf(module, param.getSymName()), dp, true);
+        ParamStorage st = paramStorage(levelOf.lookup(param.getSymName()), dp, true);
         int64_t shard = (bytes / 4 + dp - 1) / dp * 4;
         prog.persistentBytes += (st.fullParam ? bytes : 0) + (st.paramShard ? shard : 0) +
                                 (st.fullGrad ? bytes : 0) + (st.gradShard ? shard : 0) +
@@ -109,7 +104,7 @@ sim::Job skeletonJob(ModuleOp module, const StagedStep &step, const ScheduleConf
       auto gatherBytes = [&](const std::vector<std::string> &names) {
         int64_t b = 0;
         for (const std::string &n : names)
-          b += paramBytes(module, n);
+          b += paramBytes(n);
         return b;
       };
       for (Operation &op : rp.getBody().front()) {
@@ -148,14 +143,14 @@ sim::Job skeletonJob(ModuleOp module, const StagedStep &step, const ScheduleConf
         } else if (auto ar = dyn_cast<pm::AllReduceGradsOp>(op)) {
           int64_t bytes = 0;
           for (Attribute a : ar.getParams())
-            bytes += paramBytes(module, cast<FlatSymbolRefAttr>(a).getValue());
+            bytes += paramBytes(cast<FlatSymbolRefAttr>(a).getValue());
           int32_t g = ar.getGroup() == "tied" ? job.group("tied", tiedMembers) : dpGroup;
           prog.instrs.push_back(sim::Instr::collective(cost::Collective::AllReduce, g,
                                                        (double)bytes, ar.getAsync()));
         } else if (auto rs = dyn_cast<pm::ReduceScatterGradsOp>(op)) {
           int64_t bytes = 0;
           for (Attribute a : rs.getParams())
-            bytes += paramBytes(module, cast<FlatSymbolRefAttr>(a).getValue());
+            bytes += paramBytes(cast<FlatSymbolRefAttr>(a).getValue());
           prog.instrs.push_back(sim::Instr::collective(cost::Collective::ReduceScatter, dpGroup,
                                                        (double)bytes, rs.getAsync()));
         } else if (isa<pm::WaitCollectivesOp>(op)) {
@@ -168,7 +163,7 @@ sim::Job skeletonJob(ModuleOp module, const StagedStep &step, const ScheduleConf
         } else if (auto ag = dyn_cast<pm::AllGatherParamsOp>(op)) {
           int64_t bytes = 0;
           for (Attribute a : ag.getParams())
-            bytes += paramBytes(module, cast<FlatSymbolRefAttr>(a).getValue());
+            bytes += paramBytes(cast<FlatSymbolRefAttr>(a).getValue());
           prog.instrs.push_back(
               sim::Instr::collective(cost::Collective::AllGather, dpGroup, (double)bytes));
         }

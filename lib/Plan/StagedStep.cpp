@@ -42,6 +42,13 @@ int64_t StagedStep::producerRank(Value v) const {
   return rankOf(chunkOf.lookup(v.getDefiningOp()));
 }
 
+std::set<int64_t> StagedStep::layersIn(int64_t chunk) const {
+  std::set<int64_t> layers;
+  for (Operation *op : fwdOps[chunk])
+    layers.insert(layerOf.lookup(op));
+  return layers;
+}
+
 FailureOr<StagedStep> analyzeTrainStep(func::FuncOp train, int64_t pp, int64_t numChunks) {
   StagedStep s;
   s.train = train;

@@ -70,6 +70,18 @@ struct StagedStep {
   llvm::DenseMap<mlir::Operation *, std::string> constantName;
 
   int64_t rankOf(int64_t chunk) const { return chunk % pp; }
+  /// The ops one phase of a chunk runs: phase 0 the forward, 1 the whole
+  /// backward (or, when the schedule splits it, its input-gradient part B),
+  /// 2 the weight-gradient part W.
+  const std::vector<mlir::Operation *> &phaseOps(int64_t chunk, int phase, bool split) const {
+    if (phase == 0)
+      return fwdOps[chunk];
+    if (!split)
+      return bwdOps[chunk];
+    return phase == 2 ? bwdWeightOps[chunk] : bwdInputOps[chunk];
+  }
+  /// The layers (layerOf) of a chunk's forward ops, in order.
+  std::set<int64_t> layersIn(int64_t chunk) const;
   /// The pipeline rank that computes an Activation-scope value.
   int64_t producerRank(mlir::Value v) const;
   ValueScope scope(mlir::Value v) const;
