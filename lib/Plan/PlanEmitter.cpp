@@ -12,7 +12,9 @@
 //   data-parallel reduction of the gradients whose last accumulation this
 //   action was
 //   tied-parameter all-reduce, then its data-parallel reduction
-//   wait_sends, adamw, (zero 1/2) all-gather of the updated shards
+//   wait_sends, adamw, (zero 1/2) async all-gathers of the updated shards,
+//   one per chunk, each completed by a wait_collectives "keep" before that
+//   chunk's first forward in the next step
 //
 // Every (value, micro-batch) gets its own buffer; the memory planner over
 // the whole unrolled program gives each its lifetime, so activations of
@@ -38,6 +40,7 @@
 #include "pipemesh/Plan/Sharding.h"
 #include "pipemesh/Sim/PlanLoader.h"
 #include "pipemesh/Sim/Simulator.h"
+#include "llvm/ADT/StringSet.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -235,6 +238,9 @@ private:
   /// Async data-parallel collectives issued and not yet waited for, and the
   /// transient gradients to free once they complete.
   bool asyncCollectives = false;
+  /// Gradients reduce-scattered so far this step (a later tied sum adds the
+  /// shards).
+  llvm::StringSet<> scattered;
   json::Array freedAfterWait;
   void waitCollectives();
   std::set<std::string> constantsUsed;
@@ -874,8 +880,11 @@ LogicalResult RankEmitter::run(RankPlan &out) {
         return failure();
     } else if (auto ar = dyn_cast<pm::AllReduceGradsOp>(op)) {
       json::Array bufs;
+      // A tied sum after the dp reduce-scatter adds the shards.
       for (const std::string &n : names(ar.getParams()))
-        bufs.push_back(ar.getGroup() == "tied" ? gradTarget(n) : pbufs[n].grad);
+        bufs.push_back(ar.getGroup() != "tied" ? pbufs[n].grad
+                       : scattered.contains(n) ? pbufs[n].gradShard
+                                               : gradTarget(n));
       json::Object o{{"op", "allreduce"}, {"group", ar.getGroup()}, {"bufs", std::move(bufs)}};
       if (ar.getAsync()) {
         o["async"] = true;
@@ -887,6 +896,7 @@ LogicalResult RankEmitter::run(RankPlan &out) {
       // those to the persistent shards, free both.
       json::Array in, tmp, acc, freed;
       for (const std::string &n : names(rs.getParams())) {
+        scattered.insert(n);
         ParamBufs &pb = pbufs[n];
         int full = gradTarget(n);
         Buffer b;
@@ -912,6 +922,7 @@ LogicalResult RankEmitter::run(RankPlan &out) {
     } else if (auto rs = dyn_cast<pm::ReduceScatterGradsOp>(op)) {
       json::Array in, out;
       for (const std::string &n : names(rs.getParams())) {
+        scattered.insert(n);
         ParamBufs &pb = pbufs[n];
         int full = gradTarget(n);
         in.push_back(full);
@@ -928,8 +939,15 @@ LogicalResult RankEmitter::run(RankPlan &out) {
         asyncCollectives = true;
       }
       emit(std::move(o));
-    } else if (isa<pm::WaitCollectivesOp>(op)) {
-      waitCollectives();
+    } else if (auto wc = dyn_cast<pm::WaitCollectivesOp>(op)) {
+      // Emitted even with nothing of this step's outstanding: it may complete
+      // the previous step's parameter gathers.
+      if (wc.getKeep() == 0) {
+        asyncCollectives = true;
+        waitCollectives();
+      } else {
+        emit(json::Object{{"op", "wait_collectives"}, {"keep", wc.getKeep()}});
+      }
     } else if (isa<pm::OptimizerStepOp>(op)) {
       freeGathered();
       json::Array entries;
@@ -964,9 +982,14 @@ LogicalResult RankEmitter::run(RankPlan &out) {
           out.push_back(pb.full);
         }
       }
-      if (!in.empty())
-        emit(json::Object{
-            {"op", "allgather"}, {"group", "dp"}, {"in", std::move(in)}, {"out", std::move(out)}});
+      if (!in.empty()) {
+        json::Object o{
+            {"op", "allgather"}, {"group", "dp"}, {"in", std::move(in)}, {"out", std::move(out)}};
+        // Completed by the next step's wait_collectives (keep), not this one's.
+        if (ag.getAsync())
+          o["async"] = true;
+        emit(std::move(o));
+      }
     } else {
       return op.emitOpError("cannot be lowered into a plan");
     }

@@ -78,7 +78,9 @@ private:
   OpBuilder b;
   llvm::StringMap<int64_t> levels;
   int64_t numSends = 0, sendsCompleted = 0;
-  bool asyncIssued = false;
+  /// Async collectives this program issued so far (wait_collectives keeps
+  /// count of them).
+  int64_t numAsync = 0;
 };
 
 void ProgramBuilder::waitSends(int64_t keep) {
@@ -96,13 +98,16 @@ void ProgramBuilder::dpReduce(llvm::ArrayRef<std::string> names) {
   std::vector<std::string> replicated, sharded;
   for (const std::string &n : names)
     (zeroOf(n) == 0 ? replicated : sharded).push_back(n);
-  if (!replicated.empty())
+  if (!replicated.empty()) {
     b.create<pm::AllReduceGradsOp>(module.getLoc(), symbols(replicated), b.getStringAttr("dp"),
                                    b.getBoolAttr(true));
-  if (!sharded.empty())
+    ++numAsync;
+  }
+  if (!sharded.empty()) {
     b.create<pm::ReduceScatterGradsOp>(module.getLoc(), symbols(sharded), b.getBoolAttr(true),
                                        b.getBoolAttr(false));
-  asyncIssued = true;
+    ++numAsync;
+  }
 }
 
 void ProgramBuilder::build(OpBuilder &outer) {
@@ -122,6 +127,11 @@ void ProgramBuilder::build(OpBuilder &outer) {
       held.push_back(param.getSymName().str());
   }
   auto isTied = [&](llvm::StringRef n) { return step.holders.lookup(n).size() > 1; };
+  // A sharded tied copy is reduce-scattered over dp like any gradient (the
+  // last stage's copy early, behind its remaining backwards) and the tied
+  // group then sums the shards: 1/dp of the bytes at the end of the step.
+  // Replicated ones are summed over the tied group first, then over dp.
+  auto tiedWhole = [&](llvm::StringRef n) { return isTied(n) && (dp <= 1 || zeroOf(n) == 0); };
   if (!held.empty())
     b.create<pm::ZeroGradsOp>(loc);
 
@@ -132,6 +142,55 @@ void ProgramBuilder::build(OpBuilder &outer) {
     if (a.backward && (!split || a.weight))
       for (const std::string &n : step.accumulated[a.chunk])
         lastAccumulation[n] = k;
+
+  // ZeRO-1/2: the updated shards are gathered at the end of the step, one
+  // async all_gather_params per chunk in the order the next step first reads
+  // them, and each chunk's first forward waits for its own: the later
+  // chunks' gathers run while the first chunks compute (Megatron's
+  // overlapped parameter gather). Parameters no chunk's forward reads on
+  // this rank go in a first group, waited before the first action.
+  auto gatheredAfterStep = [&](llvm::StringRef n) {
+    int64_t z = zeroOf(n);
+    return dp > 1 && (z == 1 || z == 2);
+  };
+  std::vector<std::vector<std::string>> gatherGroups;
+  std::map<int64_t, int64_t> gatherGroupOfChunk; // chunk -> index, first forward only
+  bool gathersUnread = false;
+  {
+    llvm::StringSet<> assigned;
+    std::vector<std::pair<int64_t, std::vector<std::string>>> byChunk;
+    for (const Action &a : actions) {
+      if (a.backward || llvm::any_of(byChunk, [&](auto &g) { return g.first == a.chunk; }))
+        continue;
+      std::vector<std::string> names;
+      for (const std::string &n : held)
+        if (gatheredAfterStep(n) && step.accumulated[a.chunk].count(n) &&
+            assigned.insert(n).second)
+          names.push_back(n);
+      byChunk.push_back({a.chunk, std::move(names)});
+    }
+    std::vector<std::string> unread;
+    for (const std::string &n : held)
+      if (gatheredAfterStep(n) && !assigned.contains(n))
+        unread.push_back(n);
+    if (!unread.empty()) {
+      gatherGroups.push_back(std::move(unread));
+      gathersUnread = true;
+    }
+    for (auto &[chunk, names] : byChunk)
+      if (!names.empty()) {
+        gatherGroupOfChunk[chunk] = (int64_t)gatherGroups.size();
+        gatherGroups.push_back(std::move(names));
+      }
+  }
+  const int64_t numGathers = (int64_t)gatherGroups.size();
+  // Completes the previous step's gather `g`: every async collective issued
+  // after it (the later gathers, and this program's own so far) may go on.
+  auto waitForGather = [&](int64_t g) {
+    b.create<pm::WaitCollectivesOp>(loc, b.getI64IntegerAttr(numGathers - 1 - g + numAsync));
+  };
+  if (gathersUnread)
+    waitForGather(0);
 
   std::set<std::pair<int64_t, int64_t>> received; // (channel, micro-batch)
   std::vector<int64_t> sendsBeforeAction;
@@ -156,6 +215,11 @@ void ProgramBuilder::build(OpBuilder &outer) {
                                  b.getI64IntegerAttr(step.producerRank(v)),
                                  b.getI64IntegerAttr(ch * m + mb));
       }
+    if (!a.backward)
+      if (auto g = gatherGroupOfChunk.find(a.chunk); g != gatherGroupOfChunk.end()) {
+        waitForGather(g->second);
+        gatherGroupOfChunk.erase(g);
+      }
     b.create<pm::ComputeOp>(loc, b.getI64IntegerAttr(a.chunk), b.getI64IntegerAttr(mb),
                             b.getStringAttr(a.weight ? "W" : a.backward ? "B" : "F"));
     // Values it computes for other ranks: sent right after.
@@ -167,12 +231,11 @@ void ProgramBuilder::build(OpBuilder &outer) {
           ++numSends;
         }
     // ZeRO-2/3: each backward's gradients are reduce-scattered into the
-    // persistent shard right away, so no whole gradient outlives its action
-    // (tied copies wait for the tied sum at the end).
+    // persistent shard right away, so no whole gradient outlives its action.
     std::vector<std::string> perAction;
     if (dp > 1 && a.backward && (!split || a.weight))
       for (const std::string &n : step.accumulated[a.chunk])
-        if (llvm::is_contained(held, n) && !isTied(n) && zeroOf(n) >= 2)
+        if (llvm::is_contained(held, n) && !tiedWhole(n) && zeroOf(n) >= 2)
           perAction.push_back(n);
     if (!perAction.empty())
       b.create<pm::ReduceScatterGradsOp>(loc, symbols(perAction), b.getBoolAttr(false),
@@ -180,35 +243,32 @@ void ProgramBuilder::build(OpBuilder &outer) {
     // Otherwise the data-parallel reduction runs once a gradient is complete.
     std::vector<std::string> done;
     for (const std::string &n : held)
-      if (!isTied(n) && lastAccumulation.count(n) && lastAccumulation[n] == k &&
+      if (!tiedWhole(n) && lastAccumulation.count(n) && lastAccumulation[n] == k &&
           !(dp > 1 && zeroOf(n) >= 2))
         done.push_back(n);
     dpReduce(done);
   }
 
-  // Tied copies: summed over the tied group, then over dp. Last, because a
-  // collective blocks until every member reaches it.
-  std::vector<std::string> tied;
+  // Tied sums last, because a collective blocks until every member reaches
+  // it.
+  std::vector<std::string> wholeTied, shardTied;
   for (const std::string &n : held)
     if (isTied(n))
-      tied.push_back(n);
-  if (!tied.empty()) {
-    b.create<pm::AllReduceGradsOp>(loc, symbols(tied), b.getStringAttr("tied"),
+      (tiedWhole(n) ? wholeTied : shardTied).push_back(n);
+  if (!wholeTied.empty()) {
+    b.create<pm::AllReduceGradsOp>(loc, symbols(wholeTied), b.getStringAttr("tied"),
                                    b.getBoolAttr(false));
-    dpReduce(tied);
+    dpReduce(wholeTied);
   }
   waitSends(0);
-  if (asyncIssued)
-    b.create<pm::WaitCollectivesOp>(loc);
+  if (numAsync > 0)
+    b.create<pm::WaitCollectivesOp>(loc, b.getI64IntegerAttr(0));
+  if (!shardTied.empty())
+    b.create<pm::AllReduceGradsOp>(loc, symbols(shardTied), b.getStringAttr("tied"),
+                                   b.getBoolAttr(false));
   b.create<pm::OptimizerStepOp>(loc);
-  std::vector<std::string> gathered;
-  for (const std::string &n : held) {
-    int64_t z = zeroOf(n);
-    if (dp > 1 && (z == 1 || z == 2))
-      gathered.push_back(n);
-  }
-  if (!gathered.empty())
-    b.create<pm::AllGatherParamsOp>(loc, symbols(gathered));
+  for (const std::vector<std::string> &names : gatherGroups)
+    b.create<pm::AllGatherParamsOp>(loc, symbols(names), b.getBoolAttr(true));
 }
 
 } // namespace

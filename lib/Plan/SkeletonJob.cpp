@@ -40,6 +40,7 @@ sim::Job skeletonJob(ModuleOp module, const StagedStep &step, const ScheduleConf
     levelOf[param.getSymName()] = zeroLevelOf(module, param.getSymName());
   }
   auto paramBytes = [&](llvm::StringRef name) { return bytesOf.lookup(name); };
+  auto shardBytes = [&](int64_t bytes) { return (bytes / 4 + dp - 1) / dp * 4; };
   for (int64_t c = 0; c < step.numChunks; ++c) {
     llvm::DenseSet<Operation *> fwd(step.fwdOps[c].begin(), step.fwdOps[c].end());
     for (int ph = 0; ph < 3; ++ph) {
@@ -94,7 +95,7 @@ sim::Job skeletonJob(ModuleOp module, const StagedStep &step, const ScheduleConf
           continue;
         int64_t bytes = cost::typeBytes(param.getType());
         ParamStorage st = paramStorage(levelOf.lookup(param.getSymName()), dp, true);
-        int64_t shard = (bytes / 4 + dp - 1) / dp * 4;
+        int64_t shard = shardBytes(bytes);
         prog.persistentBytes += (st.fullParam ? bytes : 0) + (st.paramShard ? shard : 0) +
                                 (st.fullGrad ? bytes : 0) + (st.gradShard ? shard : 0) +
                                 2 * (st.momentShards ? shard : bytes);
@@ -142,8 +143,12 @@ sim::Job skeletonJob(ModuleOp module, const StagedStep &step, const ScheduleConf
           prog.instrs.push_back(sim::Instr::waitSends((int32_t)w.getKeep()));
         } else if (auto ar = dyn_cast<pm::AllReduceGradsOp>(op)) {
           int64_t bytes = 0;
-          for (Attribute a : ar.getParams())
-            bytes += paramBytes(cast<FlatSymbolRefAttr>(a).getValue());
+          // A tied sum after the dp reduce-scatter (sharded levels) adds shards.
+          for (Attribute a : ar.getParams()) {
+            llvm::StringRef n = cast<FlatSymbolRefAttr>(a).getValue();
+            bool shards = ar.getGroup() == "tied" && dp > 1 && levelOf.lookup(n) >= 1;
+            bytes += shards ? shardBytes(paramBytes(n)) : paramBytes(n);
+          }
           int32_t g = ar.getGroup() == "tied" ? job.group("tied", tiedMembers) : dpGroup;
           prog.instrs.push_back(sim::Instr::collective(cost::Collective::AllReduce, g,
                                                        (double)bytes, ar.getAsync()));
@@ -153,8 +158,8 @@ sim::Job skeletonJob(ModuleOp module, const StagedStep &step, const ScheduleConf
             bytes += paramBytes(cast<FlatSymbolRefAttr>(a).getValue());
           prog.instrs.push_back(sim::Instr::collective(cost::Collective::ReduceScatter, dpGroup,
                                                        (double)bytes, rs.getAsync()));
-        } else if (isa<pm::WaitCollectivesOp>(op)) {
-          prog.instrs.push_back(sim::Instr::wait(-1));
+        } else if (auto wc = dyn_cast<pm::WaitCollectivesOp>(op)) {
+          prog.instrs.push_back(sim::Instr::wait(-1, (int32_t)wc.getKeep()));
         } else if (isa<pm::OptimizerStepOp>(op)) {
           // AdamW streams parameters, gradients and both moments.
           prog.instrs.push_back(sim::Instr::kernel(0, 4.0 * (double)prog.persistentBytes / 3,
@@ -164,10 +169,11 @@ sim::Job skeletonJob(ModuleOp module, const StagedStep &step, const ScheduleConf
           int64_t bytes = 0;
           for (Attribute a : ag.getParams())
             bytes += paramBytes(cast<FlatSymbolRefAttr>(a).getValue());
-          prog.instrs.push_back(
-              sim::Instr::collective(cost::Collective::AllGather, dpGroup, (double)bytes));
+          prog.instrs.push_back(sim::Instr::collective(cost::Collective::AllGather, dpGroup,
+                                                       (double)bytes, ag.getAsync()));
         }
       }
+      sim::carryAsyncTailIntoStep(prog);
     }
   }
   return job;

@@ -244,7 +244,7 @@ bool RankReader::read(Program &out, std::vector<std::string> &opNames) {
     } else if (op == "wait") {
       in = Instr::wait((int32_t)instr.getInteger("handle").value_or(-1));
     } else if (op == "wait_collectives") {
-      in = Instr::wait(-1);
+      in = Instr::wait(-1, (int32_t)std::max<int64_t>(0, instr.getInteger("keep").value_or(0)));
     } else if (op == "adamw") {
       // Reads p, g, m, v and writes p, m, v (the norm pass reads g again).
       double bytes = 0, numel = 0;
@@ -340,6 +340,7 @@ bool pipemesh::sim::jobFromManifest(const json::Object &m, LoadedPlan &out, std:
     RankReader reader(*r, path, job, why);
     if (!reader.read(p, out.opNames[g]))
       return false;
+    carryAsyncTailIntoStep(p);
   }
   if (elided) {
     // Replica d of pipeline rank p is global rank p * dp + d: its peers and

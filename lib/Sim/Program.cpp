@@ -97,11 +97,39 @@ Instr Instr::collective(cost::Collective c, int32_t group, double bytes, bool as
   return i;
 }
 
-Instr Instr::wait(int32_t handle) {
+Instr Instr::wait(int32_t handle, int32_t keep) {
   Instr i;
   i.kind = OpKind::Wait;
   i.handle = handle;
+  i.keep = keep;
   return i;
+}
+
+void pipemesh::sim::carryAsyncTailIntoStep(Program &program) {
+  std::vector<Instr> &is = program.instrs;
+  size_t lastWait = 0;
+  for (size_t i = 0; i < is.size(); ++i)
+    if (is[i].kind == OpKind::Wait)
+      lastWait = i + 1;
+  auto carried = [](const Instr &in) { return in.kind == OpKind::Collective && in.async; };
+  // Only collectives that touch no step-local memory can move (a gather of
+  // persistent parameters): moving an allocation would change the peak.
+  std::vector<Instr> tail;
+  for (size_t i = lastWait; i < is.size(); ++i)
+    if (carried(is[i]) && is[i].memPeak == 0 && is[i].memNet == 0)
+      tail.push_back(is[i]);
+  if (tail.empty())
+    return;
+  is.erase(std::remove_if(is.begin() + lastWait, is.end(),
+                          [&](const Instr &in) {
+                            return carried(in) && in.memPeak == 0 && in.memNet == 0;
+                          }),
+           is.end());
+  is.insert(is.begin(), tail.begin(), tail.end());
+  // Waits name earlier instructions, which all moved down by the tail.
+  for (Instr &in : is)
+    if (in.kind == OpKind::Wait && in.handle >= 0)
+      in.handle += (int32_t)tail.size();
 }
 
 int32_t Program::label(llvm::StringRef name) {

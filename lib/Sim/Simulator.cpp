@@ -65,7 +65,7 @@ struct RankState {
   size_t arrivedPrefix = 0;    // sends[0, arrivedPrefix) have known arrivals
   std::vector<double> prefixMax; // latest arrival of sends[0, i]
   double sendsMaxArrival = 0;
-  int32_t lastAsync = -1;
+  std::vector<int32_t> async; // async collectives issued, in order
   double collFree = 0;
   std::vector<int32_t> pending; // issued, unresolved collectives in order
   size_t pendingHead = 0;
@@ -439,7 +439,7 @@ void Engine::advance(int32_t r) {
           s.pending.push_back(id);
           s.issued = true;
           if (in.async)
-            s.lastAsync = id;
+            s.async.push_back(id);
           tryResolve(id);
         }
         if (in.async) {
@@ -447,7 +447,10 @@ void Engine::advance(int32_t r) {
           break;
         }
       } else {
-        id = in.handle >= 0 ? aux[r][in.handle] : s.lastAsync;
+        // One stream runs a rank's collectives in issue order: all but the
+        // `keep` most recent are done when the (keep+1)-th most recent is.
+        int64_t nth = (int64_t)s.async.size() - 1 - std::max<int32_t>(in.keep, 0);
+        id = in.handle >= 0 ? aux[r][in.handle] : nth >= 0 ? s.async[nth] : -1;
         if (id < 0)
           break;
       }

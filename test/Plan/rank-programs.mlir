@@ -11,12 +11,15 @@
 // CHECK: pmesh.param @wte : tensor<16x8xf32> {pmesh.zero = 1 : i64}
 // CHECK: pmesh.param @w2 : tensor<6x8xf32> {pmesh.zero = 3 : i64}
 //
-// Rank 0: forwards send their activation on channel 0 right after they run;
+// Rank 0: the previous step's gather of its ZeRO-1 parameters (async, at the
+// end of the program) is completed before the first forward; forwards send their activation on channel 0 right after they run;
 // a send is completed one action later; each backward receives channel 1
 // first. Gradients are reduce-scattered (async) once the last backward that
-// accumulates them is done; the tied @wte is summed over the tied group first.
+// accumulates them is done, the tied @wte's too (sharded: the tied group then
+// sums the reduced shards, 1/dp of the bytes, after the wait).
 // CHECK-LABEL: pmesh.rank_program attributes {pp_rank = 0 : i64, schedule = "1f1b", wait_lag = 1 : i64}
 // CHECK-NEXT: pmesh.zero_grads
+// CHECK-NEXT: pmesh.wait_collectives
 // CHECK-NEXT: pmesh.compute {chunk = 0 : i64, microbatch = 0 : i64, phase = "F"}
 // CHECK-NEXT: pmesh.send {channel = 0 : i64, microbatch = 0 : i64, peer = 1 : i64, tag = 0 : i64}
 // CHECK-NEXT: pmesh.compute {chunk = 0 : i64, microbatch = 1 : i64, phase = "F"}
@@ -27,12 +30,11 @@
 // CHECK-NEXT: pmesh.wait_sends
 // CHECK-NEXT: pmesh.recv {channel = 1 : i64, microbatch = 1 : i64, peer = 1 : i64, tag = 3 : i64}
 // CHECK-NEXT: pmesh.compute {chunk = 0 : i64, microbatch = 1 : i64, phase = "B"}
-// CHECK-NEXT: pmesh.reduce_scatter_grads {async = true, params = [@w1, @b1]}
-// CHECK-NEXT: pmesh.all_reduce_grads {group = "tied", params = [@wte]}
-// CHECK-NEXT: pmesh.reduce_scatter_grads {async = true, params = [@wte]}
+// CHECK-NEXT: pmesh.reduce_scatter_grads {async = true, params = [@wte, @w1, @b1]}
 // CHECK-NEXT: pmesh.wait_collectives
+// CHECK-NEXT: pmesh.all_reduce_grads {group = "tied", params = [@wte]}
 // CHECK-NEXT: pmesh.optimizer_step
-// CHECK-NEXT: pmesh.all_gather_params {params = [@wte, @w1, @b1]}
+// CHECK-NEXT: pmesh.all_gather_params {async = true, params = [@wte, @w1, @b1]}
 // CHECK-NEXT: }
 // Rank 1 holds @w2 at ZeRO-3: each backward reduce-scatters its gradient into
 // the shard at once (blocking, accumulating), and the updated shard is not
@@ -42,7 +44,23 @@
 // CHECK-NEXT: pmesh.send
 // CHECK-NEXT: pmesh.reduce_scatter_grads {accumulate = true, params = [@w2]}
 // CHECK: pmesh.optimizer_step
-// CHECK-NEXT: pmesh.all_gather_params {params = [@wte]}
+// CHECK-NEXT: pmesh.all_gather_params {async = true, params = [@wte]}
+//
+// ZeRO-1 gathers run into the next step, one per chunk in the order of the
+// chunks' first forwards; each chunk waits for its own only (keep = the
+// gathers issued after it), so chunk 1's gather overlaps chunk 0's forwards.
+// RUN: pipemesh-opt %S/Inputs/staged-2-chunks.mlir --pmesh-shard="pp=1 vpp=2 dp=2 zero=1" --pmesh-schedule="pp=1 vpp=2 dp=2 microbatches=2 schedule=bfs" | FileCheck %s --check-prefix=OVERLAP
+// OVERLAP-LABEL: pmesh.rank_program
+// OVERLAP-NEXT: pmesh.zero_grads
+// OVERLAP-NEXT: pmesh.wait_collectives {keep = 1 : i64}
+// OVERLAP-NEXT: pmesh.compute {chunk = 0 : i64, microbatch = 0 : i64, phase = "F"}
+// OVERLAP-NEXT: pmesh.compute {chunk = 0 : i64, microbatch = 1 : i64, phase = "F"}
+// OVERLAP-NEXT: pmesh.wait_collectives{{$}}
+// OVERLAP-NEXT: pmesh.compute {chunk = 1 : i64, microbatch = 0 : i64, phase = "F"}
+// OVERLAP: pmesh.optimizer_step
+// OVERLAP-NEXT: pmesh.all_gather_params {async = true, params = [@wte, @w1, @b1]}
+// OVERLAP-NEXT: pmesh.all_gather_params {async = true, params = [@w2]}
+// OVERLAP-NEXT: }
 //
 // Zero Bubble: each backward split into B (sends the input gradient) and W.
 // ZB-LABEL: pmesh.rank_program attributes {pp_rank = 1 : i64, schedule = "zb-h1"

@@ -136,7 +136,7 @@ int main(int argc, char **argv) {
     const sim::Program &p = plan.job.ranks[perOpRank];
     for (size_t k = 0; k < p.instrs.size(); ++k)
       if (p.instrs[k].kind == sim::OpKind::Compute)
-        byOp[plan.opNames[perOpRank][k]] +=
+        byOp[plan.opNames[perOpRank][p.instrs[k].source]] +=
             p.instrs[k].seconds >= 0
                 ? p.instrs[k].seconds
                 : cluster.device.time({p.instrs[k].flops, p.instrs[k].memBytes},

@@ -17,7 +17,10 @@
 //                   rank's "groups" entry (as pipemesh-run runs them), bytes
 //                   of the whole buffers; `"async": true` makes one
 //                   non-blocking, completed by a later `wait` (its "handle":
-//                   the collective's instruction index) or `wait_collectives`;
+//                   the collective's instruction index) or `wait_collectives`
+//                   (all but its "keep" most recent); async ones after the
+//                   last wait run into the next step, so they are simulated
+//                   as issued first (carryAsyncTailIntoStep);
 //   free            nothing.
 // Each instruction's "action" (`0F1`, `1B0`, `0W1`, `0R1`) is its label and
 // decides its Work.

@@ -56,7 +56,8 @@ enum class OpKind : uint8_t {
               // most recent has arrived
   Collective, // over `group`; blocks unless `async`
   Wait,       // blocks until the async collective at instruction `handle`
-              // (-1: every async collective issued so far) has completed
+              // has completed; -1: every async collective issued so far but
+              // the `keep` most recent
 };
 
 struct Instr {
@@ -68,7 +69,7 @@ struct Instr {
   int32_t peer = -1;   // Send / Recv: global rank
   int32_t group = -1;  // Collective: index into Job::groups
   int32_t handle = -1; // Wait
-  int32_t keep = 0;    // WaitSends
+  int32_t keep = 0;    // WaitSends, Wait
   int32_t label = -1;  // index into Program::labels (the action, e.g. "0F1")
   int32_t source = -1; // the plan instruction this came from (first, if merged)
   int64_t tag = 0;
@@ -86,7 +87,7 @@ struct Instr {
   static Instr recv(int32_t peer, int64_t tag, double bytes);
   static Instr waitSends(int32_t keep = 0);
   static Instr collective(cost::Collective c, int32_t group, double bytes, bool async = false);
-  static Instr wait(int32_t handle = -1);
+  static Instr wait(int32_t handle = -1, int32_t keep = 0);
   /// Sets memPeak / memNet from bytes allocated before and freed after it.
   Instr &mem(int64_t allocated, int64_t freed) {
     memPeak = allocated;
@@ -132,6 +133,12 @@ struct Job {
 /// and work into one (memory effects kept exact). What a schedule search
 /// should do once per candidate before simulating.
 void mergeCompute(Job &job, const cost::Device &device);
+
+/// Async collectives after a program's last Wait are left running into the
+/// next step (ZeRO-1/2's parameter gathers, completed by the next step's
+/// waits): the simulated step, which starts every rank at 0, issues them
+/// first instead, as the previous step would have.
+void carryAsyncTailIntoStep(Program &program);
 
 /// Compute instructions of a job after mergeCompute, and all instructions.
 struct JobSize {

@@ -14,7 +14,8 @@
 //               buffers travel packed in one collective.
 //   reduce_scatter  sum over dp of the zero-padded full gradients; member d
 //               keeps shard d (packed over pairs: one collective).
-//   allgather   every member's shard into the full (unpadded) parameter.
+//   allgather   every member's shard into the full (unpadded) parameter
+//               ("async" at the end of a step: completed in the next).
 //   free        informational (zero=3 parameters after use).
 //
 //===----------------------------------------------------------------------===//
@@ -81,18 +82,24 @@ Thunk bindRecv(OpContext &c) {
   };
 }
 
+/// A wait's optional "keep": how many of the most recent sends or
+/// collectives it leaves outstanding.
+int64_t keepField(OpContext &c) {
+  auto it = c.inst.json.find("keep");
+  if (it == c.inst.json.end())
+    return 0;
+  if (!it->is_number_integer() || it->get<int64_t>() < 0)
+    c.error("\"keep\" must be a non-negative integer, got ", it->dump());
+  return it->get<int64_t>();
+}
+
 Thunk bindWaitSends(OpContext &c) {
   c.cls = InstrClass::Comm;
   c.expectCounts(0, 0, 0, 0);
   commOf(c);
   // "keep": leave the k most recent sends outstanding (the compiler places
   // such waits mid-step so that older sent buffers can be reused).
-  int64_t keep = 0;
-  if (auto it = c.inst.json.find("keep"); it != c.inst.json.end()) {
-    if (!it->is_number_integer() || it->get<int64_t>() < 0)
-      c.error("\"keep\" must be a non-negative integer, got ", it->dump());
-    keep = it->get<int64_t>();
-  }
+  int64_t keep = keepField(c);
   ExecEnv *env = &c.env;
   return [env, keep] {
     auto &pending = env->pendingSends;
@@ -307,10 +314,12 @@ Thunk bindAllgather(OpContext &c) {
 /// backend runs every collective to completion where it is issued (a valid
 /// schedule of an async collective: MPI's non-blocking collectives progress
 /// only inside MPI calls, so there is no overlap to gain on CPUs), so there
-/// is nothing left to wait for.
+/// is nothing left to wait for. "keep" (leave the k most recent outstanding,
+/// e.g. the previous step's later parameter gathers) is checked all the same.
 Thunk bindWaitCollectives(OpContext &c) {
   c.cls = InstrClass::Comm;
   c.expectCounts(0, 0, 0, 0);
+  keepField(c);
   return [] {};
 }
 

@@ -78,7 +78,16 @@ def PMesh_ReduceScatterGradsOp : PMesh_ProgramOp<"reduce_scatter_grads"> {
 }
 
 def PMesh_WaitCollectivesOp : PMesh_ProgramOp<"wait_collectives"> {
-  let summary = "completes every async collective issued so far";
+  let summary = "completes every async collective issued so far but the `keep` most recent";
+  let description = [{
+    A rank's collectives run one at a time in issue order, so completing all
+    but the `keep` most recent is completing one of them. The ones issued so
+    far include those the previous step left running (an async
+    `all_gather_params` at the end of the program): a wait at the start of
+    the program that names them lets the next step's first chunks compute
+    while the later chunks' parameters are still being gathered.
+  }];
+  let arguments = (ins DefaultValuedAttr<I64Attr, "0">:$keep);
 }
 
 def PMesh_OptimizerStepOp : PMesh_ProgramOp<"optimizer_step"> {
@@ -87,7 +96,14 @@ def PMesh_OptimizerStepOp : PMesh_ProgramOp<"optimizer_step"> {
 
 def PMesh_AllGatherParamsOp : PMesh_ProgramOp<"all_gather_params"> {
   let summary = "gathers the listed parameters' updated shards into the whole parameters";
-  let arguments = (ins FlatSymbolRefArrayAttr:$params);
+  let description = [{
+    With `async`, issued at the end of a step and completed in the next one
+    by the `wait_collectives` before the first action that reads the
+    parameters (Megatron's overlapped parameter gather); whoever reads the
+    parameters between steps (export, checkpoint) completes it first.
+  }];
+  let arguments = (ins FlatSymbolRefArrayAttr:$params,
+                       DefaultValuedAttr<BoolAttr, "false">:$async);
 }
 
 #endif // PIPEMESH_DIALECT_PMESH_PARALLEL_OPS_TD
