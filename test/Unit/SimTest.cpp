@@ -368,6 +368,68 @@ TEST(SimCollective, StreamSerialisesCollectivesOfARank) {
   EXPECT_NEAR(r.ranks[0].exposedCommS, 3.0, 1e-12);
 }
 
+TEST(SimCollective, WaitKeepCompletesAllButTheMostRecent) {
+  // The ZeRO-1 parameter gathers of a step, carried into the next: two
+  // async all-gathers left after the program's last wait, one per chunk.
+  // Chunk 0 waits for the first only (keep 1) and computes while the second
+  // runs; chunk 1 then waits for both.
+  cost::Cluster c = freeCluster();
+  c.intraNode = c.interNode = {"link", 0.0, 1.0};
+  // Ring all-gather over 2 ranks of 4 bytes: 1/2 * 4 / 1 = 2 s.
+  ASSERT_NEAR(c.collectiveTime(cost::Collective::AllGather, 4.0, {0, 1}), 2.0, 1e-12);
+  auto build = [&](int32_t keep) {
+    Job job;
+    int32_t g = job.group("dp", {0, 1});
+    job.ranks.resize(2);
+    for (int r = 0; r < 2; ++r) {
+      Program &p = job.ranks[r];
+      p.rank = r;
+      p.instrs.push_back(Instr::wait(-1, keep));
+      p.instrs.push_back(Instr::compute(3.0, Work::Forward)); // chunk 0
+      p.instrs.push_back(Instr::wait(-1));
+      p.instrs.push_back(Instr::compute(1.0, Work::Forward)); // chunk 1
+      p.instrs.push_back(Instr::compute(0.5, Work::Optimizer));
+      p.instrs.push_back(Instr::collective(cost::Collective::AllGather, g, 4.0, true));
+      p.instrs.push_back(Instr::collective(cost::Collective::AllGather, g, 4.0, true));
+      carryAsyncTailIntoStep(p);
+      EXPECT_EQ(p.instrs[0].kind, OpKind::Collective);
+      EXPECT_EQ(p.instrs[1].kind, OpKind::Collective);
+      EXPECT_EQ(p.instrs[2].kind, OpKind::Wait);
+      EXPECT_EQ(p.instrs.back().work, Work::Optimizer);
+    }
+    return job;
+  };
+  // keep 1: gather 0 ends at 2, chunk 0 runs 2..5 while gather 1 runs 2..4.
+  SimResult overlapped = simulate(build(1), c);
+  ASSERT_TRUE(overlapped.ok) << overlapped.error;
+  EXPECT_NEAR(overlapped.stepTimeS, 2 + 3 + 1 + 0.5, 1e-12);
+  EXPECT_NEAR(overlapped.ranks[0].exposedCommS, 2.0, 1e-12);
+  // keep 0 waits for both gathers before chunk 0.
+  SimResult serial = simulate(build(0), c);
+  ASSERT_TRUE(serial.ok) << serial.error;
+  EXPECT_NEAR(serial.stepTimeS, 4 + 3 + 1 + 0.5, 1e-12);
+  EXPECT_NEAR(serial.ranks[0].exposedCommS, 4.0, 1e-12);
+}
+
+TEST(SimCollective, CarryLeavesWaitedAndBlockingCollectivesInPlace) {
+  Program p;
+  p.instrs.push_back(Instr::collective(cost::Collective::ReduceScatter, 0, 8.0, true));
+  p.instrs.push_back(Instr::compute(1.0));
+  p.instrs.push_back(Instr::wait(0));
+  p.instrs.push_back(Instr::collective(cost::Collective::AllGather, 0, 8.0, false));
+  p.instrs.push_back(Instr::collective(cost::Collective::AllGather, 0, 8.0, true));
+  carryAsyncTailIntoStep(p);
+  ASSERT_EQ(p.instrs.size(), 5u);
+  // Only the async gather after the last wait moved; the wait's handle
+  // follows its collective.
+  EXPECT_TRUE(p.instrs[0].async);
+  EXPECT_EQ(p.instrs[0].coll, cost::Collective::AllGather);
+  EXPECT_EQ(p.instrs[1].coll, cost::Collective::ReduceScatter);
+  EXPECT_EQ(p.instrs[3].kind, OpKind::Wait);
+  EXPECT_EQ(p.instrs[3].handle, 1);
+  EXPECT_FALSE(p.instrs[4].async);
+}
+
 TEST(SimDeadlock, NamesStuckRanksAndInstructions) {
   Job job;
   job.ranks.resize(2);
