@@ -15,10 +15,57 @@ namespace json = llvm::json;
 // Precision, collectives
 //===----------------------------------------------------------------------===//
 
+namespace {
+/// Every KernelClass with its op name and roofline, in enum order.
+struct KernelInfo {
+  KernelClass kind;
+  const char *name;
+  KernelClass roofline;
+};
+constexpr KernelInfo kKernels[] = {
+    {KernelClass::Gemm, "matmul", KernelClass::Gemm},
+    {KernelClass::Memory, "", KernelClass::Memory},
+    {KernelClass::Attention, "attention", KernelClass::Attention},
+    {KernelClass::AttentionGrad, "attention_grad", KernelClass::Attention},
+    {KernelClass::Gelu, "gelu", KernelClass::Memory},
+    {KernelClass::GeluGrad, "gelu_grad", KernelClass::Memory},
+    {KernelClass::LayerNorm, "layer_norm", KernelClass::Memory},
+    {KernelClass::LayerNormGrad, "layer_norm_grad", KernelClass::Memory},
+    {KernelClass::Softmax, "softmax", KernelClass::Memory},
+    {KernelClass::SoftmaxGrad, "softmax_grad", KernelClass::Memory},
+    {KernelClass::Transpose, "transpose", KernelClass::Memory},
+    {KernelClass::Add, "add", KernelClass::Memory},
+    {KernelClass::Sub, "sub", KernelClass::Memory},
+    {KernelClass::Mul, "mul", KernelClass::Memory},
+    {KernelClass::ReduceSum, "reduce_sum", KernelClass::Memory},
+    {KernelClass::Split, "split", KernelClass::Memory},
+    {KernelClass::Concat, "concat", KernelClass::Memory},
+    {KernelClass::Embedding, "embedding", KernelClass::Memory},
+    {KernelClass::EmbeddingGrad, "embedding_grad", KernelClass::Memory},
+    {KernelClass::CrossEntropy, "cross_entropy", KernelClass::Memory},
+    {KernelClass::CrossEntropyGrad, "cross_entropy_grad", KernelClass::Memory},
+    {KernelClass::Accumulate, "accumulate", KernelClass::Memory},
+};
+constexpr size_t kNumKernels = sizeof(kKernels) / sizeof(kKernels[0]);
+static_assert(kKernels[kNumKernels - 1].kind == KernelClass::Accumulate,
+              "kKernels lists every KernelClass in enum order");
+
+const KernelInfo &infoOf(KernelClass k) {
+  size_t i = (size_t)k;
+  return kKernels[i < kNumKernels ? i : (size_t)KernelClass::Memory];
+}
+} // namespace
+
+KernelClass pipemesh::cost::rooflineOf(KernelClass k) { return infoOf(k).roofline; }
+
+llvm::StringRef pipemesh::cost::kernelName(KernelClass k) { return infoOf(k).name; }
+
 KernelClass pipemesh::cost::kernelClassOfName(llvm::StringRef op) {
-  if (op == "attention" || op == "attention_grad")
-    return KernelClass::Attention;
-  return op == "matmul" ? KernelClass::Gemm : KernelClass::Memory;
+  if (!op.empty())
+    for (const KernelInfo &i : kKernels)
+      if (op == i.name)
+        return i.kind;
+  return KernelClass::Memory;
 }
 
 llvm::StringRef pipemesh::cost::precisionName(Precision p) {
@@ -59,7 +106,37 @@ double Device::gemmEfficiencyAt(double flops) const {
   return gemmEfficiency * flops / (flops + std::max(0.0, gemmHalfFlops));
 }
 
+double KernelFit::time(const OpCost &c) const {
+  double memTime = bandwidth > 0 ? c.bytes / bandwidth : 0.0;
+  double flopTime = flopRate > 0 ? c.flops / flopRate : 0.0;
+  return overhead + std::max(memTime, flopTime);
+}
+
+json::Value KernelFit::toJson() const {
+  json::Object o{{"overhead_s", overhead}};
+  if (bandwidth > 0)
+    o["bandwidth"] = bandwidth;
+  if (flopRate > 0)
+    o["flop_rate"] = flopRate;
+  return o;
+}
+
+const KernelFit *Device::kernelFit(KernelClass k) const {
+  if (kernels.empty())
+    return nullptr;
+  llvm::StringRef name = kernelName(k);
+  if (name.empty())
+    return nullptr;
+  auto it = kernels.find(name);
+  return it == kernels.end() ? nullptr : &it->second;
+}
+
 double Device::time(const OpCost &c, KernelClass k) const {
+  if (c.flops <= 0 && c.bytes <= 0)
+    return 0.0; // a no-op (free, a view) launches nothing
+  if (const KernelFit *fit = kernelFit(k))
+    return fit->time(c);
+  k = rooflineOf(k);
   double bw = memBandwidth * (memEfficiency > 0 ? memEfficiency : 1.0);
   double memTime = bw > 0 ? c.bytes / bw : 0.0;
   double flopTime = 0;
@@ -73,8 +150,6 @@ double Device::time(const OpCost &c, KernelClass k) const {
     double rate = peakFlopsFp32 * (vectorEfficiency > 0 ? vectorEfficiency : 1.0);
     flopTime = rate > 0 ? c.flops / rate : 0.0;
   }
-  if (c.flops <= 0 && c.bytes <= 0)
-    return 0.0; // a no-op (free, a view) launches nothing
   return std::max(flopTime, memTime) + kernelOverhead;
 }
 
@@ -153,18 +228,25 @@ std::vector<std::string> Device::presetNames() {
 }
 
 json::Value Device::toJson() const {
-  return json::Object{{"name", name},
-                      {"peak_flops_fp32", peakFlopsFp32},
-                      {"peak_flops_bf16", peakFlopsBf16},
-                      {"mem_bandwidth", memBandwidth},
-                      {"mem_capacity", memCapacity},
-                      {"precision", precisionName(precision)},
-                      {"gemm_efficiency", gemmEfficiency},
-                      {"gemm_half_flops", gemmHalfFlops},
-                      {"mem_efficiency", memEfficiency},
-                      {"vector_efficiency", vectorEfficiency},
-                      {"kernel_overhead_s", kernelOverhead},
-                      {"attention_efficiency", attentionEfficiency}};
+  json::Object o{{"name", name},
+                 {"peak_flops_fp32", peakFlopsFp32},
+                 {"peak_flops_bf16", peakFlopsBf16},
+                 {"mem_bandwidth", memBandwidth},
+                 {"mem_capacity", memCapacity},
+                 {"precision", precisionName(precision)},
+                 {"gemm_efficiency", gemmEfficiency},
+                 {"gemm_half_flops", gemmHalfFlops},
+                 {"mem_efficiency", memEfficiency},
+                 {"vector_efficiency", vectorEfficiency},
+                 {"kernel_overhead_s", kernelOverhead},
+                 {"attention_efficiency", attentionEfficiency}};
+  if (!kernels.empty()) {
+    json::Object rows;
+    for (const auto &[op, fit] : kernels)
+      rows[op] = fit.toJson();
+    o["kernels"] = std::move(rows);
+  }
+  return o;
 }
 
 namespace {
@@ -214,6 +296,29 @@ struct FieldReader {
 };
 } // namespace
 
+bool KernelFit::fromJson(const json::Value &v, llvm::StringRef where, KernelFit &out,
+                         std::string &why) {
+  const json::Object *o = v.getAsObject();
+  if (!o) {
+    why = where.str() + ": expected an object {\"bandwidth\": bytes/s, \"flop_rate\": "
+                        "flop/s, \"overhead_s\": s}";
+    return false;
+  }
+  KernelFit f;
+  FieldReader r{*o, where.str(), why};
+  r.num("bandwidth", f.bandwidth);
+  r.num("flop_rate", f.flopRate);
+  r.num("overhead_s", f.overhead);
+  if (!r.ok)
+    return false;
+  if (f.bandwidth <= 0 && f.flopRate <= 0) {
+    why = where.str() + ": needs a positive bandwidth or flop_rate";
+    return false;
+  }
+  out = f;
+  return true;
+}
+
 bool Device::fromJson(const json::Value &v, Device &out, std::string &why) {
   if (std::optional<llvm::StringRef> s = v.getAsString()) {
     std::optional<Device> d = byName(*s);
@@ -261,6 +366,20 @@ bool Device::fromJson(const json::Value &v, Device &out, std::string &why) {
       return false;
     }
     d.precision = *pr;
+  }
+  if (const json::Value *kv = o->get("kernels")) {
+    const json::Object *rows = kv->getAsObject();
+    if (!rows) {
+      why = "device.kernels: expected an object of op name -> {bandwidth, flop_rate, "
+            "overhead_s}";
+      return false;
+    }
+    for (const auto &[op, row] : *rows) {
+      KernelFit fit;
+      if (!KernelFit::fromJson(row, "device.kernels." + op.str(), fit, why))
+        return false;
+      d.kernels[op.str()] = fit;
+    }
   }
   if (d.peakFlopsFp32 <= 0 || d.memBandwidth <= 0) {
     why = "device: peak_flops_fp32 and mem_bandwidth are required (or a \"preset\")";

@@ -7,6 +7,21 @@
 
 using namespace pipemesh::cost;
 
+/// Cluster::fromJson of a JSON text.
+static bool parse(const char *text, Cluster &c, std::string &why) {
+  llvm::Expected<llvm::json::Value> v = llvm::json::parse(text);
+  EXPECT_TRUE((bool)v);
+  return v && Cluster::fromJson(*v, c, why);
+}
+
+/// `c` written as JSON text and read back into `back`.
+static bool roundTrip(const Cluster &c, Cluster &back, std::string &why) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << c.toJson();
+  return parse(s.c_str(), back, why);
+}
+
 TEST(SimHardware, RingAndTreeClosedForms) {
   Link l{"l", 1e-5, 1e9};
   for (int64_t n : {2, 4, 8, 16}) {
@@ -73,14 +88,9 @@ TEST(SimHardware, ClusterJsonRoundTrip) {
     Cluster c = *Cluster::preset(n);
     c.algorithm = CollectiveAlgorithm::Tree;
     c.nodes = 3;
-    std::string s;
-    llvm::raw_string_ostream os(s);
-    os << c.toJson();
-    llvm::Expected<llvm::json::Value> v = llvm::json::parse(s);
-    ASSERT_TRUE((bool)v);
     Cluster back;
     std::string why;
-    ASSERT_TRUE(Cluster::fromJson(*v, back, why)) << why;
+    ASSERT_TRUE(roundTrip(c, back, why)) << why;
     EXPECT_EQ(back.name, c.name);
     EXPECT_EQ(back.device.name, c.device.name);
     EXPECT_EQ(back.device.peakFlopsFp32, c.device.peakFlopsFp32);
@@ -104,11 +114,6 @@ TEST(SimHardware, ClusterJsonRoundTrip) {
 }
 
 TEST(SimHardware, ClusterJsonShortFormsAndErrors) {
-  auto parse = [](const char *text, Cluster &c, std::string &why) {
-    llvm::Expected<llvm::json::Value> v = llvm::json::parse(text);
-    EXPECT_TRUE((bool)v);
-    return Cluster::fromJson(*v, c, why);
-  };
   Cluster c;
   std::string why;
   ASSERT_TRUE(parse(R"({"name": "x", "device": "h100", "gpus_per_node": 4,
@@ -130,4 +135,116 @@ TEST(SimHardware, ClusterJsonShortFormsAndErrors) {
   EXPECT_NE(why.find("unknown cluster preset"), std::string::npos) << why;
   EXPECT_FALSE(Cluster::load("/nonexistent/c.json", c, why));
   EXPECT_NE(why.find("cannot read cluster file"), std::string::npos) << why;
+}
+
+//===----------------------------------------------------------------------===//
+// Per-op rows (Device::kernels, written by pipemesh-sim --calibrate)
+//===----------------------------------------------------------------------===//
+
+TEST(SimHardware, KernelKindsNameTheirOpsAndRooflines) {
+  EXPECT_EQ(kernelClassOfName("matmul"), KernelClass::Gemm);
+  EXPECT_EQ(kernelClassOfName("attention"), KernelClass::Attention);
+  EXPECT_EQ(kernelClassOfName("attention_grad"), KernelClass::AttentionGrad);
+  EXPECT_EQ(kernelClassOfName("gelu_grad"), KernelClass::GeluGrad);
+  EXPECT_EQ(kernelClassOfName("reduce_sum"), KernelClass::ReduceSum);
+  // Ops without a kind of their own, and the empty name, are Memory.
+  EXPECT_EQ(kernelClassOfName("adamw"), KernelClass::Memory);
+  EXPECT_EQ(kernelClassOfName("no_such_op"), KernelClass::Memory);
+  EXPECT_EQ(kernelClassOfName(""), KernelClass::Memory);
+  EXPECT_EQ(rooflineOf(KernelClass::AttentionGrad), KernelClass::Attention);
+  EXPECT_EQ(rooflineOf(KernelClass::Transpose), KernelClass::Memory);
+  EXPECT_EQ(rooflineOf(KernelClass::Gemm), KernelClass::Gemm);
+  EXPECT_EQ(kernelName(KernelClass::Memory), "");
+  // Every kind's name maps back to it (the table is in enum order).
+  for (int k = 0; k <= (int)KernelClass::Accumulate; ++k) {
+    KernelClass kind = (KernelClass)k;
+    if (kind != KernelClass::Memory)
+      EXPECT_EQ(kernelClassOfName(kernelName(kind)), kind) << kernelName(kind).str();
+  }
+}
+
+TEST(SimHardware, KernelFitTime) {
+  KernelFit bw{/*bandwidth*/ 1e9, /*flopRate*/ 0, /*overhead*/ 2e-6};
+  EXPECT_DOUBLE_EQ(bw.time({1e12, 4e6}), 2e-6 + 4e-3); // flops ignored without a rate
+  KernelFit fl{0, 1e10, 1e-4};
+  EXPECT_DOUBLE_EQ(fl.time({3e8, 1e12}), 1e-4 + 3e-2); // bytes ignored without a bandwidth
+  KernelFit both{1e9, 1e10, 0};
+  EXPECT_DOUBLE_EQ(both.time({1e8, 1e6}), 1e-2); // the slower of the two
+  EXPECT_DOUBLE_EQ(both.time({1e6, 1e8}), 1e-1);
+}
+
+TEST(SimHardware, DeviceTimeUsesItsRowElseTheClassModel) {
+  Device plain = Device::cpu();
+  plain.kernelOverhead = 3e-6;
+  Device d = plain;
+  d.kernels["gelu"] = {2e9, 0, 5e-6};
+  d.kernels["attention_grad"] = {0, 4e10, 1e-4};
+  OpCost c{1e6, 8e6};
+  // With a row: the row's formula, not the roofline's (nor kernelOverhead).
+  EXPECT_DOUBLE_EQ(d.time(c, KernelClass::Gelu), 5e-6 + 8e6 / 2e9);
+  EXPECT_DOUBLE_EQ(d.time(c, KernelClass::AttentionGrad), 1e-4 + 1e6 / 4e10);
+  EXPECT_NE(d.time(c, KernelClass::Gelu), plain.time(c, KernelClass::Gelu));
+  ASSERT_NE(d.kernelFit(KernelClass::Gelu), nullptr);
+  EXPECT_EQ(d.kernelFit(KernelClass::GeluGrad), nullptr);
+  // Without one: exactly the class model of its roofline.
+  EXPECT_DOUBLE_EQ(d.time(c, KernelClass::GeluGrad), plain.time(c, KernelClass::Memory));
+  EXPECT_DOUBLE_EQ(d.time(c, KernelClass::Attention), plain.time(c, KernelClass::Attention));
+  EXPECT_DOUBLE_EQ(d.time(c, KernelClass::Memory), 8e6 / (20e9 * 0.8) + 3e-6);
+  // A no-op launches nothing, row or not.
+  EXPECT_EQ(d.time(OpCost{}, KernelClass::Gelu), 0.0);
+  // A row for Memory's empty name is never looked up.
+  d.kernels[""] = {1, 0, 1};
+  EXPECT_DOUBLE_EQ(d.time(c, KernelClass::Memory), plain.time(c, KernelClass::Memory));
+}
+
+TEST(SimHardware, PresetsHaveNoRowsAndTimeKindsByTheirRoofline) {
+  OpCost c{2e9, 3e8};
+  for (const std::string &n : Device::presetNames()) {
+    Device d = *Device::byName(n);
+    EXPECT_TRUE(d.kernels.empty()) << n;
+    EXPECT_EQ(d.time(c, KernelClass::LayerNormGrad), d.time(c, KernelClass::Memory)) << n;
+    EXPECT_EQ(d.time(c, KernelClass::AttentionGrad), d.time(c, KernelClass::Attention)) << n;
+    // And a preset's JSON has no "kernels" section.
+    EXPECT_EQ(d.toJson().getAsObject()->get("kernels"), nullptr) << n;
+  }
+}
+
+TEST(SimHardware, ClusterJsonKernelRows) {
+  Cluster c;
+  std::string why;
+  ASSERT_TRUE(parse(R"({"device": {"preset": "cpu", "kernels": {
+                          "transpose": {"bandwidth": 9e9, "overhead_s": 2e-6},
+                          "attention": {"flop_rate": 3e10, "overhead_s": 1e-4},
+                          "op_from_the_future": {"bandwidth": 1e9}}},
+                        "intra_node": {"gbps": 1}, "inter_node": {"gbps": 1}})",
+                    c, why))
+      << why;
+  ASSERT_EQ(c.device.kernels.size(), 3u);
+  EXPECT_DOUBLE_EQ(c.device.kernels["transpose"].bandwidth, 9e9);
+  EXPECT_DOUBLE_EQ(c.device.kernels["transpose"].overhead, 2e-6);
+  EXPECT_DOUBLE_EQ(c.device.kernels["attention"].flopRate, 3e10);
+  EXPECT_DOUBLE_EQ(c.device.time({0, 9e6}, KernelClass::Transpose), 2e-6 + 1e-3);
+  EXPECT_DOUBLE_EQ(c.device.time({3e7, 0}, KernelClass::Attention), 1e-4 + 1e-3);
+  // Round trip: the rows, unknown names too, come back.
+  Cluster back;
+  ASSERT_TRUE(roundTrip(c, back, why)) << why;
+  ASSERT_EQ(back.device.kernels.size(), 3u);
+  EXPECT_EQ(back.device.kernels["transpose"].bandwidth, 9e9);
+  EXPECT_EQ(back.device.kernels["transpose"].flopRate, 0.0);
+  EXPECT_EQ(back.device.kernels["attention"].flopRate, 3e10);
+  EXPECT_EQ(back.device.kernels["attention"].overhead, 1e-4);
+  EXPECT_EQ(back.device.kernels["op_from_the_future"].bandwidth, 1e9);
+
+  EXPECT_FALSE(parse(R"({"device": {"preset": "cpu", "kernels": [1]}})", c, why));
+  EXPECT_NE(why.find("device.kernels: expected an object"), std::string::npos) << why;
+  EXPECT_FALSE(parse(R"({"device": {"preset": "cpu", "kernels": {"gelu": 3}}})", c, why));
+  EXPECT_NE(why.find("device.kernels.gelu: expected an object"), std::string::npos) << why;
+  EXPECT_FALSE(
+      parse(R"({"device": {"preset": "cpu", "kernels": {"gelu": {"bandwidth": -1}}}})", c, why));
+  EXPECT_NE(why.find("device.kernels.gelu.bandwidth"), std::string::npos) << why;
+  EXPECT_FALSE(
+      parse(R"({"device": {"preset": "cpu", "kernels": {"add": {"overhead_s": 1e-6}}}})", c, why));
+  EXPECT_NE(why.find("device.kernels.add: needs a positive bandwidth or flop_rate"),
+            std::string::npos)
+      << why;
 }

@@ -60,8 +60,9 @@ double opTime(mlir::Operation *op, const Device &device);
 int64_t typeBytes(mlir::Type type);
 
 //===----------------------------------------------------------------------===//
-// Shape-level formulas, shared by opCost and by estimates of ops that do not
-// exist yet (the loss --pmesh-autodiff will append).
+// Shape-level formulas, shared by opCost, by estimates of ops that do not
+// exist yet (the loss --pmesh-autodiff will append) and by `pipemesh-sim
+// --calibrate`. MLIR-free (lib/CostModel/ShapeCost.cpp, in PMeshHardware).
 //===----------------------------------------------------------------------===//
 
 /// Visible (query, key) pairs of one attention slice; causal hides key j from

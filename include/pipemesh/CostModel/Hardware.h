@@ -20,6 +20,12 @@
 //             flops / (fp32 peak * vector_efficiency)) + overhead.
 //   The GEMM peak is the device's peak at its compute precision (bf16 dense
 //   tensor cores on GPUs, fp32 on the CPU runtime).
+//   A calibrated device may also carry a per-op table (Device::kernels,
+//   written by `pipemesh-sim --calibrate`): an op with a row costs
+//     t = overhead + max(bytes / bandwidth, flops / flop_rate)
+//   with the row's own fitted numbers, in place of its class's roofline and
+//   the device's kernelOverhead; ops without a row (and every op on the
+//   presets, which have no table) follow the class model above.
 //
 // Network: alpha-beta links (time = alpha + bytes / bandwidth); NVLink (or
 // shared memory) within a node, Ethernet/InfiniBand classes between nodes.
@@ -36,6 +42,8 @@
 #include "llvm/Support/JSON.h"
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -59,16 +67,66 @@ struct OpCost {
   }
 };
 
-/// Which roofline a kernel follows.
+/// The kernel an op runs. The first three are the rooflines of the class
+/// model; the others name ops that a calibrated device can time with a row of
+/// its own (Device::kernels) and that follow rooflineOf(k) on a device
+/// without one. Only Device::time tells them apart, so readers that store a
+/// KernelClass (sim::Instr) carry the op's identity along for free.
 enum class KernelClass : uint8_t {
   Gemm,      // matmul and its gradients: tensor cores / BLAS
   Memory,    // elementwise, norms, reductions, data movement, optimizer
-  Attention, // attention and its gradient: flash-style kernels
+  Attention, // attention forward: flash-style kernels
+  // Ops with a per-op row; the comment names their roofline.
+  AttentionGrad,    // Attention
+  Gelu,             // Memory, and every one below
+  GeluGrad,
+  LayerNorm,
+  LayerNormGrad,
+  Softmax,
+  SoftmaxGrad,
+  Transpose,
+  Add,
+  Sub,
+  Mul,
+  ReduceSum,
+  Split,
+  Concat,
+  Embedding,
+  EmbeddingGrad,
+  CrossEntropy,
+  CrossEntropyGrad,
+  Accumulate,
 };
 
-/// The class of a pmesh op by name, without the dialect prefix (`matmul`,
+/// The roofline of the class model `k` follows: Gemm, Memory or Attention.
+KernelClass rooflineOf(KernelClass k);
+/// The op name of `k`'s row in Device::kernels: the plan's op name (`gelu`,
+/// `attention_grad`); `matmul` for Gemm, `attention` for Attention, and ""
+/// for Memory (generic memory-bound ops have no row).
+llvm::StringRef kernelName(KernelClass k);
+
+/// The kernel of a pmesh op by name, without the dialect prefix (`matmul`,
 /// `attention_grad`): how plan readers without MLIR classify instructions.
+/// Ops without a per-op kind of their own are Memory.
 KernelClass kernelClassOfName(llvm::StringRef opName);
+
+/// One op's fitted row of a calibrated device:
+///   time = overhead + max(bytes / bandwidth, flops / flopRate),
+/// a zero bandwidth or flopRate leaving that term out. `bytes` and `flops`
+/// are what the cost model counts for the op (CostModel.h), so `bandwidth`
+/// is an effective rate of those bytes, not a hardware number.
+struct KernelFit {
+  double bandwidth = 0; // bytes/s; 0: bytes do not bound it
+  double flopRate = 0;  // flop/s; 0: flops do not bound it
+  double overhead = 0;  // seconds per call
+  double time(const OpCost &c) const;
+
+  llvm::json::Value toJson() const;
+  /// `{"bandwidth": B, "flop_rate": F, "overhead_s": S}`, at least one of
+  /// bandwidth and flop_rate positive. False with `why` (prefixed `where`).
+  static bool fromJson(const llvm::json::Value &v, llvm::StringRef where, KernelFit &out,
+                       std::string &why);
+};
 
 enum class Precision : uint8_t { FP32, BF16 };
 
@@ -91,13 +149,20 @@ struct Device {
   /// Fraction of peakFlops() attention kernels reach (their own loops, not
   /// the GEMM library's); 0: they follow the GEMM curve.
   double attentionEfficiency = 0;
+  /// Calibrated per-op rows by op name (kernelName); empty on the presets.
+  /// Rows for names no KernelClass has are kept (a newer calibration read
+  /// by an older simulator) and unused.
+  std::map<std::string, KernelFit, std::less<>> kernels;
 
   /// The GEMM peak at `precision`.
   double peakFlops() const;
   /// eff(flops) of the curve above.
   double gemmEfficiencyAt(double flops) const;
-  /// Time of one kernel doing `c`, in seconds.
+  /// Time of one kernel doing `c`, in seconds: its row of `kernels` when
+  /// the device has one, else the class model of rooflineOf(k).
   double time(const OpCost &c, KernelClass k = KernelClass::Memory) const;
+  /// The row `k` is timed with, or null (the class model).
+  const KernelFit *kernelFit(KernelClass k) const;
 
   /// Data-sheet presets. `cpu` is this development machine: 2 AMD EPYC cores
   /// with AVX2/FMA, OpenBLAS sgemm near 150 GFLOP/s, about 20 GB/s.
