@@ -47,7 +47,7 @@ MODELS = {  # name: (layers, embd, heads)
     "13B": (40, 5120, 40),
 }
 SEQ, VOCAB = 2048, 50257
-GLOBAL_BATCH = 128          # sequences per step = batch * microbatches * dp
+GLOBAL_BATCH = 128          # sequences per step = batch * microbatches * dp (--global-batch)
 PP = 4                       # pipeline stages for every GPU count; dp = gpus / pp
 NETWORKS = ("a100-40g-25gbps", "a100-40g-100gbps")
 MEM_LIMIT = "40GiB"
@@ -84,10 +84,21 @@ def shape(gpus):
     dp = gpus // PP
     per_replica = GLOBAL_BATCH // dp
     batch = 2 if per_replica >= 4 * PP else 1   # keep at least 2 * pp micro-batches
+    while per_replica // batch > 32:            # and at most 32 (compile time)
+        batch *= 2
     return PP, dp, batch, per_replica // batch
 
 
-def candidates(schedule, pp, m):
+def vpps(model):
+    """Virtual stages per rank tried by the looping schedules: 2 and the next divisor of
+    the layers per rank (1.3B: 6 layers per rank -> 2, 3; 7B: 8 -> 2, 4; 13B: 10 -> 2, 5),
+    since breadth-first orders hide more communication behind smaller chunks."""
+    per_rank = MODELS[model][0] // PP
+    more = [v for v in range(3, per_rank + 1) if per_rank % v == 0]
+    return [2] + more[:1]
+
+
+def candidates(schedule, pp, m, model):
     """[(vpp, extra compile options, label)] tried for one schedule.
 
     Elastic with uniform groups g=pp is interleaved's order and g=M is bfs's (checked: the
@@ -96,14 +107,20 @@ def candidates(schedule, pp, m):
     Compiled for elastic: uniform g=2pp (when 2pp < M) and the mixed fwd g=M / bwd g=pp."""
     if schedule in ("1f1b", "zb-h1"):
         return [(1, "", "")]
+    tag = lambda v: "" if v == 2 else f"v{v}"
     if schedule in ("interleaved", "bfs"):
-        return [(2, "", "")]
+        return [(v, "", tag(v)) for v in vpps(model)]
     groups = lambda g: ",".join([str(g)] * (m // g))
     out = []
-    if 2 * pp < m and m % (2 * pp) == 0:
-        out.append((2, f"fwd-groups={groups(2 * pp)} bwd-groups={groups(2 * pp)}", f"g={2 * pp}"))
-    if pp < m and m % pp == 0:
-        out.append((2, f"fwd-groups={m} bwd-groups={groups(pp)}", f"fwd={m},bwd={pp}"))
+    for v in vpps(model):
+        sep = "," if tag(v) else ""
+        for g in (2 * pp, 4 * pp):
+            if g < m and m % g == 0:
+                out.append((v, f"fwd-groups={groups(g)} bwd-groups={groups(g)}",
+                            f"{tag(v)}{sep}g={g}"))
+        if pp < m and m % pp == 0:
+            out.append((v, f"fwd-groups={m} bwd-groups={groups(pp)}",
+                        f"{tag(v)}{sep}fwd={m},bwd={pp}"))
     return out
 
 
@@ -142,7 +159,8 @@ def run_config(opt, simbin, model, gpus, schedule, vpp, extra, label, zero, net=
     """Compile one plan and simulate it on every network (zero=auto: on `net`, the cluster
     it was searched for); cached by key and binary hash."""
     pp, dp, batch, m = shape(gpus)
-    key = (f"{model}_g{gpus}_{schedule}{('_' + label) if label else ''}_z{zero}"
+    key = (f"{model}_g{gpus}{'' if GLOBAL_BATCH == 128 else f'_B{GLOBAL_BATCH}'}"
+           f"_{schedule}{('_' + label) if label else ''}_z{zero}"
            f"{('_' + net.split('-')[-1]) if net else ''}"
            .replace("=", "").replace(",", "_"))
     cache = os.path.join(CACHE, key + ".json")
@@ -155,7 +173,7 @@ def run_config(opt, simbin, model, gpus, schedule, vpp, extra, label, zero, net=
             f"shapes-only=true {extra}{(' cluster=' + net) if net else ''}").strip()
     rec = {"key": key, "model": model, "gpus": gpus, "schedule": schedule, "label": label,
            "pp": pp, "dp": dp, "vpp": vpp, "batch": batch, "microbatches": m, "zero": zero,
-           "options": opts, "sims": {}, "bin_hash": BIN_HASH}
+           "options": opts, "sims": {}, "bin_hash": BIN_HASH, "global_batch": GLOBAL_BATCH}
     plan = os.path.join(WORK, key + ".plan")
     t0 = time.time()
     limit = COMPILE_TIMEOUT["auto" if zero == "auto" else "fixed"]
@@ -289,6 +307,7 @@ def table(rows):
 
 
 def main():
+    global BIN_HASH, GLOBAL_BATCH
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--jobs", type=int, default=2)
@@ -298,9 +317,12 @@ def main():
                     help="also compile zero=auto cluster=NET: for the elastic candidates only, "
                          "or (all) also for the interleaved and bfs plans elastic includes")
     ap.add_argument("--table", action="store_true", help="only rebuild the table from the cache")
+    ap.add_argument("--global-batch", type=int, default=GLOBAL_BATCH,
+                    help="sequences per step (default %(default)s); results of other batches "
+                         "are cached and written apart (sim_paper_B<N>.json / .md)")
     args = ap.parse_args()
+    GLOBAL_BATCH = args.global_batch
     opt, simbin = (os.path.join(args.build, "bin", t) for t in ("pipemesh-opt", "pipemesh-sim"))
-    global BIN_HASH
     BIN_HASH = bin_hash(opt, simbin)
     os.makedirs(CACHE, exist_ok=True)
     grid = list(PRIORITY) + (EXTRA if args.extra else [])
@@ -314,12 +336,14 @@ def main():
         for schedule in SCHEDULES:
             za = (args.zero_auto == "all" and schedule in ("interleaved", "bfs")) or \
                 (args.zero_auto is not None and schedule == "elastic")
-            for vpp, extra, label in candidates(schedule, pp, m):
+            for vpp, extra, label in candidates(schedule, pp, m, model):
                 tasks.append((model, gpus, schedule, vpp, extra, label, za))
     recs = []
     if args.table:
         for f in sorted(os.listdir(CACHE)):
-            recs.append(json.load(open(os.path.join(CACHE, f))))
+            rec = json.load(open(os.path.join(CACHE, f)))
+            if rec.get("global_batch", 128) == GLOBAL_BATCH:
+                recs.append(rec)
         if any(r.get("bin_hash") == BIN_HASH for r in recs):
             recs = [r for r in recs if r.get("bin_hash") == BIN_HASH]
         else:
@@ -335,7 +359,8 @@ def main():
     for strict in (False, True):
         tables["strict" if strict else "mem_limit"] = rows_for(recs, grid, strict)
     rows = tables["mem_limit"]
-    with open(os.path.join(OUT, "sim_paper.json"), "w") as f:
+    suffix = "" if GLOBAL_BATCH == 128 else f"_B{GLOBAL_BATCH}"
+    with open(os.path.join(OUT, f"sim_paper{suffix}.json"), "w") as f:
         json.dump({"setting": {"seq": SEQ, "vocab": VOCAB, "global_batch": GLOBAL_BATCH,
                                "pp": PP, "mem_limit": MEM_LIMIT, "networks": NETWORKS,
                                "bin_hash": BIN_HASH},
@@ -344,7 +369,7 @@ def main():
     md = ("Best plan within the compiler's mem-limit=40GiB:\n\n" + table(rows) +
           "\n\nBest plan whose simulated peak fits the device (pipemesh-sim fits_memory):\n\n" +
           table(tables["strict"]))
-    with open(os.path.join(OUT, "sim_paper.md"), "w") as f:
+    with open(os.path.join(OUT, f"sim_paper{suffix}.md"), "w") as f:
         f.write(md + "\n")
     print(md)
 
