@@ -127,6 +127,9 @@ struct Shared {
   /// groups=auto: candidates simulated and the search's wall time (seconds).
   int64_t searchCandidates = 0;
   double searchSeconds = 0;
+  /// What zero=auto's search looked at.
+  int64_t zeroSearchCandidates = 0;
+  double zeroSearchSeconds = 0;
 };
 
 /// One pipeline rank's program, the template of its dp replicas: `peer`
@@ -1026,6 +1029,10 @@ private:
     sim::SimResult result;
   };
   Prediction predict(func::FuncOp train, const cost::Cluster &cluster);
+  /// The skeleton simulation (SkeletonJob.h: no recompute, costs per
+  /// action) of the current options' rank programs, with the first
+  /// wait-lag that does not deadlock; !ok when none.
+  sim::SimResult skeletonStep(const cost::Cluster &cluster);
   LogicalResult chooseGroups(func::FuncOp train, const cost::Cluster &cluster);
   void chooseZero(func::FuncOp train, const cost::Cluster &cluster);
   void explain(func::FuncOp train, const cost::Cluster &cluster);
@@ -1298,6 +1305,10 @@ json::Object PlanBuilder::manifest(std::vector<RankPlan> &ranks, bool replicasEl
       zc.push_back(z);
     parallel["zero_chunks"] = std::move(zc);
   }
+  if (sh.opts.zeroAuto && sh.zeroSearchCandidates > 0)
+    parallel["zero_search"] = json::Object{{"candidates", sh.zeroSearchCandidates},
+                                           {"seconds", sh.zeroSearchSeconds},
+                                           {"cluster", sh.opts.cluster}};
   if (sh.sched.kind == ScheduleKind::Elastic) {
     auto list = [](llvm::ArrayRef<int64_t> g, int64_t m) {
       json::Array a;
@@ -1495,7 +1506,6 @@ LogicalResult PlanBuilder::chooseGroups(func::FuncOp train, const cost::Cluster 
       v.push_back(std::min(g, m - lo));
     return v;
   };
-  const double tokens = (double)sh.opts.batch * sh.opts.seq * m * sh.opts.dp;
   std::map<std::pair<int64_t, int64_t>, double> skeleton; // (f, b) -> step time
   auto rough = [&](int64_t f, int64_t b) -> double {
     if (auto it = skeleton.find({f, b}); it != skeleton.end())
@@ -1504,20 +1514,9 @@ LogicalResult PlanBuilder::chooseGroups(func::FuncOp train, const cost::Cluster 
     sh.sched.fwdGroups = uniform(f);
     sh.sched.bwdGroups = uniform(b);
     std::string why;
-    if (validateSchedule(sh.sched, why)) {
-      detail::annotateSharding(sh.module, sh.step, sh.zeroChunks, sh.opts.dp);
-      for (int64_t lag : {1, 2, 4, 0}) {
-        if (failed(detail::buildRankPrograms(sh.module, sh.step, sh.sched, sh.opts.dp, lag)))
-          break;
-        sim::SimResult r = sim::simulate(
-            detail::skeletonJob(sh.module, sh.step, sh.sched, sh.opts.dp, cluster.device, tokens),
-            cluster);
-        if (r.ok) {
-          t = r.stepTimeS;
-          break;
-        }
-      }
-    }
+    if (validateSchedule(sh.sched, why))
+      if (sim::SimResult r = skeletonStep(cluster); r.ok)
+        t = r.stepTimeS;
     return skeleton[{f, b}] = t;
   };
   std::pair<int64_t, int64_t> best{-1, -1};
@@ -1576,42 +1575,104 @@ LogicalResult PlanBuilder::chooseGroups(func::FuncOp train, const cost::Cluster 
   return finish(skeleton.size());
 }
 
+sim::SimResult PlanBuilder::skeletonStep(const cost::Cluster &cluster) {
+  const double tokens =
+      (double)sh.opts.batch * sh.opts.seq * sh.opts.microbatches * sh.opts.dp;
+  detail::annotateSharding(sh.module, sh.step, sh.zeroChunks, sh.opts.dp);
+  sim::SimResult r;
+  for (int64_t lag : {1, 2, 4, 0}) {
+    if (failed(detail::buildRankPrograms(sh.module, sh.step, sh.sched, sh.opts.dp, lag)))
+      break;
+    r = sim::simulate(
+        detail::skeletonJob(sh.module, sh.step, sh.sched, sh.opts.dp, cluster.device, tokens),
+        cluster);
+    if (r.ok)
+      break;
+  }
+  return r;
+}
+
 /// zero=auto (mixed sharding, as AMSP argues): per chunk, whether its
 /// parameters, gradients and optimizer state are sharded over dp (ZeRO level
-/// 0..3), by coordinate descent over the chunks with the simulated step as
-/// the cost: a plan that fits mem-limit beats one that does not, then the
-/// faster wins (by more than 0.1%: otherwise the less sharded stays). With
-/// recompute=auto in each candidate, memory saved by sharding turns into
-/// less recomputation.
+/// 0..3). Coordinate descent over the chunks on the skeleton simulation
+/// (milliseconds a candidate): a candidate whose skeleton peak fits
+/// mem-limit beats one that does not, then the faster wins (by more than
+/// 0.1%: otherwise the less sharded stays). The skeleton leaves out
+/// recomputation, so the candidates it saw are then emitted and simulated
+/// exactly, best first, until two fit (with recompute=auto, memory saved by
+/// sharding turns into less recomputation there), and the faster is kept.
 void PlanBuilder::chooseZero(func::FuncOp train, const cost::Cluster &cluster) {
+  auto started = std::chrono::steady_clock::now();
   const size_t chunks = sh.zeroChunks.size();
+  struct Rough {
+    bool fits = false;
+    double t = INFINITY;
+  };
+  std::map<std::vector<int64_t>, Rough> seen;
+  auto rough = [&](const std::vector<int64_t> &z) {
+    if (auto it = seen.find(z); it != seen.end())
+      return it->second;
+    sh.zeroChunks = z;
+    Rough r;
+    if (sim::SimResult sr = skeletonStep(cluster); sr.ok) {
+      r.t = sr.stepTimeS;
+      r.fits = !sh.opts.memLimit || sr.maxPeakMemBytes <= (double)sh.opts.memLimit;
+    }
+    return seen[z] = r;
+  };
+  auto better = [](const Rough &a, const Rough &b) {
+    if (a.fits != b.fits)
+      return a.fits;
+    return a.t < b.t * 0.999;
+  };
   std::vector<int64_t> best(chunks, 0);
-  sh.zeroChunks = best;
-  Prediction cur = predict(train, cluster);
+  Rough cur = rough(best);
   for (int sweep = 0; sweep < 2; ++sweep) {
     bool changed = false;
     for (size_t c = 0; c < chunks; ++c)
       for (int64_t z = 0; z <= 3; ++z) {
         if (z == best[c])
           continue;
-        sh.zeroChunks = best;
-        sh.zeroChunks[c] = z;
-        Prediction p = predict(train, cluster);
-        bool better = p.ok && (!cur.ok || p.result.stepTimeS < cur.result.stepTimeS * 0.999);
-        if (better) {
-          best = sh.zeroChunks;
-          cur = std::move(p);
+        std::vector<int64_t> cand = best;
+        cand[c] = z;
+        if (Rough r = rough(cand); better(r, cur)) {
+          best = std::move(cand);
+          cur = r;
           changed = true;
         }
       }
     if (!changed)
       break;
   }
+  std::vector<std::pair<Rough, std::vector<int64_t>>> ranked;
+  for (auto &[z, r] : seen)
+    if (r.t < INFINITY)
+      ranked.push_back({r, z});
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [&](const auto &a, const auto &b) { return better(a.first, b.first); });
+  double bestExact = INFINITY;
+  std::vector<int64_t> chosen;
+  int fitting = 0;
+  for (auto &[r, z] : ranked) {
+    sh.zeroChunks = z;
+    Prediction p = predict(train, cluster);
+    if (!p.ok)
+      continue;
+    if (p.result.stepTimeS < bestExact) {
+      bestExact = p.result.stepTimeS;
+      chosen = z;
+    }
+    if (++fitting == 2)
+      break;
+  }
   // Nothing fits: shard everything, and let the emission say by how much
   // the plan is over the limit.
-  if (!cur.ok)
-    best.assign(chunks, 3);
-  sh.zeroChunks = best;
+  if (chosen.empty())
+    chosen.assign(chunks, 3);
+  sh.zeroChunks = chosen;
+  sh.zeroSearchCandidates = (int64_t)seen.size();
+  sh.zeroSearchSeconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
 }
 
 /// --explain: the chosen plan against the best plan of each other schedule

@@ -99,14 +99,19 @@ bool printPlan(llvm::StringRef path, llvm::raw_ostream &os, std::string &why) {
   for (const char *key : {"fwd_groups", "bwd_groups"})
     if (const json::Array *g = par->getArray(key))
       os << " " << llvm::StringRef(key).take_front(3) << "-groups=" << intList(g);
-  if (const json::Object *gs = par->getObject("groups_search"))
-    os << " (groups=auto: " << gs->getInteger("candidates").value_or(0)
-       << " candidates on " << gs->getString("cluster").value_or("?") << " in "
-       << llvm::format("%.2f", gs->getNumber("seconds").value_or(0)) << " s)";
+  // What a search (groups=auto, zero=auto) looked at.
+  auto searchNote = [&](llvm::StringRef key, llvm::StringRef what) {
+    if (const json::Object *sr = par->getObject(key))
+      os << " (" << what << ": " << sr->getInteger("candidates").value_or(0)
+         << " candidates on " << sr->getString("cluster").value_or("?") << " in "
+         << llvm::format("%.2f", sr->getNumber("seconds").value_or(0)) << " s)";
+  };
+  searchNote("groups_search", "groups=auto");
   if (const json::Array *zc = par->getArray("zero_chunks"))
     os << " zero-per-chunk=" << intList(zc);
   else if (auto zero = par->getInteger("zero"))
     os << " zero=" << *zero;
+  searchNote("zero_search", "zero=auto");
   os << "\n";
   for (const json::Value &rv : *ranks) {
     const json::Object *r = rv.getAsObject();
