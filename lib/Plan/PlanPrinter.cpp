@@ -20,11 +20,12 @@ std::string shapeText(const json::Array *shape) {
   return s + "]";
 }
 
-std::string intList(const json::Array *a) {
+/// `sep` ",": as the compile option spells it (fwd-groups=4,2), to paste back.
+std::string intList(const json::Array *a, llvm::StringRef sep = ", ") {
   std::string s;
   if (a)
     for (size_t i = 0; i < a->size(); ++i)
-      s += (i ? ", " : "") + std::to_string((*a)[i].getAsInteger().value_or(-1));
+      s += (i ? sep.str() : "") + std::to_string((*a)[i].getAsInteger().value_or(-1));
   return s;
 }
 
@@ -98,7 +99,7 @@ bool printPlan(llvm::StringRef path, llvm::raw_ostream &os, std::string &why) {
     os << " group=" << *group;
   for (const char *key : {"fwd_groups", "bwd_groups"})
     if (const json::Array *g = par->getArray(key))
-      os << " " << llvm::StringRef(key).take_front(3) << "-groups=" << intList(g);
+      os << " " << llvm::StringRef(key).take_front(3) << "-groups=" << intList(g, ",");
   // What a search (groups=auto, zero=auto) looked at.
   auto searchNote = [&](llvm::StringRef key, llvm::StringRef what) {
     if (const json::Object *sr = par->getObject(key))
@@ -108,7 +109,7 @@ bool printPlan(llvm::StringRef path, llvm::raw_ostream &os, std::string &why) {
   };
   searchNote("groups_search", "groups=auto");
   if (const json::Array *zc = par->getArray("zero_chunks"))
-    os << " zero-per-chunk=" << intList(zc);
+    os << " zero-per-chunk=" << intList(zc, ",");
   else if (auto zero = par->getInteger("zero"))
     os << " zero=" << *zero;
   searchNote("zero_search", "zero=auto");
