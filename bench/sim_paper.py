@@ -79,10 +79,13 @@ def model_file(name):
     return path
 
 
-def shape(gpus):
-    """pp, dp, micro-batch size, micro-batches for a GPU count at the fixed global batch."""
+def shape(gpus, b=None):
+    """pp, dp, micro-batch size, micro-batches for a GPU count at the fixed global batch
+    (micro-batch size b when given: --microbatch-sizes)."""
     dp = gpus // PP
     per_replica = GLOBAL_BATCH // dp
+    if b:
+        return PP, dp, b, per_replica // b
     batch = 2 if per_replica >= 4 * PP else 1   # keep at least 2 * pp micro-batches
     while per_replica // batch > 32:            # and at most 32 (compile time)
         batch *= 2
@@ -155,11 +158,12 @@ def plan_zero_levels(plan):
     return None
 
 
-def run_config(opt, simbin, model, gpus, schedule, vpp, extra, label, zero, net=None):
+def run_config(opt, simbin, model, gpus, schedule, vpp, extra, label, zero, net=None, b=None):
     """Compile one plan and simulate it on every network (zero=auto: on `net`, the cluster
     it was searched for); cached by key and binary hash."""
-    pp, dp, batch, m = shape(gpus)
+    pp, dp, batch, m = shape(gpus, b)
     key = (f"{model}_g{gpus}{'' if GLOBAL_BATCH == 128 else f'_B{GLOBAL_BATCH}'}"
+           f"{f'_b{b}' if b else ''}"
            f"_{schedule}{('_' + label) if label else ''}_z{zero}"
            f"{('_' + net.split('-')[-1]) if net else ''}"
            .replace("=", "").replace(",", "_"))
@@ -223,21 +227,22 @@ def needs_more_zero(rec):
     return False
 
 
-def run_chain(opt, simbin, model, gpus, schedule, vpp, extra, label, zero_auto=False):
+def run_chain(opt, simbin, model, gpus, schedule, vpp, extra, label, zero_auto=False, b=None):
     """zero=1, then zero=2, then zero=3, each only while the previous level failed to
     compile, recomputed or did not fit the device (ZeRO-2 reduce-scatters every backward's
     gradients, blocking; ZeRO-3 also all-gathers parameters per action: a higher level
     saves memory and adds communication, so it can only win where the lower one recomputes
     or does not fit). zero_auto: also zero=auto cluster=NET, one compile per network."""
-    recs = [run_config(opt, simbin, model, gpus, schedule, vpp, extra, label, 1)]
+    recs = [run_config(opt, simbin, model, gpus, schedule, vpp, extra, label, 1, b=b)]
     for zero in (2, 3):
         if not needs_more_zero(recs[-1]):
             break
-        recs.append(run_config(opt, simbin, model, gpus, schedule, vpp, extra, label, zero))
+        recs.append(run_config(opt, simbin, model, gpus, schedule, vpp, extra, label, zero,
+                               b=b))
     if zero_auto:
         for net in NETWORKS:
             recs.append(run_config(opt, simbin, model, gpus, schedule, vpp, extra, label,
-                                   "auto", net))
+                                   "auto", net, b=b))
     return recs
 
 
@@ -320,6 +325,9 @@ def main():
     ap.add_argument("--global-batch", type=int, default=GLOBAL_BATCH,
                     help="sequences per step (default %(default)s); results of other batches "
                          "are cached and written apart (sim_paper_B<N>.json / .md)")
+    ap.add_argument("--microbatch-sizes", type=lambda v: [int(x) for x in v.split(",")],
+                    help="comma-separated micro-batch sizes, each tried for every schedule "
+                         "(default: one, 2 when that leaves >= 2pp micro-batches, else 1)")
     args = ap.parse_args()
     GLOBAL_BATCH = args.global_batch
     opt, simbin = (os.path.join(args.build, "bin", t) for t in ("pipemesh-opt", "pipemesh-sim"))
@@ -332,12 +340,13 @@ def main():
         model_file(model)
     tasks = []
     for model, gpus in grid:
-        pp, dp, batch, m = shape(gpus)
-        for schedule in SCHEDULES:
-            za = (args.zero_auto == "all" and schedule in ("interleaved", "bfs")) or \
-                (args.zero_auto is not None and schedule == "elastic")
-            for vpp, extra, label in candidates(schedule, pp, m, model):
-                tasks.append((model, gpus, schedule, vpp, extra, label, za))
+        for b in args.microbatch_sizes or [None]:
+            pp, dp, batch, m = shape(gpus, b)
+            for schedule in SCHEDULES:
+                za = (args.zero_auto == "all" and schedule in ("interleaved", "bfs")) or \
+                    (args.zero_auto is not None and schedule == "elastic")
+                for vpp, extra, label in candidates(schedule, pp, m, model):
+                    tasks.append((model, gpus, schedule, vpp, extra, label, za, b))
     recs = []
     if args.table:
         for f in sorted(os.listdir(CACHE)):
