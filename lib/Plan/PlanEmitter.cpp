@@ -1033,6 +1033,12 @@ private:
   /// action) of the current options' rank programs, with the first
   /// wait-lag that does not deadlock; !ok when none.
   sim::SimResult skeletonStep(const cost::Cluster &cluster);
+  /// The searches' exact check: emits and simulates candidates in order
+  /// (`apply(i)` sets the options of the i-th) until two fit, and returns
+  /// the faster of those, or -1 with the last failure in `why`.
+  int64_t fasterOfFirstTwoFitting(func::FuncOp train, const cost::Cluster &cluster,
+                                  size_t candidates, llvm::function_ref<void(size_t)> apply,
+                                  std::string &why);
   LogicalResult chooseGroups(func::FuncOp train, const cost::Cluster &cluster);
   void chooseZero(func::FuncOp train, const cost::Cluster &cluster);
   void explain(func::FuncOp train, const cost::Cluster &cluster);
@@ -1548,30 +1554,16 @@ LogicalResult PlanBuilder::chooseGroups(func::FuncOp train, const cost::Cluster 
     sh.sched.bwdGroups = uniform(ranked.front().second.second);
     return finish(skeleton.size());
   }
-  double bestExact = INFINITY;
-  std::pair<int64_t, int64_t> chosen{-1, -1};
   std::string lastWhy = "no valid order";
-  int fitting = 0;
-  for (auto &[t, fb] : ranked) {
-    sh.sched.fwdGroups = uniform(fb.first);
-    sh.sched.bwdGroups = uniform(fb.second);
-    Prediction p = predict(train, cluster);
-    if (!p.ok) {
-      lastWhy = p.why;
-      continue;
-    }
-    if (p.result.stepTimeS < bestExact) {
-      bestExact = p.result.stepTimeS;
-      chosen = fb;
-    }
-    if (++fitting == 2)
-      break;
-  }
-  if (chosen.first < 0)
+  auto apply = [&](size_t i) {
+    sh.sched.fwdGroups = uniform(ranked[i].second.first);
+    sh.sched.bwdGroups = uniform(ranked[i].second.second);
+  };
+  int64_t chosen = fasterOfFirstTwoFitting(train, cluster, ranked.size(), apply, lastWhy);
+  if (chosen < 0)
     return sh.module.emitError() << "groups=auto: no forward/backward group sizes give a plan ("
                                  << lastWhy << ")";
-  sh.sched.fwdGroups = uniform(chosen.first);
-  sh.sched.bwdGroups = uniform(chosen.second);
+  apply(chosen);
   return finish(skeleton.size());
 }
 
@@ -1590,6 +1582,29 @@ sim::SimResult PlanBuilder::skeletonStep(const cost::Cluster &cluster) {
       break;
   }
   return r;
+}
+
+int64_t PlanBuilder::fasterOfFirstTwoFitting(func::FuncOp train, const cost::Cluster &cluster,
+                                             size_t candidates,
+                                             llvm::function_ref<void(size_t)> apply,
+                                             std::string &why) {
+  double bestExact = INFINITY;
+  int64_t chosen = -1;
+  int fitting = 0;
+  for (size_t i = 0; i < candidates && fitting < 2; ++i) {
+    apply(i);
+    Prediction p = predict(train, cluster);
+    if (!p.ok) {
+      why = p.why;
+      continue;
+    }
+    ++fitting;
+    if (p.result.stepTimeS < bestExact) {
+      bestExact = p.result.stepTimeS;
+      chosen = (int64_t)i;
+    }
+  }
+  return chosen;
 }
 
 /// zero=auto (mixed sharding, as AMSP argues): per chunk, whether its
@@ -1650,26 +1665,12 @@ void PlanBuilder::chooseZero(func::FuncOp train, const cost::Cluster &cluster) {
       ranked.push_back({r, z});
   std::stable_sort(ranked.begin(), ranked.end(),
                    [&](const auto &a, const auto &b) { return better(a.first, b.first); });
-  double bestExact = INFINITY;
-  std::vector<int64_t> chosen;
-  int fitting = 0;
-  for (auto &[r, z] : ranked) {
-    sh.zeroChunks = z;
-    Prediction p = predict(train, cluster);
-    if (!p.ok)
-      continue;
-    if (p.result.stepTimeS < bestExact) {
-      bestExact = p.result.stepTimeS;
-      chosen = z;
-    }
-    if (++fitting == 2)
-      break;
-  }
+  std::string why;
+  int64_t chosen = fasterOfFirstTwoFitting(
+      train, cluster, ranked.size(), [&](size_t i) { sh.zeroChunks = ranked[i].second; }, why);
   // Nothing fits: shard everything, and let the emission say by how much
   // the plan is over the limit.
-  if (chosen.empty())
-    chosen.assign(chunks, 3);
-  sh.zeroChunks = chosen;
+  sh.zeroChunks = chosen >= 0 ? ranked[chosen].second : std::vector<int64_t>(chunks, 3);
   sh.zeroSearchCandidates = (int64_t)seen.size();
   sh.zeroSearchSeconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
