@@ -60,6 +60,7 @@ EXTRA = [("1.3B", 32), ("7B", 16), ("7B", 64), ("13B", 16), ("13B", 32)]
 LOCK = threading.Lock()
 BIN_HASH = None              # set in main(): short hash of pipemesh-opt + pipemesh-sim
 COMPILE_TIMEOUT = {"fixed": 600, "auto": 240}
+LADDER_RECOMPUTE = 0.0       # --ladder-recompute
 
 
 def log(msg):
@@ -218,11 +219,16 @@ def run_config(opt, simbin, model, gpus, schedule, vpp, extra, label, zero, net=
 
 
 def needs_more_zero(rec):
-    """Try the next zero level when this one failed or needed recompute / did not fit."""
+    """Try the next zero level when this one failed, did not fit, or recomputed more than
+    --ladder-recompute of the step (default 0: any recompute). A higher level can at most
+    save that recompute and adds communication: at 64 GPUs zero=2/3 plans were 5-10x slower
+    than zero=1 ones that recomputed 0.4-3% (bench/out/sim_paper_B512.json), and each costs
+    minutes to compile, so --ladder-recompute 0.02 skips those chains."""
     if "compile_error" in rec:
         return True
     for s in rec["sims"].values():
-        if "error" in s or (s.get("recompute_frac") or 0) > 0 or not s.get("fits_memory"):
+        if "error" in s or (s.get("recompute_frac") or 0) > LADDER_RECOMPUTE or \
+                not s.get("fits_memory"):
             return True
     return False
 
@@ -312,7 +318,7 @@ def table(rows):
 
 
 def main():
-    global BIN_HASH, GLOBAL_BATCH
+    global BIN_HASH, GLOBAL_BATCH, LADDER_RECOMPUTE
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--jobs", type=int, default=2)
@@ -328,8 +334,12 @@ def main():
     ap.add_argument("--microbatch-sizes", type=lambda v: [int(x) for x in v.split(",")],
                     help="comma-separated micro-batch sizes, each tried for every schedule "
                          "(default: one, 2 when that leaves >= 2pp micro-batches, else 1)")
+    ap.add_argument("--ladder-recompute", type=float, default=LADDER_RECOMPUTE,
+                    help="go up a ZeRO level only when the lower one recomputed more than "
+                         "this fraction of the step (default %(default)s)")
     args = ap.parse_args()
     GLOBAL_BATCH = args.global_batch
+    LADDER_RECOMPUTE = args.ladder_recompute
     opt, simbin = (os.path.join(args.build, "bin", t) for t in ("pipemesh-opt", "pipemesh-sim"))
     BIN_HASH = bin_hash(opt, simbin)
     os.makedirs(CACHE, exist_ok=True)
