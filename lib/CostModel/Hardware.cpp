@@ -45,9 +45,10 @@ constexpr KernelInfo kKernels[] = {
     {KernelClass::CrossEntropy, "cross_entropy", KernelClass::Memory},
     {KernelClass::CrossEntropyGrad, "cross_entropy_grad", KernelClass::Memory},
     {KernelClass::Accumulate, "accumulate", KernelClass::Memory},
+    {KernelClass::AdamW, "adamw", KernelClass::Memory},
 };
 constexpr size_t kNumKernels = sizeof(kKernels) / sizeof(kKernels[0]);
-static_assert(kKernels[kNumKernels - 1].kind == KernelClass::Accumulate,
+static_assert(kKernels[kNumKernels - 1].kind == KernelClass::AdamW,
               "kKernels lists every KernelClass in enum order");
 
 const KernelInfo &infoOf(KernelClass k) {

@@ -259,7 +259,8 @@ bool RankReader::read(Program &out, std::vector<std::string> &opNames) {
               numel += (double)b->numel;
             }
         }
-      in = Instr::kernel(16.0 * numel, bytes, cost::KernelClass::Memory, Work::Optimizer, label);
+      in = Instr::kernel(16.0 * numel, bytes, cost::kernelClassOfName("adamw"), Work::Optimizer,
+                         label);
     } else if (op == "free") {
       in = Instr::compute(0.0, work, label);
     } else {

@@ -148,15 +148,17 @@ TEST(SimHardware, KernelKindsNameTheirOpsAndRooflines) {
   EXPECT_EQ(kernelClassOfName("gelu_grad"), KernelClass::GeluGrad);
   EXPECT_EQ(kernelClassOfName("reduce_sum"), KernelClass::ReduceSum);
   // Ops without a kind of their own, and the empty name, are Memory.
-  EXPECT_EQ(kernelClassOfName("adamw"), KernelClass::Memory);
   EXPECT_EQ(kernelClassOfName("no_such_op"), KernelClass::Memory);
+  EXPECT_EQ(kernelClassOfName("zero"), KernelClass::Memory);
+  EXPECT_EQ(kernelClassOfName("adamw"), KernelClass::AdamW);
+  EXPECT_EQ(rooflineOf(KernelClass::AdamW), KernelClass::Memory);
   EXPECT_EQ(kernelClassOfName(""), KernelClass::Memory);
   EXPECT_EQ(rooflineOf(KernelClass::AttentionGrad), KernelClass::Attention);
   EXPECT_EQ(rooflineOf(KernelClass::Transpose), KernelClass::Memory);
   EXPECT_EQ(rooflineOf(KernelClass::Gemm), KernelClass::Gemm);
   EXPECT_EQ(kernelName(KernelClass::Memory), "");
   // Every kind's name maps back to it (the table is in enum order).
-  for (int k = 0; k <= (int)KernelClass::Accumulate; ++k) {
+  for (int k = 0; k <= (int)KernelClass::AdamW; ++k) {
     KernelClass kind = (KernelClass)k;
     if (kind != KernelClass::Memory)
       EXPECT_EQ(kernelClassOfName(kernelName(kind)), kind) << kernelName(kind).str();

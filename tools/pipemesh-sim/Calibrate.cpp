@@ -225,6 +225,15 @@ std::map<std::string, KernelSamples> measureKernels(double budget, bool quick) {
   for (int64_t n : pick({512, 1 << 14, 1 << 16}))
     sample("accumulate", 3 * F * n, json::Object{{"elements", n}}, 2 * n,
            [&](float *p) { cpu::axpy<float>(1.0f, p, p + n, n); });
+  // The optimizer: AdamW over a rank's flat parameters plus the sum of squares
+  // of the gradient norm, counted as plans count adamw (PlanLoader.cpp): 8
+  // bytes per gradient byte (p, g, m, v read; p, m, v written; g read again).
+  for (int64_t n : pick({1 << 14, 1 << 17, 1 << 20}))
+    sample("adamw", 8 * F * n, json::Object{{"elements", n}}, 4 * n, [&](float *p) {
+      volatile double norm = cpu::sumSquares<float>(p + n, n);
+      (void)norm;
+      cpu::adamw<float>(p, p + n, p + 2 * n, p + 3 * n, n, 1e-4, 0.9, 0.95, 1e-8, 0.1, 2, 1.0);
+    });
   // Attention, forward and backward apart (their loops differ): causal, head
   // size 32, timed by the flops the cost model counts. The kernels' time
   // follows the visible (query, key) pairs more than the flops: at head size

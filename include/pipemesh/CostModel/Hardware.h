@@ -96,6 +96,7 @@ enum class KernelClass : uint8_t {
   CrossEntropy,
   CrossEntropyGrad,
   Accumulate,
+  AdamW,
 };
 
 /// The roofline of the class model `k` follows: Gemm, Memory or Attention.
