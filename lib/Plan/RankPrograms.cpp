@@ -230,15 +230,22 @@ void ProgramBuilder::build(OpBuilder &outer) {
                                b.getI64IntegerAttr(dst), b.getI64IntegerAttr(ch * m + mb));
           ++numSends;
         }
-    // ZeRO-2/3: each backward's gradients are reduce-scattered into the
-    // persistent shard right away, so no whole gradient outlives its action.
-    std::vector<std::string> perAction;
-    if (dp > 1 && a.backward && (!split || a.weight))
+    // ZeRO-2/3: the gradients of a run of backwards of one chunk (one
+    // action in depth-first orders, a group of micro-batches in breadth-first
+    // ones) are reduce-scattered into the persistent shard when the run
+    // ends, so no whole gradient outlives its run and a breadth-first group
+    // pays one reduce-scatter instead of one per micro-batch.
+    auto accumulates = [&](const Action &x) { return x.backward && (!split || x.weight); };
+    const bool runEnds = accumulates(a) && !(k + 1 < actions.size() &&
+                                             accumulates(actions[k + 1]) &&
+                                             actions[k + 1].chunk == a.chunk);
+    std::vector<std::string> perRun;
+    if (dp > 1 && runEnds)
       for (const std::string &n : step.accumulated[a.chunk])
         if (llvm::is_contained(held, n) && !tiedWhole(n) && zeroOf(n) >= 2)
-          perAction.push_back(n);
-    if (!perAction.empty())
-      b.create<pm::ReduceScatterGradsOp>(loc, symbols(perAction), b.getBoolAttr(false),
+          perRun.push_back(n);
+    if (!perRun.empty())
+      b.create<pm::ReduceScatterGradsOp>(loc, symbols(perRun), b.getBoolAttr(false),
                                          b.getBoolAttr(true));
     // Otherwise the data-parallel reduction runs once a gradient is complete.
     std::vector<std::string> done;

@@ -69,8 +69,9 @@ def PMesh_ReduceScatterGradsOp : PMesh_ProgramOp<"reduce_scatter_grads"> {
   let description = [{
     With `accumulate`, the reduced shard is added to the persistent gradient
     shard and the whole gradient is freed: ZeRO-2/3 reduce the gradients of
-    every backward this way (as DeepSpeed does per micro-batch), so a whole
-    gradient lives for one action only.
+    every run of backwards of one chunk this way (one action in depth-first
+    orders, as DeepSpeed does per micro-batch; one group of micro-batches in
+    breadth-first ones), so a whole gradient lives for one run only.
   }];
   let arguments = (ins FlatSymbolRefArrayAttr:$params,
                        DefaultValuedAttr<BoolAttr, "false">:$async,
