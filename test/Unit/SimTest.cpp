@@ -287,23 +287,29 @@ TEST(SimMemory, PeakEqualsStaticLivenessPeak) {
 }
 
 namespace {
-/// Two data-parallel ranks: compute 1, an all-reduce, compute `after`, then
-/// (async) wait.
-Job dpJob(bool async, double after, double bytes) {
+/// Two ranks of one "dp" group, each program written by fill(program, group).
+template <typename Fill> Job dpPair(Fill fill) {
   Job job;
   int32_t g = job.group("dp", {0, 1});
   job.ranks.resize(2);
   for (int r = 0; r < 2; ++r) {
-    Program &p = job.ranks[r];
-    p.rank = r;
+    job.ranks[r].rank = r;
+    fill(job.ranks[r], g);
+  }
+  return job;
+}
+
+/// Two data-parallel ranks: compute 1, an all-reduce, compute `after`, then
+/// (async) wait.
+Job dpJob(bool async, double after, double bytes) {
+  return dpPair([&](Program &p, int32_t g) {
     p.instrs.push_back(Instr::compute(1.0, Work::Backward));
     p.instrs.push_back(Instr::collective(cost::Collective::AllReduce, g, bytes, async));
     p.instrs.push_back(Instr::compute(after, Work::Backward));
     if (async)
       p.instrs.push_back(Instr::wait(1));
     p.instrs.push_back(Instr::compute(0.5, Work::Optimizer));
-  }
-  return job;
+  });
 }
 } // namespace
 
@@ -351,17 +357,12 @@ TEST(SimCollective, StreamSerialisesCollectivesOfARank) {
   // ends on the rank's collective stream.
   cost::Cluster c = freeCluster();
   c.intraNode = c.interNode = {"link", 0.0, 1.0};
-  Job job;
-  int32_t g = job.group("dp", {0, 1});
-  job.ranks.resize(2);
-  for (int r = 0; r < 2; ++r) {
-    Program &p = job.ranks[r];
-    p.rank = r;
+  Job job = dpPair([](Program &p, int32_t g) {
     p.instrs.push_back(Instr::collective(cost::Collective::AllReduce, g, 2.0, true));
     p.instrs.push_back(Instr::collective(cost::Collective::AllReduce, g, 2.0, true));
     p.instrs.push_back(Instr::compute(1.0));
     p.instrs.push_back(Instr::wait(-1));
-  }
+  });
   SimResult r = simulate(job, c);
   ASSERT_TRUE(r.ok) << r.error;
   EXPECT_NEAR(r.stepTimeS, 4.0, 1e-12);
@@ -378,12 +379,7 @@ TEST(SimCollective, WaitKeepCompletesAllButTheMostRecent) {
   // Ring all-gather over 2 ranks of 4 bytes: 1/2 * 4 / 1 = 2 s.
   ASSERT_NEAR(c.collectiveTime(cost::Collective::AllGather, 4.0, {0, 1}), 2.0, 1e-12);
   auto build = [&](int32_t keep) {
-    Job job;
-    int32_t g = job.group("dp", {0, 1});
-    job.ranks.resize(2);
-    for (int r = 0; r < 2; ++r) {
-      Program &p = job.ranks[r];
-      p.rank = r;
+    return dpPair([&](Program &p, int32_t g) {
       p.instrs.push_back(Instr::wait(-1, keep));
       p.instrs.push_back(Instr::compute(3.0, Work::Forward)); // chunk 0
       p.instrs.push_back(Instr::wait(-1));
@@ -396,8 +392,7 @@ TEST(SimCollective, WaitKeepCompletesAllButTheMostRecent) {
       EXPECT_EQ(p.instrs[1].kind, OpKind::Collective);
       EXPECT_EQ(p.instrs[2].kind, OpKind::Wait);
       EXPECT_EQ(p.instrs.back().work, Work::Optimizer);
-    }
-    return job;
+    });
   };
   // keep 1: gather 0 ends at 2, chunk 0 runs 2..5 while gather 1 runs 2..4.
   SimResult overlapped = simulate(build(1), c);
