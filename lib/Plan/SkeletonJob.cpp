@@ -40,7 +40,13 @@ sim::Job skeletonJob(ModuleOp module, const StagedStep &step, const ScheduleConf
     levelOf[param.getSymName()] = zeroLevelOf(module, param.getSymName());
   }
   auto paramBytes = [&](llvm::StringRef name) { return bytesOf.lookup(name); };
-  auto shardBytes = [&](int64_t bytes) { return (bytes / 4 + dp - 1) / dp * 4; };
+  auto shardBytes = [&](int64_t bytes) { return shardLayout(bytes / 4, dp).shardNumel * 4; };
+  auto listBytes = [&](ArrayAttr params) {
+    int64_t b = 0;
+    for (Attribute a : params)
+      b += paramBytes(cast<FlatSymbolRefAttr>(a).getValue());
+    return b;
+  };
   for (int64_t c = 0; c < step.numChunks; ++c) {
     llvm::DenseSet<Operation *> fwd(step.fwdOps[c].begin(), step.fwdOps[c].end());
     for (int ph = 0; ph < 3; ++ph) {
@@ -76,106 +82,102 @@ sim::Job skeletonJob(ModuleOp module, const StagedStep &step, const ScheduleConf
   for (auto &kv : step.holders)
     if (kv.second.size() > 1)
       tied.assign(kv.second.begin(), kv.second.end());
+  // Replica 0 of each pipeline rank; buildReplicas derives the others.
   for (auto rp : module.getOps<pm::RankProgramOp>()) {
     const int64_t p = rp.getPpRank();
-    for (int64_t d = 0; d < dp; ++d) {
-      sim::Program &prog = job.ranks[p * dp + d];
-      prog.rank = (int32_t)(p * dp + d);
-      std::vector<int64_t> dpMembers, tiedMembers;
-      for (int64_t e = 0; e < dp; ++e)
-        dpMembers.push_back(p * dp + e);
-      for (int64_t q : tied)
-        tiedMembers.push_back(q * dp + d);
-      int32_t dpGroup = job.group("dp", dpMembers);
-      // Persistent: every parameter the rank holds, its gradient and moments
-      // as the ZeRO level stores them.
-      for (auto param : module.getOps<pm::ParamOp>()) {
-        auto h = step.holders.find(param.getSymName());
-        if (h == step.holders.end() || !h->second.count(p))
-          continue;
-        int64_t bytes = cost::typeBytes(param.getType());
-        ParamStorage st = paramStorage(levelOf.lookup(param.getSymName()), dp, true);
-        int64_t shard = shardBytes(bytes);
-        prog.persistentBytes += (st.fullParam ? bytes : 0) + (st.paramShard ? shard : 0) +
-                                (st.fullGrad ? bytes : 0) + (st.gradShard ? shard : 0) +
-                                2 * (st.momentShards ? shard : bytes);
-      }
-      int64_t heldKey = -1;
-      std::vector<std::string> computeKeys;
-      auto gatherBytes = [&](const std::vector<std::string> &names) {
-        int64_t b = 0;
-        for (const std::string &n : names)
-          b += paramBytes(n);
-        return b;
-      };
-      for (Operation &op : rp.getBody().front()) {
-        if (auto c = dyn_cast<pm::ComputeOp>(op)) {
-          int ph = c.getPhase() == "W" ? 2 : c.getPhase() == "B" ? 1 : 0;
-          const PhaseCost &pc = phases[{(int64_t)c.getChunk(), ph}];
-          int64_t key = c.getChunk() * 3 + ph;
-          if (key != heldKey && !pc.gathered.empty())
-            prog.instrs.push_back(sim::Instr::collective(cost::Collective::AllGather, dpGroup,
-                                                         (double)gatherBytes(pc.gathered)));
-          heldKey = key;
-          std::string label = std::to_string(c.getChunk()) + c.getPhase().str() +
-                              std::to_string(c.getMicrobatch());
-          sim::Work w = ph == 0 ? sim::Work::Forward
-                        : ph == 1 ? sim::Work::Backward
-                                  : sim::Work::WeightGrad;
-          sim::Instr in = sim::Instr::compute(pc.seconds, w, prog.label(label));
-          int64_t keeps = phases[{(int64_t)c.getChunk(), 0}].keeps;
-          if (ph == 0)
-            in.mem(keeps, 0);
-          else if (ph == 1)
-            in.mem(0, split ? keeps / 2 : keeps);
-          else
-            in.mem(0, keeps - keeps / 2);
-          prog.instrs.push_back(in);
-        } else if (auto s = dyn_cast<pm::SendOp>(op)) {
-          Value v = step.channelValue[s.getChannel()];
-          prog.instrs.push_back(sim::Instr::send((int32_t)(s.getPeer() * dp + d), s.getTag(),
-                                                 (double)cost::typeBytes(v.getType())));
-        } else if (auto r = dyn_cast<pm::RecvOp>(op)) {
-          Value v = step.channelValue[r.getChannel()];
-          prog.instrs.push_back(sim::Instr::recv((int32_t)(r.getPeer() * dp + d), r.getTag(),
-                                                 (double)cost::typeBytes(v.getType())));
-        } else if (auto w = dyn_cast<pm::WaitSendsOp>(op)) {
-          prog.instrs.push_back(sim::Instr::waitSends((int32_t)w.getKeep()));
-        } else if (auto ar = dyn_cast<pm::AllReduceGradsOp>(op)) {
-          int64_t bytes = 0;
-          // A tied sum after the dp reduce-scatter (sharded levels) adds shards.
-          for (Attribute a : ar.getParams()) {
-            llvm::StringRef n = cast<FlatSymbolRefAttr>(a).getValue();
-            bool shards = ar.getGroup() == "tied" && dp > 1 && levelOf.lookup(n) >= 1;
-            bytes += shards ? shardBytes(paramBytes(n)) : paramBytes(n);
-          }
-          int32_t g = ar.getGroup() == "tied" ? job.group("tied", tiedMembers) : dpGroup;
-          prog.instrs.push_back(sim::Instr::collective(cost::Collective::AllReduce, g,
-                                                       (double)bytes, ar.getAsync()));
-        } else if (auto rs = dyn_cast<pm::ReduceScatterGradsOp>(op)) {
-          int64_t bytes = 0;
-          for (Attribute a : rs.getParams())
-            bytes += paramBytes(cast<FlatSymbolRefAttr>(a).getValue());
-          prog.instrs.push_back(sim::Instr::collective(cost::Collective::ReduceScatter, dpGroup,
-                                                       (double)bytes, rs.getAsync()));
-        } else if (auto wc = dyn_cast<pm::WaitCollectivesOp>(op)) {
-          prog.instrs.push_back(sim::Instr::wait(-1, (int32_t)wc.getKeep()));
-        } else if (isa<pm::OptimizerStepOp>(op)) {
-          // AdamW streams parameters, gradients and both moments.
-          prog.instrs.push_back(sim::Instr::kernel(0, 4.0 * (double)prog.persistentBytes / 3,
-                                                   cost::KernelClass::Memory,
-                                                   sim::Work::Optimizer));
-        } else if (auto ag = dyn_cast<pm::AllGatherParamsOp>(op)) {
-          int64_t bytes = 0;
-          for (Attribute a : ag.getParams())
-            bytes += paramBytes(cast<FlatSymbolRefAttr>(a).getValue());
-          prog.instrs.push_back(sim::Instr::collective(cost::Collective::AllGather, dpGroup,
-                                                       (double)bytes, ag.getAsync()));
-        }
-      }
-      sim::carryAsyncTailIntoStep(prog);
+    sim::Program &prog = job.ranks[p * dp];
+    prog.rank = (int32_t)(p * dp);
+    std::vector<int64_t> dpMembers, tiedMembers;
+    for (int64_t e = 0; e < dp; ++e)
+      dpMembers.push_back(p * dp + e);
+    for (int64_t q : tied)
+      tiedMembers.push_back(q * dp);
+    int32_t dpGroup = job.group("dp", dpMembers);
+    // Persistent: every parameter the rank holds, its gradient and moments
+    // as the ZeRO level stores them.
+    for (auto param : module.getOps<pm::ParamOp>()) {
+      auto h = step.holders.find(param.getSymName());
+      if (h == step.holders.end() || !h->second.count(p))
+        continue;
+      int64_t bytes = cost::typeBytes(param.getType());
+      ParamStorage st = paramStorage(levelOf.lookup(param.getSymName()), dp, true);
+      int64_t shard = shardBytes(bytes);
+      prog.persistentBytes += (st.fullParam ? bytes : 0) + (st.paramShard ? shard : 0) +
+                              (st.fullGrad ? bytes : 0) + (st.gradShard ? shard : 0) +
+                              2 * (st.momentShards ? shard : bytes);
     }
+    int64_t heldKey = -1;
+    std::vector<std::string> computeKeys;
+    auto gatherBytes = [&](const std::vector<std::string> &names) {
+      int64_t b = 0;
+      for (const std::string &n : names)
+        b += paramBytes(n);
+      return b;
+    };
+    for (Operation &op : rp.getBody().front()) {
+      if (auto c = dyn_cast<pm::ComputeOp>(op)) {
+        int ph = c.getPhase() == "W" ? 2 : c.getPhase() == "B" ? 1 : 0;
+        const PhaseCost &pc = phases[{(int64_t)c.getChunk(), ph}];
+        int64_t key = c.getChunk() * 3 + ph;
+        if (key != heldKey && !pc.gathered.empty())
+          prog.instrs.push_back(sim::Instr::collective(cost::Collective::AllGather, dpGroup,
+                                                       (double)gatherBytes(pc.gathered)));
+        heldKey = key;
+        std::string label = std::to_string(c.getChunk()) + c.getPhase().str() +
+                            std::to_string(c.getMicrobatch());
+        sim::Work w = ph == 0 ? sim::Work::Forward
+                      : ph == 1 ? sim::Work::Backward
+                                : sim::Work::WeightGrad;
+        sim::Instr in = sim::Instr::compute(pc.seconds, w, prog.label(label));
+        int64_t keeps = phases[{(int64_t)c.getChunk(), 0}].keeps;
+        if (ph == 0)
+          in.mem(keeps, 0);
+        else if (ph == 1)
+          in.mem(0, split ? keeps / 2 : keeps);
+        else
+          in.mem(0, keeps - keeps / 2);
+        prog.instrs.push_back(in);
+      } else if (auto s = dyn_cast<pm::SendOp>(op)) {
+        Value v = step.channelValue[s.getChannel()];
+        prog.instrs.push_back(sim::Instr::send((int32_t)(s.getPeer() * dp), s.getTag(),
+                                               (double)cost::typeBytes(v.getType())));
+      } else if (auto r = dyn_cast<pm::RecvOp>(op)) {
+        Value v = step.channelValue[r.getChannel()];
+        prog.instrs.push_back(sim::Instr::recv((int32_t)(r.getPeer() * dp), r.getTag(),
+                                               (double)cost::typeBytes(v.getType())));
+      } else if (auto w = dyn_cast<pm::WaitSendsOp>(op)) {
+        prog.instrs.push_back(sim::Instr::waitSends((int32_t)w.getKeep()));
+      } else if (auto ar = dyn_cast<pm::AllReduceGradsOp>(op)) {
+        int64_t bytes = 0;
+        // A tied sum after the dp reduce-scatter (sharded levels) adds shards.
+        for (Attribute a : ar.getParams()) {
+          llvm::StringRef n = cast<FlatSymbolRefAttr>(a).getValue();
+          bool shards = ar.getGroup() == "tied" && dp > 1 && levelOf.lookup(n) >= 1;
+          bytes += shards ? shardBytes(paramBytes(n)) : paramBytes(n);
+        }
+        int32_t g = ar.getGroup() == "tied" ? job.group("tied", tiedMembers) : dpGroup;
+        prog.instrs.push_back(sim::Instr::collective(cost::Collective::AllReduce, g,
+                                                     (double)bytes, ar.getAsync()));
+      } else if (auto rs = dyn_cast<pm::ReduceScatterGradsOp>(op)) {
+        prog.instrs.push_back(sim::Instr::collective(cost::Collective::ReduceScatter, dpGroup,
+                                                     (double)listBytes(rs.getParams()),
+                                                     rs.getAsync()));
+      } else if (auto wc = dyn_cast<pm::WaitCollectivesOp>(op)) {
+        prog.instrs.push_back(sim::Instr::wait(-1, (int32_t)wc.getKeep()));
+      } else if (isa<pm::OptimizerStepOp>(op)) {
+        // AdamW streams parameters, gradients and both moments.
+        prog.instrs.push_back(sim::Instr::kernel(0, 4.0 * (double)prog.persistentBytes / 3,
+                                                 cost::KernelClass::Memory,
+                                                 sim::Work::Optimizer));
+      } else if (auto ag = dyn_cast<pm::AllGatherParamsOp>(op)) {
+        prog.instrs.push_back(sim::Instr::collective(cost::Collective::AllGather, dpGroup,
+                                                     (double)listBytes(ag.getParams()),
+                                                     ag.getAsync()));
+      }
+    }
+    sim::carryAsyncTailIntoStep(prog);
   }
+  sim::buildReplicas(job, dp);
   return job;
 }
 

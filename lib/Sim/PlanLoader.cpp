@@ -352,30 +352,10 @@ bool pipemesh::sim::jobFromManifest(const json::Object &m, LoadedPlan &out, std:
               " is missing";
         return false;
       }
-      for (int64_t d = 1; d < info.dp; ++d) {
-        Program copy = job.ranks[base];
-        copy.rank = (int32_t)(base + d);
-        std::map<int32_t, int32_t> groupOf;
-        for (Instr &in : copy.instrs) {
-          if (in.kind == OpKind::Send || in.kind == OpKind::Recv)
-            in.peer += (int32_t)d;
-          if (in.kind == OpKind::Collective) {
-            auto it = groupOf.find(in.group);
-            if (it == groupOf.end()) {
-              Group gr = job.groups[in.group];
-              if (gr.name != "dp")
-                for (int64_t &mbr : gr.members)
-                  mbr += d;
-              it = groupOf.emplace(in.group, job.group(gr.name, gr.members)).first;
-            }
-            in.group = it->second;
-          }
-        }
-        job.ranks[base + d] = std::move(copy);
+      for (int64_t d = 1; d < info.dp; ++d)
         out.opNames[base + d] = out.opNames[base];
-        seen[base + d] = true;
-      }
     }
+    buildReplicas(job, info.dp);
   }
   job.tokensPerStep = (double)info.batch * info.seq * info.microbatches * info.dp;
   job.description = "pp=" + std::to_string(info.pp) + " dp=" + std::to_string(info.dp) +

@@ -2,6 +2,7 @@
 #include "pipemesh/Sim/Program.h"
 
 #include <algorithm>
+#include <map>
 
 using namespace pipemesh::sim;
 using namespace pipemesh;
@@ -103,6 +104,31 @@ Instr Instr::wait(int32_t handle, int32_t keep) {
   i.handle = handle;
   i.keep = keep;
   return i;
+}
+
+void pipemesh::sim::buildReplicas(Job &job, int64_t dp) {
+  for (size_t base = 0; base < job.ranks.size(); base += dp)
+    for (int64_t d = 1; d < dp && base + d < job.ranks.size(); ++d) {
+      Program copy = job.ranks[base];
+      copy.rank = (int32_t)(base + d);
+      std::map<int32_t, int32_t> groupOf;
+      for (Instr &in : copy.instrs) {
+        if (in.kind == OpKind::Send || in.kind == OpKind::Recv)
+          in.peer += (int32_t)d;
+        if (in.kind == OpKind::Collective) {
+          auto it = groupOf.find(in.group);
+          if (it == groupOf.end()) {
+            Group gr = job.groups[in.group];
+            if (gr.name != "dp")
+              for (int64_t &mbr : gr.members)
+                mbr += d;
+            it = groupOf.emplace(in.group, job.group(gr.name, gr.members)).first;
+          }
+          in.group = it->second;
+        }
+      }
+      job.ranks[base + d] = std::move(copy);
+    }
 }
 
 void pipemesh::sim::carryAsyncTailIntoStep(Program &program) {

@@ -134,6 +134,11 @@ struct Job {
 /// should do once per candidate before simulating.
 void mergeCompute(Job &job, const cost::Device &device);
 
+/// Data-parallel replicas from replica 0: global rank p * dp + d runs
+/// rank p * dp's program with its peers and its groups other than "dp" (the
+/// tied group) shifted by d. Fills every rank whose dp index is not 0.
+void buildReplicas(Job &job, int64_t dp);
+
 /// Async collectives after a program's last Wait are left running into the
 /// next step (ZeRO-1/2's parameter gathers, completed by the next step's
 /// waits): the simulated step, which starts every rank at 0, issues them
