@@ -245,7 +245,11 @@ private:
   /// shards).
   llvm::StringSet<> scattered;
   json::Array freedAfterWait;
-  void waitCollectives();
+  /// A wait_collectives, then the frees it allows. `always`: even when this
+  /// step issued nothing since the last one (the program's own waits, which
+  /// may complete the previous step's parameter gathers); otherwise only if
+  /// it did.
+  void waitCollectives(bool always = false);
   std::set<std::string> constantsUsed;
 };
 
@@ -448,8 +452,8 @@ int RankEmitter::gradTarget(StringRef name) {
   return pb.transientGrad;
 }
 
-void RankEmitter::waitCollectives() {
-  if (!asyncCollectives)
+void RankEmitter::waitCollectives(bool always) {
+  if (!always && !asyncCollectives)
     return;
   emit(json::Object{{"op", "wait_collectives"}});
   asyncCollectives = false;
@@ -943,11 +947,8 @@ LogicalResult RankEmitter::run(RankPlan &out) {
       }
       emit(std::move(o));
     } else if (auto wc = dyn_cast<pm::WaitCollectivesOp>(op)) {
-      // Emitted even with nothing of this step's outstanding: it may complete
-      // the previous step's parameter gathers.
       if (wc.getKeep() == 0) {
-        asyncCollectives = true;
-        waitCollectives();
+        waitCollectives(/*always=*/true);
       } else {
         emit(json::Object{{"op", "wait_collectives"}, {"keep", wc.getKeep()}});
       }
@@ -1007,6 +1008,10 @@ LogicalResult RankEmitter::run(RankPlan &out) {
   out.constantsUsed = std::move(constantsUsed);
   return success();
 }
+
+/// The wait_sends lags tried, in order, until a plan does not deadlock: a
+/// send completes `lag` actions later; 0 only at the end of the step.
+constexpr int64_t kWaitLags[] = {1, 2, 4, 0};
 
 /// The whole plan.
 class PlanBuilder {
@@ -1432,7 +1437,7 @@ LogicalResult PlanBuilder::emitRanks(func::FuncOp train, std::vector<RankPlan> &
 /// the deadlock check wins.
 FailureOr<json::Object> PlanBuilder::buildManifest(func::FuncOp train, bool replicasElided) {
   std::vector<RankPlan> ranks;
-  for (int64_t lag : {1, 2, 4, 0}) {
+  for (int64_t lag : kWaitLags) {
     sh.waitLag = lag;
     if (failed(emitRanks(train, ranks)))
       return failure();
@@ -1572,7 +1577,7 @@ sim::SimResult PlanBuilder::skeletonStep(const cost::Cluster &cluster) {
       (double)sh.opts.batch * sh.opts.seq * sh.opts.microbatches * sh.opts.dp;
   detail::annotateSharding(sh.module, sh.step, sh.zeroChunks, sh.opts.dp);
   sim::SimResult r;
-  for (int64_t lag : {1, 2, 4, 0}) {
+  for (int64_t lag : kWaitLags) {
     if (failed(detail::buildRankPrograms(sh.module, sh.step, sh.sched, sh.opts.dp, lag)))
       break;
     r = sim::simulate(
