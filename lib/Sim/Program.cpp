@@ -2,6 +2,7 @@
 #include "pipemesh/Sim/Program.h"
 
 #include <algorithm>
+#include <iterator>
 #include <map>
 
 using namespace pipemesh::sim;
@@ -137,20 +138,16 @@ void pipemesh::sim::carryAsyncTailIntoStep(Program &program) {
   for (size_t i = 0; i < is.size(); ++i)
     if (is[i].kind == OpKind::Wait)
       lastWait = i + 1;
-  auto carried = [](const Instr &in) { return in.kind == OpKind::Collective && in.async; };
   // Only collectives that touch no step-local memory can move (a gather of
   // persistent parameters): moving an allocation would change the peak.
+  auto carried = [](const Instr &in) {
+    return in.kind == OpKind::Collective && in.async && in.memPeak == 0 && in.memNet == 0;
+  };
   std::vector<Instr> tail;
-  for (size_t i = lastWait; i < is.size(); ++i)
-    if (carried(is[i]) && is[i].memPeak == 0 && is[i].memNet == 0)
-      tail.push_back(is[i]);
+  std::copy_if(is.begin() + lastWait, is.end(), std::back_inserter(tail), carried);
   if (tail.empty())
     return;
-  is.erase(std::remove_if(is.begin() + lastWait, is.end(),
-                          [&](const Instr &in) {
-                            return carried(in) && in.memPeak == 0 && in.memNet == 0;
-                          }),
-           is.end());
+  is.erase(std::remove_if(is.begin() + lastWait, is.end(), carried), is.end());
   is.insert(is.begin(), tail.begin(), tail.end());
   // Waits name earlier instructions, which all moved down by the tail.
   for (Instr &in : is)
