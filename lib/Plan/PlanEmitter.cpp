@@ -1411,7 +1411,10 @@ LogicalResult PlanBuilder::emitRanks(func::FuncOp train, std::vector<RankPlan> &
              << " bytes (persistent " << ranks[p].persistentBytes << ", activations "
              << ranks[p].activationPeak << ") with recompute="
              << recomputeName(ranks[p].recompute) << ", over mem-limit=" << limit
-             << " bytes: use more pipeline stages, zero=2 or 3, or fewer micro-batches in flight"
+             << " bytes: use more pipeline stages"
+             << (llvm::all_of(sh.zeroChunks, [](int64_t z) { return z == 3; }) ? ""
+                                                                                : ", zero=2 or 3")
+             << ", or fewer micro-batches in flight"
              << (sh.opts.recompute == "auto" ? "" : ", or recompute=auto");
     for (const std::string &c : ranks[p].constantsUsed)
       weights.constants[c] = {};

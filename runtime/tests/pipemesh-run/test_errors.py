@@ -85,12 +85,15 @@ class PlanErrors(common.TempDirTest):
         self.check_fails(common.run([self.write("u.plan", manifest=m, builder=b), "--steps", 1]),
                          "instruction 3 (frobnicate): unknown op 'frobnicate'")
 
-    def test_bad_wait_sends_keep(self):
-        b = tiny()
-        m = b.manifest()
-        m["ranks"][0]["program"].insert(3, {"op": "wait_sends", "keep": -1})
-        self.check_fails(common.run([self.write("k.plan", manifest=m, builder=b), "--steps", 1]),
-                         '"keep" must be a non-negative integer, got -1')
+    def test_bad_wait_keep(self):
+        for op in ("wait_sends", "wait_collectives"):
+            with self.subTest(op=op):
+                b = tiny()
+                m = b.manifest()
+                m["ranks"][0]["program"].insert(3, {"op": op, "keep": -1})
+                self.check_fails(
+                    common.run([self.write("k.plan", manifest=m, builder=b), "--steps", 1]),
+                    f'instruction 3 ({op}): "keep" must be a non-negative integer, got -1')
 
     def test_malformed_instruction(self):
         b = tiny()
