@@ -754,7 +754,7 @@ LogicalResult RankEmitter::run(RankPlan &out) {
   // action that precedes it in the program (the earliest its data allows:
   // the previous stage waits for the input gradient, not for this stage's
   // weight gradients), or where it stands.
-  llvm::DenseSet<Operation *> sentEarly;
+  llvm::DenseSet<Operation *> loweredEarly; // sends and reductions
   int64_t lastChunk = 0;
   bool inAction = false;                    // lowering a compute action
   std::vector<std::string> earlySendTokens; // its sends, for the row after it
@@ -777,6 +777,79 @@ LogicalResult RankEmitter::run(RankPlan &out) {
       (inAction ? earlySendTokens : row).push_back(token);
     return success();
   };
+  auto lowerAllReduce = [&](pm::AllReduceGradsOp ar) {
+    json::Array bufs;
+    // A tied sum after the dp reduce-scatter adds the shards.
+    for (const std::string &n : names(ar.getParams()))
+      bufs.push_back(ar.getGroup() != "tied" ? pbufs[n].grad
+                     : scattered.contains(n) ? pbufs[n].gradShard
+                                             : gradTarget(n));
+    json::Object o{{"op", "allreduce"}, {"group", ar.getGroup()}, {"bufs", std::move(bufs)}};
+    if (ar.getAsync()) {
+      o["async"] = true;
+      asyncCollectives = true;
+    }
+    emit(std::move(o));
+  };
+  auto lowerReduceScatter = [&](pm::ReduceScatterGradsOp rs) {
+    json::Array in, out;
+    for (const std::string &n : names(rs.getParams())) {
+      scattered.insert(n);
+      ParamBufs &pb = pbufs[n];
+      int full = gradTarget(n);
+      in.push_back(full);
+      out.push_back(pb.gradShard);
+      if (pb.transientGrad >= 0)
+        freedAfterWait.push_back(full);
+    }
+    json::Object o{
+        {"op", "reduce_scatter"}, {"group", "dp"}, {"in", std::move(in)}, {"out", std::move(out)}};
+    if (rs.getAsync()) {
+      o["async"] = true;
+      asyncCollectives = true;
+    }
+    emit(std::move(o));
+  };
+  // An async data-parallel reduction of gradients (not a tied sum, not a
+  // ZeRO-2/3 accumulating one): what may be issued inside the action before it.
+  auto earlyReduction = [](Operation *op) -> ArrayAttr {
+    if (auto ar = dyn_cast<pm::AllReduceGradsOp>(op); ar && ar.getAsync() && ar.getGroup() == "dp")
+      return ar.getParams();
+    if (auto rs = dyn_cast<pm::ReduceScatterGradsOp>(op);
+        rs && rs.getAsync() && !rs.getAccumulate())
+      return rs.getParams();
+    return {};
+  };
+  auto lowerReduction = [&](Operation *op) {
+    if (auto ar = dyn_cast<pm::AllReduceGradsOp>(op))
+      lowerAllReduce(ar);
+    else
+      lowerReduceScatter(cast<pm::ReduceScatterGradsOp>(op));
+  };
+  auto lowerWait = [&](pm::WaitCollectivesOp wc) {
+    if (wc.getKeep() == 0)
+      waitCollectives(/*always=*/true);
+    else
+      emit(json::Object{{"op", "wait_collectives"}, {"keep", wc.getKeep()}});
+  };
+  // Waits that name the parameters they make readable, held for the next
+  // action and lowered right before its first op that reads one of them
+  // (with every wait before it: they complete in order).
+  std::vector<std::pair<pm::WaitCollectivesOp, llvm::StringSet<>>> pendingWaits;
+  auto flushWaits = [&](size_t count) {
+    for (size_t i = 0; i < count; ++i)
+      lowerWait(pendingWaits[i].first);
+    pendingWaits.erase(pendingWaits.begin(), pendingWaits.begin() + count);
+  };
+  auto flushWaitsReadBy = [&](Operation *o) {
+    size_t upTo = 0;
+    for (Value v : o->getOperands())
+      if (StringRef n = step.paramRoot(v); !n.empty())
+        for (size_t j = upTo; j < pendingWaits.size(); ++j)
+          if (pendingWaits[j].second.contains(n))
+            upTo = j + 1;
+    flushWaits(upTo);
+  };
   std::vector<int64_t> computeKeys; // chunk * 3 + phase of each compute action
   for (auto c : rankProgram.getBody().front().getOps<pm::ComputeOp>())
     computeKeys.push_back(c.getChunk() * 3 +
@@ -784,6 +857,16 @@ LogicalResult RankEmitter::run(RankPlan &out) {
   size_t computeIndex = 0;
   int64_t gatheredKey = -1;
   for (Operation &op : rankProgram.getBody().front()) {
+    auto wc = dyn_cast<pm::WaitCollectivesOp>(op);
+    if (wc && wc.getParams()) {
+      llvm::StringSet<> readable;
+      for (const std::string &n : names(*wc.getParams()))
+        readable.insert(n);
+      pendingWaits.push_back({wc, std::move(readable)});
+      continue;
+    }
+    if (!isa<pm::ComputeOp>(op))
+      flushWaits(pendingWaits.size());
     if (isa<pm::ZeroGradsOp>(op)) {
       // Persistent gradients, and the shards that ZeRO-2/3 accumulate into.
       json::Array zeroed;
@@ -828,16 +911,42 @@ LogicalResult RankEmitter::run(RankPlan &out) {
       size_t actionStart = program.size();
       std::vector<bool> recomputedInstr; // per instruction of this action
       inAction = true;
-      // The sends that follow this action in the program, by value.
+      // The sends that follow this action in the program, by value, and the
+      // async reductions, each with the index of the op after which its
+      // gradients are complete (in program order: the data-parallel stream
+      // runs them in issue order).
       llvm::DenseMap<Value, llvm::SmallVector<pm::SendOp>> sendsOf;
-      for (Operation *next = op.getNextNode(); next && isa<pm::SendOp>(next);
-           next = next->getNextNode()) {
-        auto sd = cast<pm::SendOp>(next);
-        if (sd.getMicrobatch() == a.microbatch)
-          sendsOf[step.channelValue[sd.getChannel()]].push_back(sd);
+      llvm::StringMap<size_t> lastAccumulate;
+      for (auto [i, o] : llvm::enumerate(ops))
+        if (auto acc = dyn_cast<pm::AccumulateGradOp>(o); acc && !isRecompute[i])
+          lastAccumulate[acc.getParam()] = i;
+      std::vector<std::pair<size_t, Operation *>> reductions;
+      for (Operation *next = op.getNextNode(); next; next = next->getNextNode()) {
+        if (auto sd = dyn_cast<pm::SendOp>(next)) {
+          if ((int64_t)sd.getMicrobatch() == a.microbatch)
+            sendsOf[step.channelValue[sd.getChannel()]].push_back(sd);
+          continue;
+        }
+        ArrayAttr grads = earlyReduction(next);
+        if (!grads)
+          break;
+        size_t at = reductions.empty() ? 0 : reductions.back().first;
+        bool complete = true;
+        for (const std::string &n : names(grads)) {
+          auto it = lastAccumulate.find(n);
+          complete = complete && it != lastAccumulate.end();
+          if (complete)
+            at = std::max(at, it->second);
+        }
+        if (!complete)
+          break;
+        reductions.push_back({at, next});
       }
+      size_t nextReduction = 0;
       for (auto [i, o] : llvm::enumerate(ops)) {
         ctx.recompute = isRecompute[i];
+        if (!pendingWaits.empty())
+          flushWaitsReadBy(o);
         size_t before = program.size();
         if (failed(emitOp(o, ctx)))
           return failure();
@@ -846,8 +955,13 @@ LogicalResult RankEmitter::run(RankPlan &out) {
             for (pm::SendOp sd : sendsOf.lookup(r)) {
               if (failed(lowerSend(sd)))
                 return failure();
-              sentEarly.insert(sd);
+              loweredEarly.insert(sd);
             }
+        for (; nextReduction < reductions.size() && reductions[nextReduction].first == i;
+             ++nextReduction) {
+          lowerReduction(reductions[nextReduction].second);
+          loweredEarly.insert(reductions[nextReduction].second);
+        }
         recomputedInstr.resize(program.size() - actionStart, false);
         for (size_t k2 = before; k2 < program.size(); ++k2)
           recomputedInstr[k2 - actionStart] = ctx.recompute;
@@ -860,6 +974,7 @@ LogicalResult RankEmitter::run(RankPlan &out) {
         if (!freed.empty())
           emit(json::Object{{"op", "free"}, {"bufs", std::move(freed)}});
       }
+      flushWaits(pendingWaits.size());
       // Which action each instruction belongs to, for pipemesh-sim's and
       // the profiler's attribution of time.
       std::string actionName = formatAction(a);
@@ -883,21 +998,11 @@ LogicalResult RankEmitter::run(RankPlan &out) {
       inAction = false;
       lastActionName = actionName;
     } else if (auto sd = dyn_cast<pm::SendOp>(op)) {
-      if (!sentEarly.count(sd) && failed(lowerSend(sd)))
+      if (!loweredEarly.count(sd) && failed(lowerSend(sd)))
         return failure();
     } else if (auto ar = dyn_cast<pm::AllReduceGradsOp>(op)) {
-      json::Array bufs;
-      // A tied sum after the dp reduce-scatter adds the shards.
-      for (const std::string &n : names(ar.getParams()))
-        bufs.push_back(ar.getGroup() != "tied" ? pbufs[n].grad
-                       : scattered.contains(n) ? pbufs[n].gradShard
-                                               : gradTarget(n));
-      json::Object o{{"op", "allreduce"}, {"group", ar.getGroup()}, {"bufs", std::move(bufs)}};
-      if (ar.getAsync()) {
-        o["async"] = true;
-        asyncCollectives = true;
-      }
-      emit(std::move(o));
+      if (!loweredEarly.count(ar))
+        lowerAllReduce(ar);
     } else if (auto rs = dyn_cast<pm::ReduceScatterGradsOp>(op); rs && rs.getAccumulate()) {
       // Reduce this action's whole gradients into temporary shards, add
       // those to the persistent shards, free both.
@@ -927,31 +1032,10 @@ LogicalResult RankEmitter::run(RankPlan &out) {
       emit(json::Object{{"op", "accumulate"}, {"in", std::move(tmpCopy)}, {"out", std::move(acc)}});
       emit(json::Object{{"op", "free"}, {"bufs", std::move(freed)}});
     } else if (auto rs = dyn_cast<pm::ReduceScatterGradsOp>(op)) {
-      json::Array in, out;
-      for (const std::string &n : names(rs.getParams())) {
-        scattered.insert(n);
-        ParamBufs &pb = pbufs[n];
-        int full = gradTarget(n);
-        in.push_back(full);
-        out.push_back(pb.gradShard);
-        if (pb.transientGrad >= 0)
-          freedAfterWait.push_back(full);
-      }
-      json::Object o{{"op", "reduce_scatter"},
-                     {"group", "dp"},
-                     {"in", std::move(in)},
-                     {"out", std::move(out)}};
-      if (rs.getAsync()) {
-        o["async"] = true;
-        asyncCollectives = true;
-      }
-      emit(std::move(o));
-    } else if (auto wc = dyn_cast<pm::WaitCollectivesOp>(op)) {
-      if (wc.getKeep() == 0) {
-        waitCollectives(/*always=*/true);
-      } else {
-        emit(json::Object{{"op", "wait_collectives"}, {"keep", wc.getKeep()}});
-      }
+      if (!loweredEarly.count(rs))
+        lowerReduceScatter(rs);
+    } else if (wc) {
+      lowerWait(wc);
     } else if (isa<pm::OptimizerStepOp>(op)) {
       freeGathered();
       json::Array entries;

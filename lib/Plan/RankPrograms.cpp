@@ -68,6 +68,10 @@ private:
   }
   void waitSends(int64_t keep);
   void dpReduce(llvm::ArrayRef<std::string> names);
+  std::vector<std::vector<std::string>> layerBuckets(llvm::ArrayRef<std::string> names,
+                                                     int64_t chunk,
+                                                     llvm::ArrayRef<Operation *> ops,
+                                                     bool byFirst) const;
 
   ModuleOp module;
   const StagedStep &step;
@@ -88,6 +92,73 @@ void ProgramBuilder::waitSends(int64_t keep) {
     return;
   b.create<pm::WaitSendsOp>(module.getLoc(), b.getI64IntegerAttr(keep));
   sendsCompleted = numSends - keep;
+}
+
+/// Splits `names` into one bucket per layer, in the order the ops of an
+/// action of `chunk` reach them: byFirst, the op that first reads a
+/// parameter (a forward, for its gather); otherwise the op that last
+/// accumulates its gradient (a backward, for its reduction). A parameter's
+/// layer is that of the chunk's first forward op reading it
+/// (StagedStep::layerOf: the embedding before the first layer, the final
+/// norm with the last). Names the ops do not touch form a first bucket.
+std::vector<std::vector<std::string>>
+ProgramBuilder::layerBuckets(llvm::ArrayRef<std::string> names, int64_t chunk,
+                             llvm::ArrayRef<Operation *> ops, bool byFirst) const {
+  llvm::StringSet<> wanted;
+  for (const std::string &n : names)
+    wanted.insert(n);
+  llvm::StringMap<int64_t> layer;
+  for (Operation *op : step.fwdOps[chunk])
+    for (Value v : op->getOperands())
+      if (llvm::StringRef n = step.paramRoot(v); wanted.contains(n))
+        layer.try_emplace(n, step.layerOf.lookup(op));
+  llvm::StringMap<size_t> position; // name -> index in ops
+  for (auto [i, op] : llvm::enumerate(ops)) {
+    auto note = [&](llvm::StringRef n) {
+      if (!wanted.contains(n))
+        return;
+      auto [it, added] = position.try_emplace(n, i);
+      if (!added && !byFirst)
+        it->second = i;
+    };
+    if (byFirst) {
+      for (Value v : op->getOperands())
+        note(step.paramRoot(v));
+    } else if (auto acc = dyn_cast<pm::AccumulateGradOp>(op)) {
+      note(acc.getParam());
+    }
+  }
+  std::vector<std::vector<std::string>> buckets;
+  std::vector<size_t> reachedAt; // per bucket: its first (byFirst) or last op
+  std::vector<std::string> untouched;
+  std::map<int64_t, size_t> bucketOfLayer;
+  for (const std::string &n : names) {
+    auto pos = position.find(n);
+    auto l = layer.find(n);
+    if (pos == position.end() || l == layer.end()) {
+      untouched.push_back(n);
+      continue;
+    }
+    auto [it, added] = bucketOfLayer.try_emplace(l->second, buckets.size());
+    if (added) {
+      buckets.emplace_back();
+      reachedAt.push_back(pos->second);
+    }
+    size_t b = it->second;
+    buckets[b].push_back(n);
+    reachedAt[b] = byFirst ? std::min(reachedAt[b], pos->second)
+                           : std::max(reachedAt[b], pos->second);
+  }
+  std::vector<size_t> order(buckets.size());
+  for (size_t i = 0; i < order.size(); ++i)
+    order[i] = i;
+  llvm::stable_sort(order, [&](size_t x, size_t y) { return reachedAt[x] < reachedAt[y]; });
+  std::vector<std::vector<std::string>> sorted;
+  if (!untouched.empty())
+    sorted.push_back(std::move(untouched));
+  for (size_t i : order)
+    sorted.push_back(std::move(buckets[i]));
+  return sorted;
 }
 
 /// Asynchronous: the reductions run on the data-parallel stream while the
@@ -144,21 +215,22 @@ void ProgramBuilder::build(OpBuilder &outer) {
         lastAccumulation[n] = k;
 
   // ZeRO-1/2: the updated shards are gathered at the end of the step, one
-  // async all_gather_params per chunk in the order the next step first reads
-  // them, and each chunk's first forward waits for its own: the later
-  // chunks' gathers run while the first chunks compute (Megatron's
-  // overlapped parameter gather). Parameters no chunk's forward reads on
-  // this rank go in a first group, waited before the first action.
+  // async all_gather_params per layer of each chunk in the order the next
+  // step first reads them, and each chunk's first forward waits for each
+  // layer right before reading it: the later layers' and chunks' gathers run
+  // while the first ones compute (Megatron's overlapped parameter gather).
+  // Parameters no chunk's forward reads on this rank go in a first group,
+  // waited before the first action.
   auto gatheredAfterStep = [&](llvm::StringRef n) {
     int64_t z = zeroOf(n);
     return dp > 1 && (z == 1 || z == 2);
   };
   std::vector<std::vector<std::string>> gatherGroups;
-  std::map<int64_t, int64_t> gatherGroupOfChunk; // chunk -> index, first forward only
+  std::map<int64_t, std::vector<int64_t>> gatherGroupsOfChunk; // first forward only
   bool gathersUnread = false;
   {
     llvm::StringSet<> assigned;
-    std::vector<std::pair<int64_t, std::vector<std::string>>> byChunk;
+    std::vector<std::pair<int64_t, std::vector<std::vector<std::string>>>> byChunk;
     for (const Action &a : actions) {
       if (a.backward || llvm::any_of(byChunk, [&](auto &g) { return g.first == a.chunk; }))
         continue;
@@ -167,7 +239,7 @@ void ProgramBuilder::build(OpBuilder &outer) {
         if (gatheredAfterStep(n) && step.accumulated[a.chunk].count(n) &&
             assigned.insert(n).second)
           names.push_back(n);
-      byChunk.push_back({a.chunk, std::move(names)});
+      byChunk.push_back({a.chunk, layerBuckets(names, a.chunk, step.fwdOps[a.chunk], /*byFirst=*/true)});
     }
     std::vector<std::string> unread;
     for (const std::string &n : held)
@@ -177,20 +249,23 @@ void ProgramBuilder::build(OpBuilder &outer) {
       gatherGroups.push_back(std::move(unread));
       gathersUnread = true;
     }
-    for (auto &[chunk, names] : byChunk)
-      if (!names.empty()) {
-        gatherGroupOfChunk[chunk] = (int64_t)gatherGroups.size();
+    for (auto &[chunk, buckets] : byChunk)
+      for (std::vector<std::string> &names : buckets) {
+        gatherGroupsOfChunk[chunk].push_back((int64_t)gatherGroups.size());
         gatherGroups.push_back(std::move(names));
       }
   }
   const int64_t numGathers = (int64_t)gatherGroups.size();
   // Completes the previous step's gather `g`: every async collective issued
   // after it (the later gathers, and this program's own so far) may go on.
-  auto waitForGather = [&](int64_t g) {
-    b.create<pm::WaitCollectivesOp>(loc, b.getI64IntegerAttr(numGathers - 1 - g + numAsync));
+  // Naming the parameters lets the wait move into the action, before the
+  // first op that reads them.
+  auto waitForGather = [&](int64_t g, bool named) {
+    b.create<pm::WaitCollectivesOp>(loc, b.getI64IntegerAttr(numGathers - 1 - g + numAsync),
+                                    named ? symbols(gatherGroups[g]) : ArrayAttr());
   };
   if (gathersUnread)
-    waitForGather(0);
+    waitForGather(0, /*named=*/false);
 
   std::set<std::pair<int64_t, int64_t>> received; // (channel, micro-batch)
   std::vector<int64_t> sendsBeforeAction;
@@ -216,9 +291,10 @@ void ProgramBuilder::build(OpBuilder &outer) {
                                  b.getI64IntegerAttr(ch * m + mb));
       }
     if (!a.backward)
-      if (auto g = gatherGroupOfChunk.find(a.chunk); g != gatherGroupOfChunk.end()) {
-        waitForGather(g->second);
-        gatherGroupOfChunk.erase(g);
+      if (auto g = gatherGroupsOfChunk.find(a.chunk); g != gatherGroupsOfChunk.end()) {
+        for (int64_t group : g->second)
+          waitForGather(group, /*named=*/true);
+        gatherGroupsOfChunk.erase(g);
       }
     b.create<pm::ComputeOp>(loc, b.getI64IntegerAttr(a.chunk), b.getI64IntegerAttr(mb),
                             b.getStringAttr(a.weight ? "W" : a.backward ? "B" : "F"));
@@ -247,13 +323,17 @@ void ProgramBuilder::build(OpBuilder &outer) {
     if (!perRun.empty())
       b.create<pm::ReduceScatterGradsOp>(loc, symbols(perRun), b.getBoolAttr(false),
                                          b.getBoolAttr(true));
-    // Otherwise the data-parallel reduction runs once a gradient is complete.
+    // Otherwise the data-parallel reduction runs once a gradient is
+    // complete: a reduction per layer, in the order the action completes
+    // them (the emitter issues each inside the action, behind the
+    // backward of the layers still to come).
     std::vector<std::string> done;
     for (const std::string &n : held)
       if (!tiedWhole(n) && lastAccumulation.count(n) && lastAccumulation[n] == k &&
           !(dp > 1 && zeroOf(n) >= 2))
         done.push_back(n);
-    dpReduce(done);
+    for (const std::vector<std::string> &bucket : layerBuckets(done, a.chunk, ops, /*byFirst=*/false))
+      dpReduce(bucket);
   }
 
   // Tied sums last, because a collective blocks until every member reaches
@@ -269,7 +349,7 @@ void ProgramBuilder::build(OpBuilder &outer) {
   }
   waitSends(0);
   if (numAsync > 0)
-    b.create<pm::WaitCollectivesOp>(loc, b.getI64IntegerAttr(0));
+    b.create<pm::WaitCollectivesOp>(loc, b.getI64IntegerAttr(0), ArrayAttr());
   if (!shardTied.empty())
     b.create<pm::AllReduceGradsOp>(loc, symbols(shardTied), b.getStringAttr("tied"),
                                    b.getBoolAttr(false));

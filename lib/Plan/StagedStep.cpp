@@ -146,6 +146,31 @@ FailureOr<StagedStep> analyzeTrainStep(func::FuncOp train, int64_t pp, int64_t n
     }
   }
 
+  // Autodiff accumulates every gradient at the end of @train_step; in a
+  // backward phase each accumulation moves up to right after the op that
+  // computes its gradient, so the gradient's temporary dies there and the
+  // layer's data-parallel reduction can start while the earlier layers'
+  // backward still runs.
+  for (std::vector<Operation *> &phase : s.bwdOps) {
+    llvm::DenseSet<Operation *> inPhase(phase.begin(), phase.end());
+    llvm::DenseMap<Operation *, llvm::SmallVector<Operation *, 2>> after;
+    for (Operation *op : phase)
+      if (auto acc = dyn_cast<pm::AccumulateGradOp>(op))
+        if (Operation *def = acc.getGrad().getDefiningOp(); def && inPhase.count(def))
+          after[def].push_back(op);
+    std::vector<Operation *> ordered;
+    ordered.reserve(phase.size());
+    for (Operation *op : phase) {
+      auto acc = dyn_cast<pm::AccumulateGradOp>(op);
+      if (acc && acc.getGrad().getDefiningOp() && inPhase.count(acc.getGrad().getDefiningOp()))
+        continue; // placed after its gradient's producer
+      ordered.push_back(op);
+      if (auto it = after.find(op); it != after.end())
+        ordered.insert(ordered.end(), it->second.begin(), it->second.end());
+    }
+    phase = std::move(ordered);
+  }
+
   // Parameter copies: every rank that reads a parameter holds one.
   for (Operation *op : ops)
     for (Value v : op->getOperands())

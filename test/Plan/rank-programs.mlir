@@ -46,16 +46,19 @@
 // CHECK: pmesh.optimizer_step
 // CHECK-NEXT: pmesh.all_gather_params {async = true, params = [@wte]}
 //
-// ZeRO-1 gathers run into the next step, one per chunk in the order of the
+// ZeRO-1 gathers run into the next step, one per layer of each chunk (this
+// module's parameters name no layer: one per chunk) in the order of the
 // chunks' first forwards; each chunk waits for its own only (keep = the
 // gathers issued after it), so chunk 1's gather overlaps chunk 0's forwards.
+// The waits name their parameters: the emitter lowers each right before the
+// first op that reads one (test/Plan/bucketed-collectives.test).
 // RUN: pipemesh-opt %S/Inputs/staged-2-chunks.mlir --pmesh-shard="pp=1 vpp=2 dp=2 zero=1" --pmesh-schedule="pp=1 vpp=2 dp=2 microbatches=2 schedule=bfs" | FileCheck %s --check-prefix=OVERLAP
 // OVERLAP-LABEL: pmesh.rank_program
 // OVERLAP-NEXT: pmesh.zero_grads
-// OVERLAP-NEXT: pmesh.wait_collectives {keep = 1 : i64}
+// OVERLAP-NEXT: pmesh.wait_collectives {keep = 1 : i64, params = [@wte, @w1, @b1]}
 // OVERLAP-NEXT: pmesh.compute {chunk = 0 : i64, microbatch = 0 : i64, phase = "F"}
 // OVERLAP-NEXT: pmesh.compute {chunk = 0 : i64, microbatch = 1 : i64, phase = "F"}
-// OVERLAP-NEXT: pmesh.wait_collectives{{$}}
+// OVERLAP-NEXT: pmesh.wait_collectives {params = [@w2]}
 // OVERLAP-NEXT: pmesh.compute {chunk = 1 : i64, microbatch = 0 : i64, phase = "F"}
 // OVERLAP: pmesh.optimizer_step
 // OVERLAP-NEXT: pmesh.all_gather_params {async = true, params = [@wte, @w1, @b1]}

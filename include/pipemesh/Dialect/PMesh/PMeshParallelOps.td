@@ -38,6 +38,12 @@ def PMesh_ComputeOp : PMesh_ProgramOp<"compute"> {
   let description = [{
     `phase` is "F" (forward), "B" (the whole backward, or its input-gradient
     part when the schedule splits it) or "W" (the weight-gradient part).
+
+    The sends and async data-parallel reductions that follow an action are
+    lowered inside it, right after the op that computes their value (the
+    send's activation, the last of the reduction's gradients), so the
+    reduction of one layer's gradients runs while the next layers compute
+    their backward (DDP's bucketed overlap, a bucket per layer).
   }];
   let arguments = (ins I64Attr:$chunk, I64Attr:$microbatch, StrAttr:$phase);
   let hasVerifier = 1;
@@ -87,8 +93,14 @@ def PMesh_WaitCollectivesOp : PMesh_ProgramOp<"wait_collectives"> {
     `all_gather_params` at the end of the program): a wait at the start of
     the program that names them lets the next step's first chunks compute
     while the later chunks' parameters are still being gathered.
+
+    With `params`, the wait is what makes those parameters readable: it is
+    lowered inside the compute action that follows, right before the first
+    op that reads one of them (one wait per layer, so a chunk's first layer
+    computes while its next layers are still being gathered).
   }];
-  let arguments = (ins DefaultValuedAttr<I64Attr, "0">:$keep);
+  let arguments = (ins DefaultValuedAttr<I64Attr, "0">:$keep,
+                       OptionalAttr<FlatSymbolRefArrayAttr>:$params);
 }
 
 def PMesh_OptimizerStepOp : PMesh_ProgramOp<"optimizer_step"> {
