@@ -52,6 +52,7 @@
 #include "llvm/Support/Path.h"
 
 #include <chrono>
+#include <deque>
 #include <set>
 
 using namespace mlir;
@@ -238,18 +239,27 @@ private:
     if (!bufs.empty())
       emit(json::Object{{"op", "free"}, {"bufs", std::move(bufs)}});
   }
-  /// Async data-parallel collectives issued and not yet waited for, and the
-  /// transient gradients to free once they complete.
-  bool asyncCollectives = false;
+  /// Async collectives issued and not yet waited for, in issue order (the
+  /// previous step's parameter gathers first), each with the instructions
+  /// its completion allows: a ZeRO-2/3 reduce-scatter's accumulation into
+  /// the persistent shard, the frees of its transient gradients.
+  struct InFlight {
+    std::vector<json::Object> then;
+    json::Array freed;
+  };
+  std::deque<InFlight> inFlight;
+  bool asyncCollectives = false; // issued any this step since the last wait
   /// Gradients reduce-scattered so far this step (a later tied sum adds the
   /// shards).
   llvm::StringSet<> scattered;
-  json::Array freedAfterWait;
-  /// A wait_collectives, then the frees it allows. `always`: even when this
-  /// step issued nothing since the last one (the program's own waits, which
-  /// may complete the previous step's parameter gathers); otherwise only if
-  /// it did.
-  void waitCollectives(bool always = false);
+  /// Emits an async collective and queues what its completion allows.
+  void issueAsync(json::Object collective, InFlight after);
+  /// A wait_collectives completing all but the `keep` most recent async
+  /// collectives, then what their completion allows. `always`: even when
+  /// this step issued nothing since the last one (the program's own waits,
+  /// which may complete the previous step's parameter gathers); otherwise
+  /// only if it did.
+  void waitCollectives(bool always = false, int64_t keep = 0);
   std::set<std::string> constantsUsed;
 };
 
@@ -452,14 +462,33 @@ int RankEmitter::gradTarget(StringRef name) {
   return pb.transientGrad;
 }
 
-void RankEmitter::waitCollectives(bool always) {
+void RankEmitter::issueAsync(json::Object collective, InFlight after) {
+  collective["async"] = true;
+  emit(std::move(collective));
+  inFlight.push_back(std::move(after));
+  asyncCollectives = true;
+}
+
+void RankEmitter::waitCollectives(bool always, int64_t keep) {
   if (!always && !asyncCollectives)
     return;
-  emit(json::Object{{"op", "wait_collectives"}});
-  asyncCollectives = false;
-  if (!freedAfterWait.empty())
-    emit(json::Object{{"op", "free"}, {"bufs", std::move(freedAfterWait)}});
-  freedAfterWait = json::Array();
+  if (keep > 0)
+    emit(json::Object{{"op", "wait_collectives"}, {"keep", keep}});
+  else
+    emit(json::Object{{"op", "wait_collectives"}});
+  if (keep == 0)
+    asyncCollectives = false;
+  json::Array freed;
+  while ((int64_t)inFlight.size() > keep) {
+    InFlight done = std::move(inFlight.front());
+    inFlight.pop_front();
+    for (json::Object &i : done.then)
+      emit(std::move(i));
+    for (json::Value &b : done.freed)
+      freed.push_back(std::move(b));
+  }
+  if (!freed.empty())
+    emit(json::Object{{"op", "free"}, {"bufs", std::move(freed)}});
 }
 
 LogicalResult RankEmitter::emitOp(Operation *op, ActionCtx &ctx) {
@@ -785,14 +814,14 @@ LogicalResult RankEmitter::run(RankPlan &out) {
                      : scattered.contains(n) ? pbufs[n].gradShard
                                              : gradTarget(n));
     json::Object o{{"op", "allreduce"}, {"group", ar.getGroup()}, {"bufs", std::move(bufs)}};
-    if (ar.getAsync()) {
-      o["async"] = true;
-      asyncCollectives = true;
-    }
-    emit(std::move(o));
+    if (ar.getAsync())
+      issueAsync(std::move(o), {});
+    else
+      emit(std::move(o));
   };
   auto lowerReduceScatter = [&](pm::ReduceScatterGradsOp rs) {
     json::Array in, out;
+    InFlight after;
     for (const std::string &n : names(rs.getParams())) {
       scattered.insert(n);
       ParamBufs &pb = pbufs[n];
@@ -800,15 +829,17 @@ LogicalResult RankEmitter::run(RankPlan &out) {
       in.push_back(full);
       out.push_back(pb.gradShard);
       if (pb.transientGrad >= 0)
-        freedAfterWait.push_back(full);
+        after.freed.push_back(full);
     }
     json::Object o{
         {"op", "reduce_scatter"}, {"group", "dp"}, {"in", std::move(in)}, {"out", std::move(out)}};
     if (rs.getAsync()) {
-      o["async"] = true;
-      asyncCollectives = true;
+      issueAsync(std::move(o), std::move(after));
+    } else {
+      emit(std::move(o));
+      if (!after.freed.empty())
+        emit(json::Object{{"op", "free"}, {"bufs", std::move(after.freed)}});
     }
-    emit(std::move(o));
   };
   // An async data-parallel reduction of gradients (not a tied sum, not a
   // ZeRO-2/3 accumulating one): what may be issued inside the action before it.
@@ -827,10 +858,7 @@ LogicalResult RankEmitter::run(RankPlan &out) {
       lowerReduceScatter(cast<pm::ReduceScatterGradsOp>(op));
   };
   auto lowerWait = [&](pm::WaitCollectivesOp wc) {
-    if (wc.getKeep() == 0)
-      waitCollectives(/*always=*/true);
-    else
-      emit(json::Object{{"op", "wait_collectives"}, {"keep", wc.getKeep()}});
+    waitCollectives(/*always=*/true, (int64_t)wc.getKeep());
   };
   // Waits that name the parameters they make readable, held for the next
   // action and lowered right before its first op that reads one of them
@@ -854,6 +882,11 @@ LogicalResult RankEmitter::run(RankPlan &out) {
   for (auto c : rankProgram.getBody().front().getOps<pm::ComputeOp>())
     computeKeys.push_back(c.getChunk() * 3 +
                           (c.getPhase() == "W" ? 2 : c.getPhase() == "B" ? 1 : 0));
+  // The previous step's async gathers (issued at this program's end) are
+  // the first collectives in flight.
+  for (auto ag : rankProgram.getBody().front().getOps<pm::AllGatherParamsOp>())
+    if (ag.getAsync())
+      inFlight.emplace_back();
   size_t computeIndex = 0;
   int64_t gatheredKey = -1;
   for (Operation &op : rankProgram.getBody().front()) {
@@ -1004,8 +1037,9 @@ LogicalResult RankEmitter::run(RankPlan &out) {
       if (!loweredEarly.count(ar))
         lowerAllReduce(ar);
     } else if (auto rs = dyn_cast<pm::ReduceScatterGradsOp>(op); rs && rs.getAccumulate()) {
-      // Reduce this action's whole gradients into temporary shards, add
-      // those to the persistent shards, free both.
+      // Reduce a run's whole gradients into temporary shards, add those to
+      // the persistent shards, free both: right away, or (async) once a
+      // wait_collectives completes the reduction.
       json::Array in, tmp, acc, freed;
       for (const std::string &n : names(rs.getParams())) {
         scattered.insert(n);
@@ -1025,12 +1059,19 @@ LogicalResult RankEmitter::run(RankPlan &out) {
         pb.transientGrad = -1; // the next backward starts a new whole gradient
       }
       json::Array tmpCopy = tmp;
-      emit(json::Object{{"op", "reduce_scatter"},
-                        {"group", "dp"},
-                        {"in", std::move(in)},
-                        {"out", std::move(tmp)}});
-      emit(json::Object{{"op", "accumulate"}, {"in", std::move(tmpCopy)}, {"out", std::move(acc)}});
-      emit(json::Object{{"op", "free"}, {"bufs", std::move(freed)}});
+      json::Object reduce{
+          {"op", "reduce_scatter"}, {"group", "dp"}, {"in", std::move(in)}, {"out", std::move(tmp)}};
+      json::Object accumulate{{"op", "accumulate"}, {"in", std::move(tmpCopy)}, {"out", std::move(acc)}};
+      if (rs.getAsync()) {
+        InFlight after;
+        after.then.push_back(std::move(accumulate));
+        after.freed = std::move(freed);
+        issueAsync(std::move(reduce), std::move(after));
+      } else {
+        emit(std::move(reduce));
+        emit(std::move(accumulate));
+        emit(json::Object{{"op", "free"}, {"bufs", std::move(freed)}});
+      }
     } else if (auto rs = dyn_cast<pm::ReduceScatterGradsOp>(op)) {
       if (!loweredEarly.count(rs))
         lowerReduceScatter(rs);
@@ -1073,7 +1114,8 @@ LogicalResult RankEmitter::run(RankPlan &out) {
       if (!in.empty()) {
         json::Object o{
             {"op", "allgather"}, {"group", "dp"}, {"in", std::move(in)}, {"out", std::move(out)}};
-        // Completed by the next step's wait_collectives (keep), not this one's.
+        // Completed by the next step's wait_collectives (keep), not this
+        // one's: the next program starts with it in flight.
         if (ag.getAsync())
           o["async"] = true;
         emit(std::move(o));

@@ -268,6 +268,24 @@ void ProgramBuilder::build(OpBuilder &outer) {
     waitForGather(0, /*named=*/false);
 
   std::set<std::pair<int64_t, int64_t>> received; // (channel, micro-batch)
+  auto accumulates = [&](const Action &x) { return x.backward && (!split || x.weight); };
+  // Per action, the chunk of the accumulating action before and after it
+  // (-1: none): where runs of one chunk's backwards start and end.
+  std::vector<int64_t> prevAccumulatingChunk(actions.size(), -1),
+      nextAccumulatingChunk(actions.size(), -1);
+  for (size_t k = 1; k < actions.size(); ++k)
+    prevAccumulatingChunk[k] =
+        accumulates(actions[k - 1]) ? actions[k - 1].chunk : prevAccumulatingChunk[k - 1];
+  for (size_t k = actions.empty() ? 0 : actions.size() - 1; k-- > 0;)
+    nextAccumulatingChunk[k] =
+        accumulates(actions[k + 1]) ? actions[k + 1].chunk : nextAccumulatingChunk[k + 1];
+  // The per-run reduction in flight (its index among numAsync) and its chunk.
+  int64_t runReduction = -1, runReductionChunk = -1;
+  auto completeRunReduction = [&] {
+    b.create<pm::WaitCollectivesOp>(loc, b.getI64IntegerAttr(numAsync - 1 - runReduction),
+                                    ArrayAttr());
+    runReduction = -1;
+  };
   std::vector<int64_t> sendsBeforeAction;
   const int64_t m = sched.microbatches;
   for (auto [k, a] : llvm::enumerate(actions)) {
@@ -296,6 +314,11 @@ void ProgramBuilder::build(OpBuilder &outer) {
           waitForGather(group, /*named=*/true);
         gatherGroupsOfChunk.erase(g);
       }
+    // A new run of the chunk whose reduction is in flight starts a new
+    // whole gradient: the old one is added to the shard and freed first.
+    const bool runStarts = accumulates(a) && prevAccumulatingChunk[k] != a.chunk;
+    if (runStarts && runReduction >= 0 && runReductionChunk == a.chunk)
+      completeRunReduction();
     b.create<pm::ComputeOp>(loc, b.getI64IntegerAttr(a.chunk), b.getI64IntegerAttr(mb),
                             b.getStringAttr(a.weight ? "W" : a.backward ? "B" : "F"));
     // Values it computes for other ranks: sent right after.
@@ -306,23 +329,35 @@ void ProgramBuilder::build(OpBuilder &outer) {
                                b.getI64IntegerAttr(dst), b.getI64IntegerAttr(ch * m + mb));
           ++numSends;
         }
-    // ZeRO-2/3: the gradients of a run of backwards of one chunk (one
-    // action in depth-first orders, a group of micro-batches in breadth-first
-    // ones) are reduce-scattered into the persistent shard when the run
-    // ends, so no whole gradient outlives its run and a breadth-first group
-    // pays one reduce-scatter instead of one per micro-batch.
-    auto accumulates = [&](const Action &x) { return x.backward && (!split || x.weight); };
-    const bool runEnds = accumulates(a) && !(k + 1 < actions.size() &&
-                                             accumulates(actions[k + 1]) &&
-                                             actions[k + 1].chunk == a.chunk);
+    // ZeRO-2/3: the gradients of a run of backwards of one chunk (the
+    // backwards up to one of another chunk, forwards between them
+    // included: a group of micro-batches in breadth-first orders, pp of them
+    // in interleaved ones, all of them for a rank's only chunk) are
+    // reduce-scattered into the persistent shard when the run ends, so a
+    // breadth-first group pays one reduce-scatter instead of one per
+    // micro-batch, and no whole gradient exists before a rank's first
+    // backward (where breadth-first orders peak in activations). The
+    // reduction is async: it runs behind what follows
+    // and completes (adding into the shard, freeing the whole gradient)
+    // before the next run's own is issued or the next run of the same chunk
+    // starts, so at most two chunks' whole gradients are alive at once
+    // (DeepSpeed's overlap_comm): in breadth-first orders one chunk's
+    // reduction runs behind the next chunk's backwards, in depth-first ones
+    // behind the forwards between two backwards.
+    const bool runEnds = accumulates(a) && nextAccumulatingChunk[k] != a.chunk;
     std::vector<std::string> perRun;
     if (dp > 1 && runEnds)
       for (const std::string &n : step.accumulated[a.chunk])
         if (llvm::is_contained(held, n) && !tiedWhole(n) && zeroOf(n) >= 2)
           perRun.push_back(n);
-    if (!perRun.empty())
-      b.create<pm::ReduceScatterGradsOp>(loc, symbols(perRun), b.getBoolAttr(false),
+    if (!perRun.empty()) {
+      if (runReduction >= 0)
+        completeRunReduction();
+      b.create<pm::ReduceScatterGradsOp>(loc, symbols(perRun), b.getBoolAttr(true),
                                          b.getBoolAttr(true));
+      runReduction = numAsync++;
+      runReductionChunk = a.chunk;
+    }
     // Otherwise the data-parallel reduction runs once a gradient is
     // complete: a reduction per layer, in the order the action completes
     // them (the emitter issues each inside the action, behind the

@@ -36,13 +36,15 @@
 // CHECK-NEXT: pmesh.optimizer_step
 // CHECK-NEXT: pmesh.all_gather_params {async = true, params = [@wte, @w1, @b1]}
 // CHECK-NEXT: }
-// Rank 1 holds @w2 at ZeRO-3: each backward reduce-scatters its gradient into
-// the shard at once (blocking, accumulating), and the updated shard is not
-// gathered back.
+// Rank 1 holds @w2 at ZeRO-3, in one chunk: its backwards are one run (the
+// forwards between them do not touch gradients), reduce-scattered into the
+// shard once, async, accumulating; the updated shard is not gathered back.
 // CHECK-LABEL: pmesh.rank_program attributes {pp_rank = 1 : i64
 // CHECK: pmesh.compute {chunk = 1 : i64, microbatch = 0 : i64, phase = "B"}
+// CHECK-NOT: reduce_scatter_grads
+// CHECK: pmesh.compute {chunk = 1 : i64, microbatch = 1 : i64, phase = "B"}
 // CHECK-NEXT: pmesh.send
-// CHECK-NEXT: pmesh.reduce_scatter_grads {accumulate = true, params = [@w2]}
+// CHECK-NEXT: pmesh.reduce_scatter_grads {accumulate = true, async = true, params = [@w2]}
 // CHECK: pmesh.optimizer_step
 // CHECK-NEXT: pmesh.all_gather_params {async = true, params = [@wte]}
 //
@@ -64,6 +66,23 @@
 // OVERLAP-NEXT: pmesh.all_gather_params {async = true, params = [@wte, @w1, @b1]}
 // OVERLAP-NEXT: pmesh.all_gather_params {async = true, params = [@w2]}
 // OVERLAP-NEXT: }
+//
+// ZeRO-3 runs in an interleaved order (group 1): each chunk's run is
+// reduce-scattered async behind the other chunk's actions, and completed
+// (wait_collectives) before the next run's reduction is issued.
+// RUN: pipemesh-opt %S/Inputs/staged-2-chunks.mlir --pmesh-shard="pp=1 vpp=2 dp=2 zero=3" --pmesh-schedule="pp=1 vpp=2 dp=2 microbatches=2 schedule=interleaved group=1" | FileCheck %s --check-prefix=RUNS
+// RUNS-LABEL: pmesh.rank_program
+// RUNS: pmesh.compute {chunk = 1 : i64, microbatch = 0 : i64, phase = "B"}
+// RUNS-NEXT: pmesh.reduce_scatter_grads {accumulate = true, async = true, params = [@w2, @wte]}
+// RUNS-NEXT: pmesh.compute {chunk = 0 : i64, microbatch = 1 : i64, phase = "F"}
+// RUNS-NEXT: pmesh.compute {chunk = 0 : i64, microbatch = 0 : i64, phase = "B"}
+// RUNS-NEXT: pmesh.wait_collectives{{$}}
+// RUNS-NEXT: pmesh.reduce_scatter_grads {accumulate = true, async = true, params = [@b1, @w1, @wte]}
+// RUNS: pmesh.compute {chunk = 0 : i64, microbatch = 1 : i64, phase = "B"}
+// RUNS-NEXT: pmesh.wait_collectives{{$}}
+// RUNS-NEXT: pmesh.reduce_scatter_grads {accumulate = true, async = true, params = [@b1, @w1, @wte]}
+// RUNS-NEXT: pmesh.wait_collectives{{$}}
+// RUNS-NEXT: pmesh.optimizer_step
 //
 // Zero Bubble: each backward split into B (sends the input gradient) and W.
 // ZB-LABEL: pmesh.rank_program attributes {pp_rank = 1 : i64, schedule = "zb-h1"
