@@ -75,19 +75,35 @@ enum class InputRole { Tokens, Targets, Mask };
 struct Recompute {
   enum Kind { None, Selective, Layers } kind = None;
   int64_t layers = 0;
+  /// Layers only: when > 0, the `layers` apply to the micro-batches m with
+  /// m % pp < positions (the same share of every window of pp consecutive
+  /// micro-batches, so of those in flight at any peak), one layer fewer to
+  /// the others.
+  int64_t positions = 0;
   static constexpr int64_t kAll = INT64_MAX;
   static Recompute none() { return {}; }
   static Recompute selective() { return {Selective, 0}; }
   static Recompute full() { return {Layers, kAll}; }
   static Recompute firstLayers(int64_t n) { return {Layers, n}; }
-  bool operator==(const Recompute &o) const { return kind == o.kind && layers == o.layers; }
+  static Recompute firstLayersOn(int64_t n, int64_t positions) { return {Layers, n, positions}; }
+  /// The layers recomputed for micro-batch `mb` of a plan with `pp` ranks.
+  int64_t layersFor(int64_t mb, int64_t pp) const {
+    return positions > 0 && mb % pp >= positions ? layers - 1 : layers;
+  }
+  bool operator==(const Recompute &o) const {
+    return kind == o.kind && layers == o.layers && positions == o.positions;
+  }
 };
-std::string recomputeName(Recompute r) {
+std::string recomputeName(Recompute r, int64_t pp) {
   if (r.kind == Recompute::None)
     return "none";
   if (r.kind == Recompute::Selective)
     return "selective";
-  return r.layers == Recompute::kAll ? "full" : std::to_string(r.layers) + " layers";
+  std::string all = r.layers == Recompute::kAll ? "full" : std::to_string(r.layers) + " layers";
+  if (r.positions == 0)
+    return all;
+  return all + " on micro-batches m % " + std::to_string(pp) + " < " +
+         std::to_string(r.positions) + ", " + std::to_string(r.layers - 1) + " on the others";
 }
 
 struct ParamInfo {
@@ -200,7 +216,7 @@ private:
   LogicalResult emitOp(Operation *op, ActionCtx &ctx);
   int gradTarget(StringRef name);
   void layout(RankPlan &out);
-  std::vector<Operation *> recomputedOps(int64_t chunk) const;
+  std::vector<Operation *> recomputedOps(int64_t chunk, int64_t layers) const;
   std::string direction(Value v) const {
     Operation *def = v.getDefiningOp();
     return def && step.forward.count(def) ? "F" : "B";
@@ -557,16 +573,16 @@ LogicalResult RankEmitter::emitOp(Operation *op, ActionCtx &ctx) {
 /// The forward ops of `chunk` that its backward re-runs: selective, the
 /// attention cores whose results the backward reads (their inputs stay
 /// stored); layers, everything the backward reads back to the chunk's inputs
-/// within the chunk's first n layers (all: only the chunk's inputs are kept).
-std::vector<Operation *> RankEmitter::recomputedOps(int64_t chunk) const {
-  if (recompute.kind == Recompute::None)
+/// within the chunk's first `layers` (all: only the chunk's inputs are kept).
+std::vector<Operation *> RankEmitter::recomputedOps(int64_t chunk, int64_t layers) const {
+  if (recompute.kind == Recompute::None || (recompute.kind == Recompute::Layers && layers <= 0))
     return {};
   const std::vector<Operation *> &fwd = step.fwdOps[chunk];
   llvm::DenseSet<Operation *> inForward(fwd.begin(), fwd.end()), chosen;
   // Layers: the chunk's first n (in forward order).
   std::set<int64_t> recomputedLayers;
   for (int64_t l : step.layersIn(chunk))
-    if ((int64_t)recomputedLayers.size() < recompute.layers)
+    if ((int64_t)recomputedLayers.size() < layers)
       recomputedLayers.insert(l);
   llvm::SmallVector<Operation *> work;
   auto reach = [&](Operation *user) {
@@ -720,14 +736,15 @@ LogicalResult RankEmitter::run(RankPlan &out) {
     return after;
   };
   // What a backward action recomputes (B, or W for what its B did not need).
-  std::map<int64_t, std::vector<Operation *>> recomputed;
+  std::map<std::pair<int64_t, int64_t>, std::vector<Operation *>> recomputed; // (chunk, layers)
   auto recomputedBefore = [&](const Action &a) -> const std::vector<Operation *> & {
     static const std::vector<Operation *> none;
     if (!a.backward)
       return none;
-    auto it = recomputed.find(a.chunk);
+    std::pair<int64_t, int64_t> key{a.chunk, recompute.layersFor(a.microbatch, step.pp)};
+    auto it = recomputed.find(key);
     if (it == recomputed.end())
-      it = recomputed.emplace(a.chunk, recomputedOps(a.chunk)).first;
+      it = recomputed.emplace(key, recomputedOps(key.first, key.second)).first;
     return it->second;
   };
   std::map<std::pair<int64_t, int64_t>, llvm::DenseSet<Operation *>> recomputedDone;
@@ -1395,7 +1412,7 @@ json::Object PlanBuilder::rankJson(const RankPlan &rp, int64_t d) {
                       {"arena_bytes", rp.arenaBytes},
                       {"persistent_bytes", rp.persistentBytes},
                       {"activation_peak_bytes", rp.activationPeak},
-                      {"recompute", recomputeName(rp.recompute)},
+                      {"recompute", recomputeName(rp.recompute, sh.step.pp)},
                       {"buffers", std::move(bufs)},
                       {"program", std::move(program)}};
 }
@@ -1528,7 +1545,23 @@ LogicalResult PlanBuilder::emitRanks(func::FuncOp train, std::vector<RankPlan> &
         else
           lo = mid + 1;
       }
-      if (!emitWith(lo == most ? Recompute::full() : Recompute::firstLayers(lo)))
+      // Then the fewest micro-batch positions (of every pp consecutive
+      // micro-batches) that need that many layers, the others one fewer:
+      // recomputation in steps of 1/pp of a layer per micro-batch.
+      int64_t lowPos = 1, highPos = sh.step.pp;
+      while (lowPos < highPos) {
+        int64_t mid = (lowPos + highPos) / 2;
+        if (!emitWith(Recompute::firstLayersOn(lo, mid)))
+          return failure();
+        if (fits())
+          highPos = mid;
+        else
+          lowPos = mid + 1;
+      }
+      Recompute chosen = lowPos < sh.step.pp ? Recompute::firstLayersOn(lo, lowPos)
+                         : lo == most       ? Recompute::full()
+                                            : Recompute::firstLayers(lo);
+      if (!emitWith(chosen))
         return failure();
     }
     if (limit && ranks[p].arenaBytes > limit)
@@ -1536,7 +1569,7 @@ LogicalResult PlanBuilder::emitRanks(func::FuncOp train, std::vector<RankPlan> &
              << "pipeline rank " << p << " needs " << ranks[p].arenaBytes
              << " bytes (persistent " << ranks[p].persistentBytes << ", activations "
              << ranks[p].activationPeak << ") with recompute="
-             << recomputeName(ranks[p].recompute) << ", over mem-limit=" << limit
+             << recomputeName(ranks[p].recompute, sh.step.pp) << ", over mem-limit=" << limit
              << " bytes: use more pipeline stages"
              << (llvm::all_of(sh.zeroChunks, [](int64_t z) { return z == 3; }) ? ""
                                                                                 : ", zero=2 or 3")
