@@ -262,14 +262,25 @@ private:
   struct InFlight {
     std::vector<json::Object> then;
     json::Array freed;
+    int64_t seq = -1; // issue number (issueAsync's return)
   };
   std::deque<InFlight> inFlight;
+  int64_t asyncIssued = 0;
+  /// zero 3: whole parameters gathered ahead, a layer at a time (async,
+  /// issued when the layer before it starts; FSDP's prefetch): each
+  /// parameter's buffer and its gather's issue number. The first read waits.
+  llvm::StringMap<std::pair<int, int64_t>> prefetched;
+  void prefetchGathers(llvm::ArrayRef<std::string> names);
+  /// The whole buffer of a prefetched parameter, after waiting for its
+  /// gather (and with it every earlier prefetch).
+  int takePrefetched(StringRef name);
   bool asyncCollectives = false; // issued any this step since the last wait
   /// Gradients reduce-scattered so far this step (a later tied sum adds the
   /// shards).
   llvm::StringSet<> scattered;
-  /// Emits an async collective and queues what its completion allows.
-  void issueAsync(json::Object collective, InFlight after);
+  /// Emits an async collective and queues what its completion allows;
+  /// returns its issue number.
+  int64_t issueAsync(json::Object collective, InFlight after);
   /// A wait_collectives completing all but the `keep` most recent async
   /// collectives, then what their completion allows. `always`: even when
   /// this step issued nothing since the last one (the program's own waits,
@@ -362,6 +373,8 @@ int RankEmitter::paramBuffer(StringRef name, ActionCtx &ctx) {
     return pb.full;
   if (auto it = gathered.find(name); it != gathered.end())
     return it->second;
+  if (prefetched.count(name))
+    return takePrefetched(name);
   const ParamInfo &pi = sh.params[sh.paramIndex.lookup(name)];
   Buffer b;
   b.name = pi.name + ".full";
@@ -478,11 +491,60 @@ int RankEmitter::gradTarget(StringRef name) {
   return pb.transientGrad;
 }
 
-void RankEmitter::issueAsync(json::Object collective, InFlight after) {
+int64_t RankEmitter::issueAsync(json::Object collective, InFlight after) {
   collective["async"] = true;
   emit(std::move(collective));
+  after.seq = asyncIssued++;
   inFlight.push_back(std::move(after));
   asyncCollectives = true;
+  return inFlight.back().seq;
+}
+
+void RankEmitter::prefetchGathers(llvm::ArrayRef<std::string> names) {
+  json::Array in, out;
+  std::vector<std::pair<std::string, int>> issued;
+  for (const std::string &n : names) {
+    if (gathered.count(n) || prefetched.count(n))
+      continue;
+    const ParamInfo &pi = sh.params[sh.paramIndex.lookup(n)];
+    Buffer b;
+    b.name = pi.name + ".full";
+    b.shape = pi.shape;
+    b.dtype = "f32";
+    b.kind = "activation";
+    int id = add(std::move(b));
+    in.push_back(pbufs[n].shard);
+    out.push_back(id);
+    issued.push_back({n, id});
+  }
+  if (issued.empty())
+    return;
+  int64_t seq = issueAsync(json::Object{{"op", "allgather"},
+                                        {"group", "dp"},
+                                        {"in", std::move(in)},
+                                        {"out", std::move(out)}},
+                           {});
+  for (auto &[n, id] : issued)
+    prefetched[n] = {id, seq};
+}
+
+int RankEmitter::takePrefetched(StringRef name) {
+  int64_t seq = prefetched.lookup(name).second;
+  // Still in flight: complete it (and everything issued before it).
+  if (!inFlight.empty() && inFlight.front().seq <= seq) {
+    int64_t keep = 0;
+    for (const InFlight &f : inFlight)
+      keep += f.seq > seq;
+    waitCollectives(/*always=*/true, keep);
+  }
+  for (auto it = prefetched.begin(); it != prefetched.end();)
+    if (it->second.second <= seq) {
+      gathered[it->getKey()] = it->second.first;
+      prefetched.erase(it++);
+    } else {
+      ++it;
+    }
+  return gathered.lookup(name);
 }
 
 void RankEmitter::waitCollectives(bool always, int64_t keep) {
@@ -895,17 +957,32 @@ LogicalResult RankEmitter::run(RankPlan &out) {
             upTo = j + 1;
     flushWaits(upTo);
   };
-  std::vector<int64_t> computeKeys; // chunk * 3 + phase of each compute action
+  std::vector<Action> computeActions; // every compute action, in order
   for (auto c : rankProgram.getBody().front().getOps<pm::ComputeOp>())
-    computeKeys.push_back(c.getChunk() * 3 +
-                          (c.getPhase() == "W" ? 2 : c.getPhase() == "B" ? 1 : 0));
-  // The previous step's async gathers (issued at this program's end) are
-  // the first collectives in flight.
-  for (auto ag : rankProgram.getBody().front().getOps<pm::AllGatherParamsOp>())
-    if (ag.getAsync())
-      inFlight.emplace_back();
+    computeActions.push_back(Action{(int64_t)c.getChunk(), (int64_t)c.getMicrobatch(),
+                                    c.getPhase() != "F", c.getPhase() == "W"});
+  // zero 3: the parameters an action's ops (and what it recomputes) read
+  // whole, one list per layer (StagedStep::layerOf of the first reader), in
+  // first-read order.
+  auto gatheredLayers = [&](llvm::ArrayRef<Operation *> ops,
+                            llvm::ArrayRef<Operation *> more = {}) {
+    std::vector<std::vector<std::string>> layers;
+    std::map<int64_t, size_t> indexOfLayer;
+    llvm::StringSet<> seen;
+    for (llvm::ArrayRef<Operation *> list : {more, ops})
+      for (Operation *o : list)
+        for (Value v : o->getOperands())
+          if (StringRef n = step.paramRoot(v); !n.empty() && pbufs.count(n) &&
+                                                pbufs[n].st.gatherBeforeUse &&
+                                                seen.insert(n).second) {
+            auto [it, added] = indexOfLayer.try_emplace(step.layerOf.lookup(o), layers.size());
+            if (added)
+              layers.emplace_back();
+            layers[it->second].push_back(n.str());
+          }
+    return layers;
+  };
   size_t computeIndex = 0;
-  int64_t gatheredKey = -1;
   for (Operation &op : rankProgram.getBody().front()) {
     auto wc = dyn_cast<pm::WaitCollectivesOp>(op);
     if (wc && wc.getParams()) {
@@ -947,17 +1024,69 @@ LogicalResult RankEmitter::run(RankPlan &out) {
       ctx.a = a;
       std::vector<bool> isRecompute;
       std::vector<Operation *> ops = sequence(a, isRecompute);
-      // Gathered parameters stay for the next action when it runs the same
-      // chunk and phase; otherwise each is freed after its last use here.
-      int64_t key = a.chunk * 3 + phaseKey(a);
-      if (key != gatheredKey)
-        freeGathered();
-      gatheredKey = key;
-      bool keepGathered = computeIndex + 1 < computeKeys.size() &&
-                          computeKeys[computeIndex + 1] == key;
+      // zero 3: whole parameters are gathered a layer at a time: when the
+      // action reaches a layer, the next layer's gather is issued (async;
+      // FSDP's prefetch) and, at the action's last layer, the next action's
+      // first. Consecutive actions of one chunk and phase (a breadth-first
+      // run of micro-batches) keep what they gathered; otherwise a parameter
+      // is freed after its last read in the action, unless the next action
+      // starts with it.
+      const int64_t key = a.chunk * 3 + phaseKey(a);
+      const Action *next = computeIndex + 1 < computeActions.size()
+                               ? &computeActions[computeIndex + 1]
+                               : nullptr;
+      const bool keepGathered = next && next->chunk * 3 + phaseKey(*next) == key;
       ++computeIndex;
+      std::vector<std::vector<std::string>> layers = gatheredLayers(ops);
+      llvm::StringMap<size_t> layerOfName;
+      for (auto [g, names] : llvm::enumerate(layers))
+        for (const std::string &n : names)
+          layerOfName[n] = g;
+      {
+        json::Array stale;
+        for (auto it = gathered.begin(); it != gathered.end();)
+          if (!layerOfName.count(it->getKey())) {
+            stale.push_back(it->second);
+            gathered.erase(it++);
+          } else {
+            ++it;
+          }
+        if (!stale.empty())
+          emit(json::Object{{"op", "free"}, {"bufs", std::move(stale)}});
+      }
+      std::vector<std::string> nextFirst;
+      if (next && !keepGathered) {
+        std::vector<std::vector<std::string>> nl =
+            gatheredLayers(actionOps(*next), recomputedBefore(*next));
+        if (!nl.empty())
+          nextFirst = nl.front();
+      }
+      size_t layersReached = 0;
+      // Before an op: the layers up to the one it reads are requested (the
+      // step's first layer, not gathered ahead, now and blocking; the others
+      // wait for their gather at the first read) and the one after each is
+      // gathered ahead.
+      auto reachLayerOf = [&](Operation *o) {
+        size_t upTo = layersReached;
+        for (Value v : o->getOperands())
+          if (auto it = layerOfName.find(step.paramRoot(v)); it != layerOfName.end())
+            upTo = std::max(upTo, it->second + 1);
+        for (; layersReached < upTo; ++layersReached) {
+          for (const std::string &n : layers[layersReached])
+            if (!gathered.count(n) && !prefetched.count(n))
+              paramBuffer(n, ctx);
+          if (layersReached + 1 < layers.size())
+            prefetchGathers(layers[layersReached + 1]);
+          else
+            prefetchGathers(nextFirst);
+        }
+      };
       std::vector<std::vector<std::string>> freeList =
           keepGathered ? std::vector<std::vector<std::string>>(ops.size()) : freeAfter(ops);
+      for (std::vector<std::string> &names : freeList)
+        llvm::erase_if(names, [&](const std::string &n) {
+          return llvm::is_contained(nextFirst, n);
+        });
       size_t actionStart = program.size();
       std::vector<bool> recomputedInstr; // per instruction of this action
       inAction = true;
@@ -997,6 +1126,8 @@ LogicalResult RankEmitter::run(RankPlan &out) {
         ctx.recompute = isRecompute[i];
         if (!pendingWaits.empty())
           flushWaitsReadBy(o);
+        if (!layers.empty())
+          reachLayerOf(o);
         size_t before = program.size();
         if (failed(emitOp(o, ctx)))
           return failure();

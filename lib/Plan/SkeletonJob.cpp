@@ -107,21 +107,49 @@ sim::Job skeletonJob(ModuleOp module, const StagedStep &step, const ScheduleConf
                               2 * (st.momentShards ? shard : bytes);
     }
     int64_t heldKey = -1;
-    std::vector<std::string> computeKeys;
     auto gatherBytes = [&](const std::vector<std::string> &names) {
       int64_t b = 0;
       for (const std::string &n : names)
         b += paramBytes(n);
       return b;
     };
+    // ZeRO-3 gathers: the first action's before it, blocking; each next
+    // action's (of another chunk or phase) issued async as the action
+    // before it starts and waited for as it starts (the emitter prefetches
+    // a layer ahead; a whole action ahead is the skeleton's estimate).
+    std::vector<std::pair<int64_t, int>> computeKeys; // (chunk, phase)
+    for (auto c : rp.getBody().front().getOps<pm::ComputeOp>())
+      computeKeys.push_back(
+          {(int64_t)c.getChunk(), c.getPhase() == "W" ? 2 : c.getPhase() == "B" ? 1 : 0});
+    size_t computeIndex = 0;
+    int64_t asyncIssued = 0, prefetch = -1; // prefetch: its async issue number
+    auto collective = [&](cost::Collective kind, int32_t group, double bytes, bool async) {
+      prog.instrs.push_back(sim::Instr::collective(kind, group, bytes, async));
+      if (async)
+        ++asyncIssued;
+    };
     for (Operation &op : rp.getBody().front()) {
       if (auto c = dyn_cast<pm::ComputeOp>(op)) {
         int ph = c.getPhase() == "W" ? 2 : c.getPhase() == "B" ? 1 : 0;
         const PhaseCost &pc = phases[{(int64_t)c.getChunk(), ph}];
         int64_t key = c.getChunk() * 3 + ph;
-        if (key != heldKey && !pc.gathered.empty())
-          prog.instrs.push_back(sim::Instr::collective(cost::Collective::AllGather, dpGroup,
-                                                       (double)gatherBytes(pc.gathered)));
+        if (key != heldKey && !pc.gathered.empty()) {
+          if (prefetch >= 0)
+            prog.instrs.push_back(sim::Instr::wait(-1, (int32_t)(asyncIssued - 1 - prefetch)));
+          else
+            collective(cost::Collective::AllGather, dpGroup, (double)gatherBytes(pc.gathered),
+                       false);
+        }
+        prefetch = -1;
+        if (++computeIndex < computeKeys.size()) {
+          auto [nc, nph] = computeKeys[computeIndex];
+          const PhaseCost &npc = phases[{nc, nph}];
+          if (nc * 3 + nph != key && !npc.gathered.empty()) {
+            prefetch = asyncIssued;
+            collective(cost::Collective::AllGather, dpGroup, (double)gatherBytes(npc.gathered),
+                       true);
+          }
+        }
         heldKey = key;
         std::string label = std::to_string(c.getChunk()) + c.getPhase().str() +
                             std::to_string(c.getMicrobatch());
@@ -156,12 +184,10 @@ sim::Job skeletonJob(ModuleOp module, const StagedStep &step, const ScheduleConf
           bytes += shards ? shardBytes(paramBytes(n)) : paramBytes(n);
         }
         int32_t g = ar.getGroup() == "tied" ? job.group("tied", tiedMembers) : dpGroup;
-        prog.instrs.push_back(sim::Instr::collective(cost::Collective::AllReduce, g,
-                                                     (double)bytes, ar.getAsync()));
+        collective(cost::Collective::AllReduce, g, (double)bytes, ar.getAsync());
       } else if (auto rs = dyn_cast<pm::ReduceScatterGradsOp>(op)) {
-        prog.instrs.push_back(sim::Instr::collective(cost::Collective::ReduceScatter, dpGroup,
-                                                     (double)listBytes(rs.getParams()),
-                                                     rs.getAsync()));
+        collective(cost::Collective::ReduceScatter, dpGroup, (double)listBytes(rs.getParams()),
+                   rs.getAsync());
       } else if (auto wc = dyn_cast<pm::WaitCollectivesOp>(op)) {
         prog.instrs.push_back(sim::Instr::wait(-1, (int32_t)wc.getKeep()));
       } else if (isa<pm::OptimizerStepOp>(op)) {
@@ -170,9 +196,8 @@ sim::Job skeletonJob(ModuleOp module, const StagedStep &step, const ScheduleConf
                                                  cost::KernelClass::Memory,
                                                  sim::Work::Optimizer));
       } else if (auto ag = dyn_cast<pm::AllGatherParamsOp>(op)) {
-        prog.instrs.push_back(sim::Instr::collective(cost::Collective::AllGather, dpGroup,
-                                                     (double)listBytes(ag.getParams()),
-                                                     ag.getAsync()));
+        collective(cost::Collective::AllGather, dpGroup, (double)listBytes(ag.getParams()),
+                   ag.getAsync());
       }
     }
     sim::carryAsyncTailIntoStep(prog);
