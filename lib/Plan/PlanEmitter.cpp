@@ -271,6 +271,8 @@ private:
   /// parameter's buffer and its gather's issue number. The first read waits.
   llvm::StringMap<std::pair<int, int64_t>> prefetched;
   void prefetchGathers(llvm::ArrayRef<std::string> names);
+  /// A temporary (activation-kind) buffer of a parameter's whole shape.
+  int addWholeTemporary(StringRef param, StringRef suffix);
   /// The whole buffer of a prefetched parameter, after waiting for its
   /// gather (and with it every earlier prefetch).
   int takePrefetched(StringRef name);
@@ -367,6 +369,16 @@ void RankEmitter::ensureLoaded(int64_t mb) {
   loaded[mb] = {tok, tgt};
 }
 
+int RankEmitter::addWholeTemporary(StringRef param, StringRef suffix) {
+  const ParamInfo &pi = sh.params[sh.paramIndex.lookup(param)];
+  Buffer b;
+  b.name = pi.name + suffix.str();
+  b.shape = pi.shape;
+  b.dtype = "f32";
+  b.kind = "activation";
+  return add(std::move(b));
+}
+
 int RankEmitter::paramBuffer(StringRef name, ActionCtx &ctx) {
   ParamBufs &pb = pbufs[name];
   if (!pb.st.gatherBeforeUse)
@@ -375,13 +387,7 @@ int RankEmitter::paramBuffer(StringRef name, ActionCtx &ctx) {
     return it->second;
   if (prefetched.count(name))
     return takePrefetched(name);
-  const ParamInfo &pi = sh.params[sh.paramIndex.lookup(name)];
-  Buffer b;
-  b.name = pi.name + ".full";
-  b.shape = pi.shape;
-  b.dtype = "f32";
-  b.kind = "activation";
-  int id = add(std::move(b));
+  int id = addWholeTemporary(name, ".full");
   emit(json::Object{{"op", "allgather"},
                     {"group", "dp"},
                     {"in", json::Array{pb.shard}},
@@ -479,13 +485,7 @@ int RankEmitter::gradTarget(StringRef name) {
     return pb.grad;
   if (pb.transientGrad < 0) {
     // zero 2/3: the whole gradient lives from here to its reduce-scatter.
-    const ParamInfo &pi = sh.params[sh.paramIndex.lookup(name)];
-    Buffer b;
-    b.name = pi.name + ".grad.full";
-    b.shape = pi.shape;
-    b.dtype = "f32";
-    b.kind = "activation";
-    pb.transientGrad = add(std::move(b));
+    pb.transientGrad = addWholeTemporary(name, ".grad.full");
     emit(json::Object{{"op", "zero"}, {"out", json::Array{pb.transientGrad}}});
   }
   return pb.transientGrad;
@@ -506,13 +506,7 @@ void RankEmitter::prefetchGathers(llvm::ArrayRef<std::string> names) {
   for (const std::string &n : names) {
     if (gathered.count(n) || prefetched.count(n))
       continue;
-    const ParamInfo &pi = sh.params[sh.paramIndex.lookup(n)];
-    Buffer b;
-    b.name = pi.name + ".full";
-    b.shape = pi.shape;
-    b.dtype = "f32";
-    b.kind = "activation";
-    int id = add(std::move(b));
+    int id = addWholeTemporary(n, ".full");
     in.push_back(pbufs[n].shard);
     out.push_back(id);
     issued.push_back({n, id});
@@ -773,7 +767,7 @@ LogicalResult RankEmitter::run(RankPlan &out) {
   // The rank's program (--pmesh-schedule), lowered op by op.
   pm::RankProgramOp rankProgram;
   for (auto rp : sh.module.getOps<pm::RankProgramOp>())
-    if (rp.getPpRank() == p)
+    if ((int64_t)rp.getPpRank() == p)
       rankProgram = rp;
   if (!rankProgram)
     return sh.module.emitError() << "no pmesh.rank_program for pipeline rank " << p
