@@ -1,0 +1,311 @@
+//===- PlanBuilder.h - the plan emitter's classes ----------------*- C++ -*-===//
+//
+// Internal to lib/Plan. PlanBuilder (PlanEmitter.cpp) turns a module into
+// the plan artifact: it checks the options, emits every pipeline rank's
+// program with a RankEmitter (RankEmitter.cpp), plans memory, writes the
+// manifest and weights, and runs the searches (groups=auto, zero=auto) and
+// --explain (PlanSearch.cpp), which emit and simulate candidates.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PIPEMESH_LIB_PLAN_PLANBUILDER_H
+#define PIPEMESH_LIB_PLAN_PLANBUILDER_H
+
+#include "pipemesh/Plan/Plan.h"
+
+#include "PlanInternal.h"
+#include "StagedStep.h"
+
+#include "pipemesh/CostModel/CostModel.h"
+#include "pipemesh/Plan/Schedule.h"
+#include "pipemesh/Plan/Sharding.h"
+#include "pipemesh/Sim/Simulator.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/JSON.h"
+
+#include <deque>
+#include <map>
+#include <set>
+
+namespace pipemesh::plan::detail {
+
+namespace json = llvm::json;
+using mlir::DenseElementsAttr;
+using mlir::FailureOr;
+using mlir::LogicalResult;
+using mlir::ModuleOp;
+using mlir::Operation;
+using mlir::RankedTensorType;
+using mlir::Value;
+using llvm::StringRef;
+namespace func = mlir::func;
+
+enum class InputRole { Tokens, Targets, Mask };
+
+/// What a rank's backwards re-run: nothing; the attention cores
+/// (selective); or, in every chunk, its first `layers` transformer layers
+/// (the ops before the first layer count as one), all of them being full.
+struct Recompute {
+  enum Kind { None, Selective, Layers } kind = None;
+  int64_t layers = 0;
+  /// Layers only: when > 0, the `layers` apply to the micro-batches m with
+  /// m % pp < positions (the same share of every window of pp consecutive
+  /// micro-batches, so of those in flight at any peak), one layer fewer to
+  /// the others.
+  int64_t positions = 0;
+  static constexpr int64_t kAll = INT64_MAX;
+  static Recompute none() { return {}; }
+  static Recompute selective() { return {Selective, 0}; }
+  static Recompute full() { return {Layers, kAll}; }
+  static Recompute firstLayers(int64_t n) { return {Layers, n}; }
+  static Recompute firstLayersOn(int64_t n, int64_t positions) { return {Layers, n, positions}; }
+  /// The layers recomputed for micro-batch `mb` of a plan with `pp` ranks.
+  int64_t layersFor(int64_t mb, int64_t pp) const {
+    return positions > 0 && mb % pp >= positions ? layers - 1 : layers;
+  }
+  bool operator==(const Recompute &o) const {
+    return kind == o.kind && layers == o.layers && positions == o.positions;
+  }
+};
+std::string recomputeName(Recompute r, int64_t pp);
+
+struct ParamInfo {
+  std::string name;
+  llvm::SmallVector<int64_t> shape;
+  std::string source;
+  bool trained = false;
+  bool decay = false;
+};
+
+/// What every rank's emission shares.
+struct Shared {
+  Shared(ModuleOp module, const CompileOptions &opts) : module(module), opts(opts) {}
+
+  ModuleOp module;
+  const CompileOptions &opts;
+  StagedStep step;
+  ScheduleConfig sched;
+  int64_t zero = 0; // effective: 0 when dp = 1
+  /// Effective ZeRO level of every chunk (all 0 when dp = 1).
+  std::vector<int64_t> zeroChunks;
+  double invM = 1;
+  std::vector<ParamInfo> params;
+  llvm::StringMap<size_t> paramIndex;
+  llvm::DenseMap<unsigned, InputRole> argRole;
+  RankedTensorType tokensType, targetsType, maskType;
+  std::string tokensName, targetsName;
+  DenseElementsAttr maskValue;
+  std::string lossMode = "appended";
+  /// Pipeline ranks of the tied group (empty: no parameter has copies).
+  std::vector<int64_t> tiedRanks;
+  int64_t vocab = 0;
+  double flopsPerMicrobatch = 0;
+  /// Each action starts by completing the sends of the actions `waitLag`
+  /// and more before it (0: only at the end of the step, the last resort
+  /// when every lag fails the deadlock check).
+  int64_t waitLag = 1;
+  /// groups=auto: candidates simulated and the search's wall time (seconds).
+  int64_t searchCandidates = 0;
+  double searchSeconds = 0;
+  /// What zero=auto's search looked at.
+  int64_t zeroSearchCandidates = 0;
+  double zeroSearchSeconds = 0;
+};
+
+/// One pipeline rank's program, the template of its dp replicas: `peer`
+/// fields hold pipeline ranks, shards hold their size but not their offset.
+struct RankPlan {
+  int64_t pp = 0;
+  std::vector<Buffer> buffers;
+  std::vector<json::Object> program;
+  std::vector<std::string> row;
+  std::vector<int64_t> chunks;
+  bool tied = false, firstStage = false, lastStage = false;
+  int64_t arenaBytes = 0, persistentBytes = 0, activationPeak = 0;
+  std::set<std::string> constantsUsed;
+  Recompute recompute;
+};
+
+/// Builds one pipeline rank's buffers and program.
+class RankEmitter {
+public:
+  RankEmitter(Shared &sh, int64_t p, Recompute recompute)
+      : sh(sh), step(sh.step), p(p), recompute(recompute) {}
+  LogicalResult run(RankPlan &out);
+
+private:
+  struct ParamBufs {
+    ParamStorage st;
+    ShardLayout layout;
+    int full = -1, shard = -1, grad = -1, gradShard = -1, m = -1, v = -1;
+    int transientGrad = -1;
+  };
+  struct ActionCtx {
+    Action a;
+    llvm::DenseMap<Value, int> views;
+    /// Re-running forward ops before their backward: their results replace
+    /// the forward's for this micro-batch, nothing is sent or counted again.
+    bool recompute = false;
+  };
+
+  int add(Buffer b) {
+    buffers.push_back(std::move(b));
+    return buffers.size() - 1;
+  }
+  int root(int id) const {
+    while (buffers[id].aliasOf >= 0)
+      id = buffers[id].aliasOf;
+    return id;
+  }
+  Buffer valueBuffer(Value v, StringRef kind, std::string name) {
+    auto t = llvm::cast<RankedTensorType>(v.getType());
+    Buffer b;
+    b.name = std::move(name);
+    b.shape.assign(t.getShape().begin(), t.getShape().end());
+    b.dtype = detail::dtypeOf(t.getElementType());
+    b.kind = kind.str();
+    return b;
+  }
+  std::string tmpName() { return "v" + std::to_string(buffers.size()); }
+  void emit(json::Object inst) { program.push_back(std::move(inst)); }
+
+  void createParamBuffers();
+  /// The ZeRO level of a parameter (`pmesh.zero`, set by --pmesh-shard).
+  int64_t zeroOf(StringRef name) const;
+  FailureOr<int> operand(Value v, ActionCtx &ctx);
+  int view(Value v, int of, StringRef name);
+  int paramBuffer(StringRef name, ActionCtx &ctx);
+  void ensureLoaded(int64_t mb);
+  LogicalResult emitOp(Operation *op, ActionCtx &ctx);
+  int gradTarget(StringRef name);
+  void layout(RankPlan &out);
+  std::vector<Operation *> recomputedOps(int64_t chunk, int64_t layers) const;
+  std::string direction(Value v) const {
+    Operation *def = v.getDefiningOp();
+    return def && step.forward.count(def) ? "F" : "B";
+  }
+
+  Shared &sh;
+  const StagedStep &step;
+  int64_t p;
+  Recompute recompute;
+  std::vector<Buffer> buffers;
+  std::vector<json::Object> program;
+  std::vector<std::string> row;
+  llvm::StringMap<ParamBufs> pbufs;
+  std::vector<std::string> heldParams; // declaration order
+  llvm::DenseMap<std::pair<Value, int64_t>, int> inst;
+  llvm::DenseMap<Operation *, int> constBufs;
+  llvm::DenseMap<Value, int> globalViews;
+  int maskBuf = -1;
+  std::map<int64_t, std::pair<int, int>> loaded; // micro-batch -> (tokens, targets)
+  bool needTokens = false, needTargets = false;
+  /// Every send instruction's buffer (root), in program order, and the
+  /// program index of the wait_sends that completes it.
+  std::vector<int> sentRoots;
+  std::vector<int64_t> sendCompletedAt;
+  size_t sendsCompleted = 0;
+  void waitSends(size_t keep);
+  /// zero 3: whole parameters gathered for the current run of actions of one
+  /// chunk and phase (kept across consecutive actions of the same chunk and
+  /// phase, so a breadth-first run of micro-batches gathers them once).
+  llvm::StringMap<int> gathered;
+  void freeGathered() {
+    json::Array bufs;
+    for (auto &kv : gathered)
+      bufs.push_back(kv.second);
+    gathered.clear();
+    if (!bufs.empty())
+      emit(json::Object{{"op", "free"}, {"bufs", std::move(bufs)}});
+  }
+  /// Async collectives issued and not yet waited for, in issue order (the
+  /// previous step's parameter gathers first), each with the instructions
+  /// its completion allows: a ZeRO-2/3 reduce-scatter's accumulation into
+  /// the persistent shard, the frees of its transient gradients.
+  struct InFlight {
+    std::vector<json::Object> then;
+    json::Array freed;
+    int64_t seq = -1; // issue number (issueAsync's return)
+  };
+  std::deque<InFlight> inFlight;
+  int64_t asyncIssued = 0;
+  /// zero 3: whole parameters gathered ahead, a layer at a time (async,
+  /// issued when the layer before it starts; FSDP's prefetch): each
+  /// parameter's buffer and its gather's issue number. The first read waits.
+  llvm::StringMap<std::pair<int, int64_t>> prefetched;
+  void prefetchGathers(llvm::ArrayRef<std::string> names);
+  /// A temporary (activation-kind) buffer of a parameter's whole shape.
+  int addWholeTemporary(StringRef param, StringRef suffix);
+  /// The whole buffer of a prefetched parameter, after waiting for its
+  /// gather (and with it every earlier prefetch).
+  int takePrefetched(StringRef name);
+  bool asyncCollectives = false; // issued any this step since the last wait
+  /// Gradients reduce-scattered so far this step (a later tied sum adds the
+  /// shards).
+  llvm::StringSet<> scattered;
+  /// Emits an async collective and queues what its completion allows;
+  /// returns its issue number.
+  int64_t issueAsync(json::Object collective, InFlight after);
+  /// A wait_collectives completing all but the `keep` most recent async
+  /// collectives, then what their completion allows. `always`: even when
+  /// this step issued nothing since the last one (the program's own waits,
+  /// which may complete the previous step's parameter gathers); otherwise
+  /// only if it did.
+  void waitCollectives(bool always = false, int64_t keep = 0);
+  std::set<std::string> constantsUsed;
+};
+
+
+/// The wait_sends lags tried, in order, until a plan does not deadlock: a
+/// send completes `lag` actions later; 0 only at the end of the step.
+inline constexpr int64_t kWaitLags[] = {1, 2, 4, 0};
+
+/// The whole plan.
+class PlanBuilder {
+public:
+  PlanBuilder(ModuleOp module, const CompileOptions &opts) : sh(module, opts) {}
+  LogicalResult run(llvm::raw_ostream &os);
+
+private:
+  LogicalResult checkOptions();
+  LogicalResult collectParams();
+  LogicalResult classifyInputs(func::FuncOp train);
+  void countFlops(func::FuncOp train);
+  LogicalResult emitRanks(func::FuncOp train, std::vector<RankPlan> &ranks);
+  FailureOr<json::Object> buildManifest(func::FuncOp train, bool replicasElided = false);
+  /// The simulated step of the plan the current options make (errors, e.g.
+  /// over mem-limit, in `why` instead of diagnostics).
+  struct Prediction {
+    bool ok = false;
+    std::string why;
+    sim::SimResult result;
+  };
+  Prediction predict(func::FuncOp train, const cost::Cluster &cluster);
+  /// The skeleton simulation (SkeletonJob.h: no recompute, costs per
+  /// action) of the current options' rank programs, with the first
+  /// wait-lag that does not deadlock; !ok when none.
+  sim::SimResult skeletonStep(const cost::Cluster &cluster);
+  /// The searches' exact check: emits and simulates candidates in order
+  /// (`apply(i)` sets the options of the i-th) until two fit, and returns
+  /// the faster of those, or -1 with the last failure in `why`.
+  int64_t fasterOfFirstTwoFitting(func::FuncOp train, const cost::Cluster &cluster,
+                                  size_t candidates, llvm::function_ref<void(size_t)> apply,
+                                  std::string &why);
+  LogicalResult chooseGroups(func::FuncOp train, const cost::Cluster &cluster);
+  void chooseZero(func::FuncOp train, const cost::Cluster &cluster);
+  void explain(func::FuncOp train, const cost::Cluster &cluster);
+  json::Object rankJson(const RankPlan &rp, int64_t d);
+  /// `replicasElided`: only dp rank 0's program of each pipeline rank (the
+  /// simulator builds the other replicas; what the schedule search uses).
+  json::Object manifest(std::vector<RankPlan> &ranks, bool replicasElided = false);
+
+  Shared sh;
+  detail::WeightsSpec weights;
+};
+
+} // namespace pipemesh::plan::detail
+
+#endif // PIPEMESH_LIB_PLAN_PLANBUILDER_H

@@ -1,0 +1,302 @@
+//===- PlanSearch.cpp - groups=auto, zero=auto and --explain --------------===//
+//
+// The searches emit candidate plans and simulate them: first the skeleton
+// (SkeletonJob.h: costs per action, from the rank programs alone) ranks many
+// candidates in milliseconds, then the best are emitted and simulated
+// exactly until two fit mem-limit, and the faster is kept. --explain prints
+// the chosen plan against the best of every other schedule.
+//
+//===----------------------------------------------------------------------===//
+#include "PlanBuilder.h"
+#include "RankPrograms.h"
+#include "SkeletonJob.h"
+
+#include "pipemesh/Dialect/PMesh/PMesh.h"
+#include "pipemesh/Sim/PlanLoader.h"
+
+#include "llvm/Support/Format.h"
+
+#include <chrono>
+
+using namespace mlir;
+namespace json = llvm::json;
+namespace pm = pipemesh::pmesh;
+
+namespace pipemesh::plan::detail {
+
+PlanBuilder::Prediction PlanBuilder::predict(func::FuncOp train, const cost::Cluster &cluster) {
+  Prediction out;
+  std::string why;
+  FailureOr<json::Object> m = failure();
+  {
+    // A candidate that does not fit is an answer of the search, not an error.
+    ScopedDiagnosticHandler quiet(sh.module.getContext(), [&](Diagnostic &d) {
+      if (why.empty())
+        why = d.str();
+      return success();
+    });
+    m = buildManifest(train, /*replicasElided=*/true);
+  }
+  if (failed(m)) {
+    out.why = why.empty() ? "cannot be emitted" : why;
+    return out;
+  }
+  sim::LoadedPlan lp;
+  if (!sim::jobFromManifest(*m, lp, out.why))
+    return out;
+  out.result = sim::simulate(lp.job, cluster);
+  out.ok = out.result.ok;
+  if (!out.ok)
+    out.why = out.result.error;
+  return out;
+}
+
+/// groups=auto: forward and backward group sizes from pp (depth-first) to
+/// all micro-batches (breadth-first), doubling. Equal sizes both ways first,
+/// then the backward size and the forward size each varied around the best
+/// (coordinate descent: 3 |sizes| candidates rather than |sizes|^2), ranked
+/// by the skeleton simulation (SkeletonJob.h, milliseconds each); the best
+/// few are then emitted and simulated exactly, and the fastest of those that
+/// fits mem-limit wins.
+LogicalResult PlanBuilder::chooseGroups(func::FuncOp train, const cost::Cluster &cluster) {
+  auto started = std::chrono::steady_clock::now();
+  auto finish = [&](int64_t candidates) {
+    sh.searchCandidates = candidates;
+    sh.searchSeconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    return success();
+  };
+  const int64_t m = sh.opts.microbatches, pp = sh.opts.pp;
+  std::vector<int64_t> sizes;
+  for (int64_t g = std::min(pp, m); g < m; g *= 2)
+    sizes.push_back(g);
+  sizes.push_back(m);
+  auto uniform = [&](int64_t g) {
+    std::vector<int64_t> v;
+    for (int64_t lo = 0; lo < m; lo += g)
+      v.push_back(std::min(g, m - lo));
+    return v;
+  };
+  std::map<std::pair<int64_t, int64_t>, double> skeleton; // (f, b) -> step time
+  auto rough = [&](int64_t f, int64_t b) -> double {
+    if (auto it = skeleton.find({f, b}); it != skeleton.end())
+      return it->second;
+    double t = INFINITY;
+    sh.sched.fwdGroups = uniform(f);
+    sh.sched.bwdGroups = uniform(b);
+    std::string why;
+    if (validateSchedule(sh.sched, why))
+      if (sim::SimResult r = skeletonStep(cluster); r.ok)
+        t = r.stepTimeS;
+    return skeleton[{f, b}] = t;
+  };
+  std::pair<int64_t, int64_t> best{-1, -1};
+  auto consider = [&](int64_t f, int64_t b) {
+    double t = rough(f, b);
+    if (t < INFINITY && (best.first < 0 || t < skeleton[best]))
+      best = {f, b};
+  };
+  for (int64_t g : sizes)
+    consider(g, g);
+  if (best.first >= 0) {
+    int64_t f0 = best.first;
+    for (int64_t b : sizes)
+      consider(f0, b);
+    int64_t b0 = best.second;
+    for (int64_t f : sizes)
+      consider(f, b0);
+  }
+  // Exact checks, best skeletons first, until two candidates fit. Without
+  // a memory limit (and so without recompute=auto) nothing the skeleton
+  // leaves out decides between them: its best stands.
+  std::vector<std::pair<double, std::pair<int64_t, int64_t>>> ranked;
+  for (auto &[fb, t] : skeleton)
+    if (t < INFINITY)
+      ranked.push_back({t, fb});
+  llvm::sort(ranked);
+  if (!sh.opts.memLimit && !ranked.empty()) {
+    sh.sched.fwdGroups = uniform(ranked.front().second.first);
+    sh.sched.bwdGroups = uniform(ranked.front().second.second);
+    return finish(skeleton.size());
+  }
+  std::string lastWhy = "no valid order";
+  auto apply = [&](size_t i) {
+    sh.sched.fwdGroups = uniform(ranked[i].second.first);
+    sh.sched.bwdGroups = uniform(ranked[i].second.second);
+  };
+  int64_t chosen = fasterOfFirstTwoFitting(train, cluster, ranked.size(), apply, lastWhy);
+  if (chosen < 0)
+    return sh.module.emitError() << "groups=auto: no forward/backward group sizes give a plan ("
+                                 << lastWhy << ")";
+  apply(chosen);
+  return finish(skeleton.size());
+}
+
+sim::SimResult PlanBuilder::skeletonStep(const cost::Cluster &cluster) {
+  const double tokens =
+      (double)sh.opts.batch * sh.opts.seq * sh.opts.microbatches * sh.opts.dp;
+  detail::annotateSharding(sh.module, sh.step, sh.zeroChunks, sh.opts.dp);
+  sim::SimResult r;
+  for (int64_t lag : kWaitLags) {
+    if (failed(detail::buildRankPrograms(sh.module, sh.step, sh.sched, sh.opts.dp, lag)))
+      break;
+    r = sim::simulate(
+        detail::skeletonJob(sh.module, sh.step, sh.sched, sh.opts.dp, cluster.device, tokens),
+        cluster);
+    if (r.ok)
+      break;
+  }
+  return r;
+}
+
+int64_t PlanBuilder::fasterOfFirstTwoFitting(func::FuncOp train, const cost::Cluster &cluster,
+                                             size_t candidates,
+                                             llvm::function_ref<void(size_t)> apply,
+                                             std::string &why) {
+  double bestExact = INFINITY;
+  int64_t chosen = -1;
+  int fitting = 0;
+  for (size_t i = 0; i < candidates && fitting < 2; ++i) {
+    apply(i);
+    Prediction p = predict(train, cluster);
+    if (!p.ok) {
+      why = p.why;
+      continue;
+    }
+    ++fitting;
+    if (p.result.stepTimeS < bestExact) {
+      bestExact = p.result.stepTimeS;
+      chosen = (int64_t)i;
+    }
+  }
+  return chosen;
+}
+
+/// zero=auto (mixed sharding, as AMSP argues): per chunk, whether its
+/// parameters, gradients and optimizer state are sharded over dp (ZeRO level
+/// 0..3). Coordinate descent over the chunks on the skeleton simulation
+/// (milliseconds a candidate): a candidate whose skeleton peak fits
+/// mem-limit beats one that does not, then the faster wins (by more than
+/// 0.1%: otherwise the less sharded stays). The skeleton leaves out
+/// recomputation, so the candidates it saw are then emitted and simulated
+/// exactly, best first, until two fit (with recompute=auto, memory saved by
+/// sharding turns into less recomputation there), and the faster is kept.
+void PlanBuilder::chooseZero(func::FuncOp train, const cost::Cluster &cluster) {
+  auto started = std::chrono::steady_clock::now();
+  const size_t chunks = sh.zeroChunks.size();
+  struct Rough {
+    bool fits = false;
+    double t = INFINITY;
+  };
+  std::map<std::vector<int64_t>, Rough> seen;
+  auto rough = [&](const std::vector<int64_t> &z) {
+    if (auto it = seen.find(z); it != seen.end())
+      return it->second;
+    sh.zeroChunks = z;
+    Rough r;
+    if (sim::SimResult sr = skeletonStep(cluster); sr.ok) {
+      r.t = sr.stepTimeS;
+      r.fits = !sh.opts.memLimit || sr.maxPeakMemBytes <= (double)sh.opts.memLimit;
+    }
+    return seen[z] = r;
+  };
+  auto better = [](const Rough &a, const Rough &b) {
+    if (a.fits != b.fits)
+      return a.fits;
+    return a.t < b.t * 0.999;
+  };
+  std::vector<int64_t> best(chunks, 0);
+  Rough cur = rough(best);
+  for (int sweep = 0; sweep < 2; ++sweep) {
+    bool changed = false;
+    for (size_t c = 0; c < chunks; ++c)
+      for (int64_t z = 0; z <= 3; ++z) {
+        if (z == best[c])
+          continue;
+        std::vector<int64_t> cand = best;
+        cand[c] = z;
+        if (Rough r = rough(cand); better(r, cur)) {
+          best = std::move(cand);
+          cur = r;
+          changed = true;
+        }
+      }
+    if (!changed)
+      break;
+  }
+  std::vector<std::pair<Rough, std::vector<int64_t>>> ranked;
+  for (auto &[z, r] : seen)
+    if (r.t < INFINITY)
+      ranked.push_back({r, z});
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [&](const auto &a, const auto &b) { return better(a.first, b.first); });
+  std::string why;
+  int64_t chosen = fasterOfFirstTwoFitting(
+      train, cluster, ranked.size(), [&](size_t i) { sh.zeroChunks = ranked[i].second; }, why);
+  // Nothing fits: shard everything, and let the emission say by how much
+  // the plan is over the limit.
+  sh.zeroChunks = chosen >= 0 ? ranked[chosen].second : std::vector<int64_t>(chunks, 3);
+  sh.zeroSearchCandidates = (int64_t)seen.size();
+  sh.zeroSearchSeconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+}
+
+/// --explain: the chosen plan against the best plan of each other schedule
+/// (same parallel sizes, zero, recompute and mem-limit), as predicted by the
+/// simulator on the cluster.
+void PlanBuilder::explain(func::FuncOp train, const cost::Cluster &cluster) {
+  llvm::raw_ostream &os = llvm::errs();
+  ScheduleConfig chosen = sh.sched;
+  auto groupsText = [](llvm::ArrayRef<int64_t> g) {
+    std::string s;
+    for (int64_t x : g)
+      s += (s.empty() ? "" : ",") + std::to_string(x);
+    return s;
+  };
+  auto row = [&](llvm::StringRef name, const Prediction &p, bool mark) {
+    os << (mark ? "* " : "  ") << llvm::format("%-28s", name.str().c_str());
+    if (!p.ok) {
+      os << "does not fit or run: " << p.why << "\n";
+      return;
+    }
+    const sim::SimResult &r = p.result;
+    os << llvm::format("%9.4f s %12.0f tok/s  bubble %5.1f%%  exposed comm %5.1f%%  "
+                       "all-idle %5.1f%%  recompute %4.1f%%  peak %8.3f GiB\n",
+                       r.stepTimeS, r.tokensPerS, 100 * r.bubbleFrac, 100 * r.exposedCommFrac,
+                       100 * r.allDeviceIdleFrac, 100 * r.recomputeFrac,
+                       r.maxPeakMemBytes / 1073741824.0);
+  };
+  os << "pipemesh-opt --explain: pp=" << sh.opts.pp << " dp=" << sh.opts.dp
+     << " vpp=" << sh.opts.vpp << " microbatches=" << sh.opts.microbatches
+     << " zero=" << groupsText(sh.zeroChunks) << " recompute=" << sh.opts.recompute
+     << (sh.opts.memLimit ? " mem-limit=" + std::to_string(sh.opts.memLimit) : std::string())
+     << " on cluster " << cluster.name << " (simulated step, * = chosen)\n";
+  std::string chosenName = scheduleKindName(chosen.kind).str();
+  if (chosen.kind == ScheduleKind::Elastic)
+    chosenName += " " + groupsText(chosen.fwdGroups) + "/" + groupsText(chosen.bwdGroups);
+  row(chosenName, predict(train, cluster), true);
+  for (ScheduleKind k : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved,
+                         ScheduleKind::BFS, ScheduleKind::ZBH1, ScheduleKind::ZBH2,
+                         ScheduleKind::Elastic}) {
+    if (k == chosen.kind)
+      continue;
+    ScheduleConfig c = chosen;
+    c.kind = k;
+    c.fwdGroups.clear();
+    c.bwdGroups.clear();
+    std::string why;
+    if ((k == ScheduleKind::Interleaved && c.vpp == 1) || !validateSchedule(c, why))
+      continue;
+    sh.sched = c;
+    std::string name = scheduleKindName(k).str();
+    if (k == ScheduleKind::Elastic) {
+      if (failed(chooseGroups(train, cluster)))
+        continue;
+      name += " " + groupsText(sh.sched.fwdGroups) + "/" + groupsText(sh.sched.bwdGroups);
+    }
+    row(name, predict(train, cluster), false);
+  }
+  sh.sched = chosen;
+}
+
+} // namespace pipemesh::plan::detail
