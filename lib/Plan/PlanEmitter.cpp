@@ -1,28 +1,32 @@
 //===- PlanEmitter.cpp - module -> plan artifact ---------------------------===//
 //
-// Lowers @train_step / @optimizer_step into one instruction stream per rank
-// (docs/plan-format.md, docs/parallel-plan.md). For pipeline rank p the
-// program is:
+// PlanBuilder: checks the options, analyzes @train_step into chunks and
+// phases (StagedStep), builds the pmesh.rank_program of every pipeline rank
+// (RankPrograms), emits each rank's buffers and instruction stream
+// (RankEmitter.cpp) with the least recomputation that fits mem-limit, runs
+// the deadlock check, and writes the manifest and weights
+// (docs/plan-format.md). For pipeline rank p the program is:
 //
 //   zero the persistent gradients
 //   for each action of p's schedule (forward or backward of a chunk on a
 //   micro-batch): the chunk's ops of that phase on that micro-batch's
 //   buffers; `recv` before the first use of a value computed on another
-//   rank, `send` right after computing a value another rank reads;
-//   data-parallel reduction of the gradients whose last accumulation this
-//   action was
-//   tied-parameter all-reduce, then its data-parallel reduction
-//   wait_sends, adamw, (zero 1/2) async all-gathers of the updated shards,
-//   one per chunk, each completed by a wait_collectives "keep" before that
-//   chunk's first forward in the next step
+//   rank, `send` right after computing a value another rank reads; the
+//   data-parallel reduction of a layer's gradients right after their last
+//   accumulation of the step
+//   the tied-parameter all-reduce, wait_sends, adamw, (zero 1/2) async
+//   all-gathers of the updated shards, one per layer, each completed by a
+//   wait_collectives "keep" before its first read in the next step
 //
 // Every (value, micro-batch) gets its own buffer; the memory planner over
 // the whole unrolled program gives each its lifetime, so activations of
 // micro-batches in flight never alias while those of finished ones share
 // memory. Parameters, gradients, moments and constants persist. The dp
 // replicas of a pipeline rank run the same program (their shards and peers
-// differ). The plan passes the deadlock check before it is written.
+// differ). The searches (groups=auto, zero=auto) and --explain are in
+// PlanSearch.cpp.
 //
+//===----------------------------------------------------------------------===//
 #include "PlanBuilder.h"
 #include "RankPrograms.h"
 #include "SkeletonJob.h"
