@@ -31,11 +31,12 @@ std::string recomputeName(Recompute r, int64_t pp) {
     return "none";
   if (r.kind == Recompute::Selective)
     return "selective";
-  std::string all = r.layers == Recompute::kAll ? "full" : std::to_string(r.layers) + " layers";
+  auto layers = [](int64_t n) { return std::to_string(n) + (n == 1 ? " layer" : " layers"); };
+  std::string all = r.layers == Recompute::kAll ? "full" : layers(r.layers);
   if (r.positions == 0)
     return all;
   return all + " on micro-batches m % " + std::to_string(pp) + " < " +
-         std::to_string(r.positions) + ", " + std::to_string(r.layers - 1) + " on the others";
+         std::to_string(r.positions) + ", " + layers(r.layers - 1) + " on the others";
 }
 
 
