@@ -270,15 +270,25 @@ void ProgramBuilder::build(OpBuilder &outer) {
   std::set<std::pair<int64_t, int64_t>> received; // (channel, micro-batch)
   auto accumulates = [&](const Action &x) { return x.backward && (!split || x.weight); };
   // Per action, the chunk of the accumulating action before and after it
-  // (-1: none): where runs of one chunk's backwards start and end.
+  // (-1: none, or another action between when forwards end runs): where runs
+  // of one chunk's backwards start and end. Breadth-first orders (bfs,
+  // elastic) peak in activations before their first backward, so a run
+  // spans the forwards between its backwards (bfs's last chunk alternates F
+  // and B: one run, not M) at no cost to the peak; depth-first orders peak
+  // in their steady state, where a whole gradient kept across forwards
+  // would add to it, so any other action ends a run there (DeepSpeed's
+  // reduction per micro-batch).
+  const bool runsSpanForwards =
+      sched.kind == ScheduleKind::BFS || sched.kind == ScheduleKind::Elastic;
   std::vector<int64_t> prevAccumulatingChunk(actions.size(), -1),
       nextAccumulatingChunk(actions.size(), -1);
+  auto chunkIfAccumulating = [&](size_t k, int64_t further) {
+    return accumulates(actions[k]) ? actions[k].chunk : runsSpanForwards ? further : -1;
+  };
   for (size_t k = 1; k < actions.size(); ++k)
-    prevAccumulatingChunk[k] =
-        accumulates(actions[k - 1]) ? actions[k - 1].chunk : prevAccumulatingChunk[k - 1];
+    prevAccumulatingChunk[k] = chunkIfAccumulating(k - 1, prevAccumulatingChunk[k - 1]);
   for (size_t k = actions.empty() ? 0 : actions.size() - 1; k-- > 0;)
-    nextAccumulatingChunk[k] =
-        accumulates(actions[k + 1]) ? actions[k + 1].chunk : nextAccumulatingChunk[k + 1];
+    nextAccumulatingChunk[k] = chunkIfAccumulating(k + 1, nextAccumulatingChunk[k + 1]);
   // The per-run reduction in flight (its index among numAsync) and its chunk.
   int64_t runReduction = -1, runReductionChunk = -1;
   auto completeRunReduction = [&] {
@@ -329,15 +339,12 @@ void ProgramBuilder::build(OpBuilder &outer) {
                                b.getI64IntegerAttr(dst), b.getI64IntegerAttr(ch * m + mb));
           ++numSends;
         }
-    // ZeRO-2/3: the gradients of a run of backwards of one chunk (the
-    // backwards up to one of another chunk, forwards between them
-    // included: a group of micro-batches in breadth-first orders, pp of them
-    // in interleaved ones, all of them for a rank's only chunk) are
-    // reduce-scattered into the persistent shard when the run ends, so a
-    // breadth-first group pays one reduce-scatter instead of one per
-    // micro-batch, and no whole gradient exists before a rank's first
-    // backward (where breadth-first orders peak in activations). The
-    // reduction is async: it runs behind what follows
+    // ZeRO-2/3: the gradients of a run of backwards of one chunk (a group
+    // of micro-batches in breadth-first orders, one action in depth-first
+    // ones; see runsSpanForwards) are reduce-scattered into the persistent
+    // shard when the run ends, so a breadth-first group pays one
+    // reduce-scatter instead of one per micro-batch. The reduction is
+    // async: it runs behind what follows
     // and completes (adding into the shard, freeing the whole gradient)
     // before the next run's own is issued or the next run of the same chunk
     // starts, so at most two chunks' whole gradients are alive at once

@@ -36,13 +36,20 @@
 // CHECK-NEXT: pmesh.optimizer_step
 // CHECK-NEXT: pmesh.all_gather_params {async = true, params = [@wte, @w1, @b1]}
 // CHECK-NEXT: }
-// Rank 1 holds @w2 at ZeRO-3, in one chunk: its backwards are one run (the
-// forwards between them do not touch gradients), reduce-scattered into the
-// shard once, async, accumulating; the updated shard is not gathered back.
+// Rank 1 holds @w2 at ZeRO-3: in a depth-first order each backward is a run
+// of its own, reduce-scattered into the shard async (accumulating) behind
+// the next forward; the next run of the same chunk first completes it
+// (wait_collectives keeps the ones issued after it: none here), and the
+// updated shard is not gathered back.
 // CHECK-LABEL: pmesh.rank_program attributes {pp_rank = 1 : i64
 // CHECK: pmesh.compute {chunk = 1 : i64, microbatch = 0 : i64, phase = "B"}
-// CHECK-NOT: reduce_scatter_grads
-// CHECK: pmesh.compute {chunk = 1 : i64, microbatch = 1 : i64, phase = "B"}
+// CHECK-NEXT: pmesh.send
+// CHECK-NEXT: pmesh.reduce_scatter_grads {accumulate = true, async = true, params = [@w2]}
+// CHECK-NEXT: pmesh.recv
+// CHECK-NEXT: pmesh.compute {chunk = 1 : i64, microbatch = 1 : i64, phase = "F"}
+// CHECK-NEXT: pmesh.wait_sends
+// CHECK-NEXT: pmesh.wait_collectives{{$}}
+// CHECK-NEXT: pmesh.compute {chunk = 1 : i64, microbatch = 1 : i64, phase = "B"}
 // CHECK-NEXT: pmesh.send
 // CHECK-NEXT: pmesh.reduce_scatter_grads {accumulate = true, async = true, params = [@w2]}
 // CHECK: pmesh.optimizer_step
@@ -83,6 +90,19 @@
 // RUNS-NEXT: pmesh.reduce_scatter_grads {accumulate = true, async = true, params = [@b1, @w1, @wte]}
 // RUNS-NEXT: pmesh.wait_collectives{{$}}
 // RUNS-NEXT: pmesh.optimizer_step
+//
+// A breadth-first order peaks in activations before its first backward, so
+// a run spans the forwards between its backwards: bfs's last chunk
+// alternates F and B, and its two backwards are reduced once.
+// RUN: pipemesh-opt %S/Inputs/staged-2-chunks.mlir --pmesh-shard="pp=2 dp=2 zero=3" --pmesh-schedule="pp=2 dp=2 microbatches=2 schedule=bfs" | FileCheck %s --check-prefix=BFSONE
+// BFSONE-LABEL: pmesh.rank_program attributes {pp_rank = 1 : i64
+// BFSONE: pmesh.compute {chunk = 1 : i64, microbatch = 0 : i64, phase = "B"}
+// BFSONE-NOT: reduce_scatter_grads
+// BFSONE: pmesh.compute {chunk = 1 : i64, microbatch = 1 : i64, phase = "B"}
+// BFSONE-NEXT: pmesh.send
+// BFSONE-NEXT: pmesh.reduce_scatter_grads {accumulate = true, async = true, params = [@w2, @wte]}
+// BFSONE-NOT: reduce_scatter_grads
+// BFSONE: pmesh.optimizer_step
 //
 // Zero Bubble: each backward split into B (sends the input gradient) and W.
 // ZB-LABEL: pmesh.rank_program attributes {pp_rank = 1 : i64, schedule = "zb-h1"
