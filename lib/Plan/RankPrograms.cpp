@@ -271,15 +271,16 @@ void ProgramBuilder::build(OpBuilder &outer) {
   auto accumulates = [&](const Action &x) { return x.backward && (!split || x.weight); };
   // Per action, the chunk of the accumulating action before and after it
   // (-1: none, or another action between when forwards end runs): where runs
-  // of one chunk's backwards start and end. Breadth-first orders (bfs,
-  // elastic) peak in activations before their first backward, so a run
-  // spans the forwards between its backwards (bfs's last chunk alternates F
-  // and B: one run, not M) at no cost to the peak; depth-first orders peak
-  // in their steady state, where a whole gradient kept across forwards
-  // would add to it, so any other action ends a run there (DeepSpeed's
-  // reduction per micro-batch).
-  const bool runsSpanForwards =
-      sched.kind == ScheduleKind::BFS || sched.kind == ScheduleKind::Elastic;
+  // of one chunk's backwards start and end. A run spans the forwards between
+  // its backwards (bfs's last chunk alternates F and B: one run, not M)
+  // where that keeps fewer whole gradients than ZeRO-1 would: breadth-first
+  // orders peak in activations before their first backward, and with
+  // several chunks per rank at most two chunks' whole gradients are alive.
+  // With one chunk (1F1B, ZB) it would keep the only chunk's for the whole
+  // backward, ZeRO-1's memory: there any other action ends a run (DeepSpeed's
+  // reduction per micro-batch, trading M reductions for the memory).
+  const bool runsSpanForwards = sched.kind == ScheduleKind::BFS ||
+                                sched.kind == ScheduleKind::Elastic || sched.vpp > 1;
   std::vector<int64_t> prevAccumulatingChunk(actions.size(), -1),
       nextAccumulatingChunk(actions.size(), -1);
   auto chunkIfAccumulating = [&](size_t k, int64_t further) {
