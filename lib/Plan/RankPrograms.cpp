@@ -327,8 +327,13 @@ void ProgramBuilder::build(OpBuilder &outer) {
       }
     // A new run of the chunk whose reduction is in flight starts a new
     // whole gradient: the old one is added to the shard and freed first.
+    // With runs of one action (one chunk per rank, depth-first) the
+    // steady state is the memory peak, so the reduction completes before
+    // the next action of any kind: it overlaps only the sends and receives
+    // between them, and no whole gradient outlives its action.
     const bool runStarts = accumulates(a) && prevAccumulatingChunk[k] != a.chunk;
-    if (runStarts && runReduction >= 0 && runReductionChunk == a.chunk)
+    if (runReduction >= 0 &&
+        (!runsSpanForwards || (runStarts && runReductionChunk == a.chunk)))
       completeRunReduction();
     b.create<pm::ComputeOp>(loc, b.getI64IntegerAttr(a.chunk), b.getI64IntegerAttr(mb),
                             b.getStringAttr(a.weight ? "W" : a.backward ? "B" : "F"));

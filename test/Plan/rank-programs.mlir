@@ -36,19 +36,19 @@
 // CHECK-NEXT: pmesh.optimizer_step
 // CHECK-NEXT: pmesh.all_gather_params {async = true, params = [@wte, @w1, @b1]}
 // CHECK-NEXT: }
-// Rank 1 holds @w2 at ZeRO-3: in a depth-first order each backward is a run
-// of its own, reduce-scattered into the shard async (accumulating) behind
-// the next forward; the next run of the same chunk first completes it
-// (wait_collectives keeps the ones issued after it: none here), and the
-// updated shard is not gathered back.
+// Rank 1 holds @w2 at ZeRO-3: with one chunk, depth-first, each backward is
+// a run of its own, reduce-scattered into the shard async (accumulating)
+// and completed (wait_collectives keeps the ones issued after it: none
+// here) before the next action, so no whole gradient outlives its action;
+// the updated shard is not gathered back.
 // CHECK-LABEL: pmesh.rank_program attributes {pp_rank = 1 : i64
 // CHECK: pmesh.compute {chunk = 1 : i64, microbatch = 0 : i64, phase = "B"}
 // CHECK-NEXT: pmesh.send
 // CHECK-NEXT: pmesh.reduce_scatter_grads {accumulate = true, async = true, params = [@w2]}
 // CHECK-NEXT: pmesh.recv
+// CHECK-NEXT: pmesh.wait_collectives{{$}}
 // CHECK-NEXT: pmesh.compute {chunk = 1 : i64, microbatch = 1 : i64, phase = "F"}
 // CHECK-NEXT: pmesh.wait_sends
-// CHECK-NEXT: pmesh.wait_collectives{{$}}
 // CHECK-NEXT: pmesh.compute {chunk = 1 : i64, microbatch = 1 : i64, phase = "B"}
 // CHECK-NEXT: pmesh.send
 // CHECK-NEXT: pmesh.reduce_scatter_grads {accumulate = true, async = true, params = [@w2]}
