@@ -890,10 +890,11 @@ Thunk bindWaitSends(OpContext &c, CudaBackend &b) {
 /// (the async gradient reductions issued so far).
 ///
 /// With "keep" > 0 (the compiler's wait for one of the previous step's
-/// parameter gathers) there is nothing to add: computeWaits already makes
-/// every later reader of a collective's bytes wait for it, and the end of
-/// the step completes the rest, so the gathers do not yet overlap the next
-/// step on this backend.
+/// parameter gathers, a ZeRO-3 prefetch, or a ZeRO-2/3 run's reduction)
+/// there is nothing to add: computeWaits already makes the first later
+/// instruction touching a collective's bytes wait for it, and the end of
+/// the step completes the rest, so the previous step's gathers do not yet
+/// overlap the next step on this backend.
 Thunk bindWaitCollectives(OpContext &c, CudaBackend &b) {
   c.cls = InstrClass::Comm;
   c.expectCounts(0, 0, 0, 0);
