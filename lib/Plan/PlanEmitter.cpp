@@ -362,12 +362,21 @@ LogicalResult PlanBuilder::emitRanks(func::FuncOp train, std::vector<RankPlan> &
   for (int64_t p = 0; p < sh.opts.pp; ++p) {
     // recompute=auto: per rank, the least recomputation that fits the limit
     // (the late stages, with few micro-batches in flight, need none).
+    // The smallest plan tried: more recomputation does not always mean
+    // less memory (a zero-bubble W keeps the recomputed activations its B
+    // made), so when nothing fits the error names the smallest.
+    Recompute smallest;
+    int64_t smallestBytes = -1;
     auto emitWith = [&](Recompute r) {
       ranks[p] = RankPlan();
       RankEmitter re(sh, p, r);
       if (failed(re.run(ranks[p])))
         return false;
       ranks[p].recompute = r;
+      if (smallestBytes < 0 || ranks[p].arenaBytes < smallestBytes) {
+        smallest = r;
+        smallestBytes = ranks[p].arenaBytes;
+      }
       return true;
     };
     auto fits = [&] { return !limit || ranks[p].arenaBytes <= limit; };
@@ -416,6 +425,9 @@ LogicalResult PlanBuilder::emitRanks(func::FuncOp train, std::vector<RankPlan> &
       if (!emitWith(chosen))
         return failure();
     }
+    if (sh.opts.recompute == "auto" && limit && ranks[p].arenaBytes > limit &&
+        smallestBytes < ranks[p].arenaBytes && !emitWith(smallest))
+      return failure();
     if (limit && ranks[p].arenaBytes > limit)
       return sh.module.emitError()
              << "pipeline rank " << p << " needs " << ranks[p].arenaBytes
