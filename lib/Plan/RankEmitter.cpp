@@ -706,9 +706,13 @@ LogicalResult RankEmitter::run(RankPlan &out) {
   // zero 3: the parameters an action's ops (and what it recomputes) read
   // whole, one list per layer (StagedStep::layerOf of the first reader), in
   // first-read order.
+  const bool anyGatheredBeforeUse =
+      llvm::any_of(pbufs, [](const auto &kv) { return kv.second.st.gatherBeforeUse; });
   auto gatheredLayers = [&](llvm::ArrayRef<Operation *> ops,
                             llvm::ArrayRef<Operation *> more = {}) {
     std::vector<std::vector<std::string>> layers;
+    if (!anyGatheredBeforeUse)
+      return layers;
     std::map<int64_t, size_t> indexOfLayer;
     llvm::StringSet<> seen;
     for (llvm::ArrayRef<Operation *> list : {more, ops})
@@ -837,10 +841,12 @@ LogicalResult RankEmitter::run(RankPlan &out) {
       // gradients are complete (in program order: the data-parallel stream
       // runs them in issue order).
       llvm::DenseMap<Value, llvm::SmallVector<pm::SendOp>> sendsOf;
-      llvm::StringMap<size_t> lastAccumulate;
-      for (auto [i, o] : llvm::enumerate(ops))
-        if (auto acc = dyn_cast<pm::AccumulateGradOp>(o); acc && !isRecompute[i])
-          lastAccumulate[acc.getParam()] = i;
+      llvm::StringMap<size_t> lastAccumulate; // filled when a reduction follows
+      auto noteAccumulations = [&] {
+        for (auto [i, o] : llvm::enumerate(ops))
+          if (auto acc = dyn_cast<pm::AccumulateGradOp>(o); acc && !isRecompute[i])
+            lastAccumulate[acc.getParam()] = i;
+      };
       std::vector<std::pair<size_t, Operation *>> reductions;
       for (Operation *next = op.getNextNode(); next; next = next->getNextNode()) {
         if (auto sd = dyn_cast<pm::SendOp>(next)) {
@@ -851,6 +857,8 @@ LogicalResult RankEmitter::run(RankPlan &out) {
         ArrayAttr grads = earlyReduction(next);
         if (!grads)
           break;
+        if (lastAccumulate.empty())
+          noteAccumulations();
         size_t at = reductions.empty() ? 0 : reductions.back().first;
         bool complete = true;
         for (const std::string &n : names(grads)) {

@@ -104,6 +104,8 @@ void ProgramBuilder::waitSends(int64_t keep) {
 std::vector<std::vector<std::string>>
 ProgramBuilder::layerBuckets(llvm::ArrayRef<std::string> names, int64_t chunk,
                              llvm::ArrayRef<Operation *> ops, bool byFirst) const {
+  if (names.empty())
+    return {};
   llvm::StringSet<> wanted;
   for (const std::string &n : names)
     wanted.insert(n);
@@ -239,7 +241,8 @@ void ProgramBuilder::build(OpBuilder &outer) {
         if (gatheredAfterStep(n) && step.accumulated[a.chunk].count(n) &&
             assigned.insert(n).second)
           names.push_back(n);
-      byChunk.push_back({a.chunk, layerBuckets(names, a.chunk, step.fwdOps[a.chunk], /*byFirst=*/true)});
+      byChunk.push_back(
+          {a.chunk, layerBuckets(names, a.chunk, step.fwdOps[a.chunk], /*byFirst=*/true)});
     }
     std::vector<std::string> unread;
     for (const std::string &n : held)
@@ -350,13 +353,11 @@ void ProgramBuilder::build(OpBuilder &outer) {
     // ones; see runsSpanForwards) are reduce-scattered into the persistent
     // shard when the run ends, so a breadth-first group pays one
     // reduce-scatter instead of one per micro-batch. The reduction is
-    // async: it runs behind what follows
-    // and completes (adding into the shard, freeing the whole gradient)
-    // before the next run's own is issued or the next run of the same chunk
-    // starts, so at most two chunks' whole gradients are alive at once
-    // (DeepSpeed's overlap_comm): in breadth-first orders one chunk's
-    // reduction runs behind the next chunk's backwards, in depth-first ones
-    // behind the forwards between two backwards.
+    // async: it runs behind what follows and completes (adding into the
+    // shard, freeing the whole gradient) before the next run's own is issued
+    // or, see above, before the next run of its chunk or the next action, so
+    // at most two chunks' whole gradients are alive at once (DeepSpeed's
+    // overlap_comm).
     const bool runEnds = accumulates(a) && nextAccumulatingChunk[k] != a.chunk;
     std::vector<std::string> perRun;
     if (dp > 1 && runEnds)
@@ -380,7 +381,8 @@ void ProgramBuilder::build(OpBuilder &outer) {
       if (!tiedWhole(n) && lastAccumulation.count(n) && lastAccumulation[n] == k &&
           !(dp > 1 && zeroOf(n) >= 2))
         done.push_back(n);
-    for (const std::vector<std::string> &bucket : layerBuckets(done, a.chunk, ops, /*byFirst=*/false))
+    for (const std::vector<std::string> &bucket :
+         layerBuckets(done, a.chunk, ops, /*byFirst=*/false))
       dpReduce(bucket);
   }
 
