@@ -51,6 +51,7 @@ bool parseCompileOptions(llvm::StringRef text, CompileOptions &opts, std::string
         : key == "vpp" ? !setInt(opts.vpp)
         : key == "microbatches" ? !setInt(opts.microbatches)
         : key == "group" ? !setInt(opts.group)
+        : key == "prefetch" ? !setInt(opts.prefetch)
                          : false)
       return false;
     // "a,b,c" into non-negative integers.
@@ -136,7 +137,8 @@ bool parseCompileOptions(llvm::StringRef text, CompileOptions &opts, std::string
         return false;
       }
       opts.labels = value.str();
-    } else if (!llvm::is_contained({"batch", "seq", "pp", "dp", "vpp", "microbatches", "group"},
+    } else if (!llvm::is_contained({"batch", "seq", "pp", "dp", "vpp", "microbatches", "group",
+                                    "prefetch"},
                                    key)) {
       why = "unknown option '" + key.str() + "'";
       return false;

@@ -728,6 +728,16 @@ LogicalResult RankEmitter::run(RankPlan &out) {
           }
     return layers;
   };
+  // The first action's gathers start with the program, so that a rank that
+  // waits for its first activations gathers meanwhile.
+  if (!computeActions.empty()) {
+    const Action &first = computeActions.front();
+    std::vector<std::vector<std::string>> firstLayers =
+        gatheredLayers(actionOps(first), recomputedBefore(first));
+    for (size_t j = 0; j < firstLayers.size() && j < (size_t)std::max<int64_t>(sh.opts.prefetch, 1);
+         ++j)
+      prefetchGathers(firstLayers[j]);
+  }
   size_t computeIndex = 0;
   for (Operation &op : rankProgram.getBody().front()) {
     auto wc = dyn_cast<pm::WaitCollectivesOp>(op);
@@ -771,17 +781,24 @@ LogicalResult RankEmitter::run(RankPlan &out) {
       std::vector<bool> isRecompute;
       std::vector<Operation *> ops = sequence(a, isRecompute);
       // zero 3: whole parameters are gathered a layer at a time: when the
-      // action reaches a layer, the next layer's gather is issued (async;
-      // FSDP's prefetch) and, at the action's last layer, the next action's
-      // first. Consecutive actions of one chunk and phase (a breadth-first
-      // run of micro-batches) keep what they gathered; otherwise a parameter
-      // is freed after its last read in the action, unless the next action
-      // starts with it.
-      const int64_t key = a.chunk * 3 + phaseKey(a);
+      // action reaches a layer, the gathers of the `prefetch=` layers after
+      // it are issued (async; FSDP's prefetch, DeepSpeed's prefetch bucket),
+      // running on into the next run's first layers. Consecutive actions of
+      // one chunk and phase (a breadth-first run of micro-batches) keep what
+      // they gathered, and the run's first action already starts the next
+      // run's gathers, which the run's compute then hides; otherwise a
+      // parameter is freed after its last read in the action, unless the
+      // next run starts with it.
+      auto keyOf = [&](const Action &x) { return x.chunk * 3 + phaseKey(x); };
+      const int64_t key = keyOf(a);
       const Action *next = computeIndex + 1 < computeActions.size()
                                ? &computeActions[computeIndex + 1]
                                : nullptr;
-      const bool keepGathered = next && next->chunk * 3 + phaseKey(*next) == key;
+      const bool keepGathered = next && keyOf(*next) == key;
+      const Action *nextRun = nullptr;
+      for (size_t k = computeIndex + 1; k < computeActions.size() && !nextRun; ++k)
+        if (keyOf(computeActions[k]) != key)
+          nextRun = &computeActions[k];
       ++computeIndex;
       std::vector<std::vector<std::string>> layers = gatheredLayers(ops);
       llvm::StringMap<size_t> layerOfName;
@@ -800,18 +817,30 @@ LogicalResult RankEmitter::run(RankPlan &out) {
         if (!stale.empty())
           emit(json::Object{{"op", "free"}, {"bufs", std::move(stale)}});
       }
-      std::vector<std::string> nextFirst;
-      if (next && !keepGathered) {
-        std::vector<std::vector<std::string>> nl =
-            gatheredLayers(actionOps(*next), recomputedBefore(*next));
-        if (!nl.empty())
-          nextFirst = nl.front();
+      // The next run's layers within the prefetch window.
+      const size_t depth = (size_t)std::max<int64_t>(sh.opts.prefetch, 1);
+      std::vector<std::vector<std::string>> nextLayers;
+      if (nextRun) {
+        nextLayers = gatheredLayers(actionOps(*nextRun), recomputedBefore(*nextRun));
+        if (nextLayers.size() > depth)
+          nextLayers.resize(depth);
       }
+      llvm::StringSet<> keptForNext;
+      for (const std::vector<std::string> &names : nextLayers)
+        for (const std::string &n : names)
+          keptForNext.insert(n);
+      // Layer `j` of this action followed by the next run's.
+      auto prefetchLayer = [&](size_t j) {
+        if (j < layers.size())
+          prefetchGathers(layers[j]);
+        else if (j - layers.size() < nextLayers.size())
+          prefetchGathers(nextLayers[j - layers.size()]);
+      };
       size_t layersReached = 0;
-      // Before an op: the layers up to the one it reads are requested (the
-      // step's first layer, not gathered ahead, now and blocking; the others
-      // wait for their gather at the first read) and the one after each is
-      // gathered ahead.
+      // Before an op: the layers up to the one it reads are requested (one
+      // not gathered ahead now and blocking; the others wait for their
+      // gather at the first read) and the `prefetch=` layers
+      // after each are gathered ahead, into the next run's.
       auto reachLayerOf = [&](Operation *o) {
         size_t upTo = layersReached;
         for (Value v : o->getOperands())
@@ -821,18 +850,19 @@ LogicalResult RankEmitter::run(RankPlan &out) {
           for (const std::string &n : layers[layersReached])
             if (!gathered.count(n) && !prefetched.count(n))
               paramBuffer(n, ctx);
-          if (layersReached + 1 < layers.size())
-            prefetchGathers(layers[layersReached + 1]);
-          else
-            prefetchGathers(nextFirst);
+          for (size_t j = layersReached + 1; j <= layersReached + depth; ++j)
+            prefetchLayer(j);
         }
       };
+      // An action that gathers nothing (a chunk of a lower zero level) starts
+      // the next run's gathers at once.
+      if (layers.empty())
+        for (size_t j = 0; j < depth; ++j)
+          prefetchLayer(j);
       std::vector<std::vector<std::string>> freeList =
           keepGathered ? std::vector<std::vector<std::string>>(ops.size()) : freeAfter(ops);
       for (std::vector<std::string> &names : freeList)
-        llvm::erase_if(names, [&](const std::string &n) {
-          return llvm::is_contained(nextFirst, n);
-        });
+        llvm::erase_if(names, [&](const std::string &n) { return keptForNext.contains(n); });
       size_t actionStart = program.size();
       std::vector<bool> recomputedInstr; // per instruction of this action
       inAction = true;

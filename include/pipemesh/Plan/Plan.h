@@ -50,6 +50,10 @@ struct CompileOptions {
   /// `zero` everywhere.
   std::vector<int64_t> zeroChunks;
   bool zeroAuto = false;
+  /// ZeRO-3: how many layers' parameter gathers run ahead of the layer in
+  /// use, into the next action's (DeepSpeed's prefetch bucket, counted in
+  /// layers). Each costs a layer's whole parameters in memory.
+  int64_t prefetch = 1;
   /// Explicit transformer layers per chunk for --pmesh-partition (empty: the
   /// partitioner balances by its cost model).
   std::vector<int64_t> layersPerStage;
