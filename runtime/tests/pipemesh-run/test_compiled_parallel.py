@@ -27,6 +27,8 @@ CONFIGS = [  # (pp, dp, zero, microbatches, schedule)
     (2, 1, 0, 4, "zb-h1"),
     (2, 2, 1, 2, "zb-h2"),
     (2, 2, 2, 2, "bfs"),
+    # ZeRO-3 gathers two layers ahead, into the next run's, from the program's start
+    (2, 2, 3, 2, "bfs prefetch=2"),
     (2, 1, 0, 4, "elastic fwd-groups=3,1 bwd-groups=2,2"),
     (2, 2, 1, 2, "elastic groups=auto cluster=a100-40g-25gbps recompute=full"),
     (2, 1, 0, 4, "zb-h1 recompute=auto mem-limit=1600KB"),
