@@ -13,6 +13,7 @@ device (run_chain(): a higher level only adds communication, so once a level nee
 recompute nor more memory the higher ones cannot be faster); with --zero-auto also
 `zero=auto cluster=PRESET` (the compiler's per-chunk ZeRO search, one compile per network)
 for the elastic candidates and, unless --zero-auto=elastic, the interleaved and bfs plans.
+Plans that may shard parameters (zero=3, zero=auto) gather two layers ahead (prefetch=2).
 Every plan is simulated on both clusters (zero=auto ones on their own); per row (model, gpus,
 network, schedule) table 1 keeps the fastest plan that compiled within mem-limit, table 2 the
 fastest whose simulated peak fits the device (pipemesh-sim's fits_memory; since the presets
@@ -175,7 +176,8 @@ def run_config(opt, simbin, model, gpus, schedule, vpp, extra, label, zero, net=
             return rec
     opts = (f"batch={batch} seq={SEQ} pp={pp} dp={dp} vpp={vpp} microbatches={m} "
             f"schedule={schedule} zero={zero} recompute=auto mem-limit={MEM_LIMIT} "
-            f"shapes-only=true {extra}{(' cluster=' + net) if net else ''}").strip()
+            f"shapes-only=true {extra}{(' cluster=' + net) if net else ''}"
+            f"{' prefetch=2' if zero in (3, 'auto') else ''}").strip()
     rec = {"key": key, "model": model, "gpus": gpus, "schedule": schedule, "label": label,
            "pp": pp, "dp": dp, "vpp": vpp, "batch": batch, "microbatches": m, "zero": zero,
            "options": opts, "sims": {}, "bin_hash": BIN_HASH, "global_batch": GLOBAL_BATCH}

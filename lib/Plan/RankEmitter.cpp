@@ -640,27 +640,51 @@ LogicalResult RankEmitter::run(RankPlan &out) {
     else
       emit(std::move(o));
   };
+  // A reduce-scatter of gradients over dp: into the persistent shards, or
+  // (`accumulate`: a ZeRO-2/3 run's whole gradients) into temporary shards
+  // that are then added to them. Whole gradients and temporaries are freed
+  // once it completes: right away, or (async) when a wait_collectives does.
   auto lowerReduceScatter = [&](pm::ReduceScatterGradsOp rs) {
-    json::Array in, out;
+    const bool accumulate = rs.getAccumulate();
+    json::Array in, out, sums;
     InFlight after;
     for (const std::string &n : names(rs.getParams())) {
       scattered.insert(n);
       ParamBufs &pb = pbufs[n];
       int full = gradTarget(n);
       in.push_back(full);
-      out.push_back(pb.gradShard);
-      if (pb.transientGrad >= 0)
-        after.freed.push_back(full);
+      if (!accumulate) {
+        out.push_back(pb.gradShard);
+        if (pb.transientGrad >= 0)
+          after.freed.push_back(full);
+        continue;
+      }
+      Buffer b;
+      b.name = n + ".grad.reduced";
+      b.shape = {pb.layout.shardNumel};
+      b.dtype = "f32";
+      b.kind = "activation";
+      int t = add(std::move(b));
+      out.push_back(t);
+      sums.push_back(pb.gradShard);
+      after.freed.push_back(full);
+      after.freed.push_back(t);
+      pb.transientGrad = -1; // the next backward starts a new whole gradient
     }
+    if (accumulate)
+      after.then.push_back(
+          json::Object{{"op", "accumulate"}, {"in", json::Array(out)}, {"out", std::move(sums)}});
     json::Object o{
         {"op", "reduce_scatter"}, {"group", "dp"}, {"in", std::move(in)}, {"out", std::move(out)}};
     if (rs.getAsync()) {
       issueAsync(std::move(o), std::move(after));
-    } else {
-      emit(std::move(o));
-      if (!after.freed.empty())
-        emit(json::Object{{"op", "free"}, {"bufs", std::move(after.freed)}});
+      return;
     }
+    emit(std::move(o));
+    for (json::Object &i : after.then)
+      emit(std::move(i));
+    if (!after.freed.empty())
+      emit(json::Object{{"op", "free"}, {"bufs", std::move(after.freed)}});
   };
   // An async data-parallel reduction of gradients (not a tied sum, not a
   // ZeRO-2/3 accumulating one): what may be issued inside the action before it.
@@ -964,42 +988,6 @@ LogicalResult RankEmitter::run(RankPlan &out) {
     } else if (auto ar = dyn_cast<pm::AllReduceGradsOp>(op)) {
       if (!loweredEarly.count(ar))
         lowerAllReduce(ar);
-    } else if (auto rs = dyn_cast<pm::ReduceScatterGradsOp>(op); rs && rs.getAccumulate()) {
-      // Reduce a run's whole gradients into temporary shards, add those to
-      // the persistent shards, free both: right away, or (async) once a
-      // wait_collectives completes the reduction.
-      json::Array in, tmp, acc, freed;
-      for (const std::string &n : names(rs.getParams())) {
-        scattered.insert(n);
-        ParamBufs &pb = pbufs[n];
-        int full = gradTarget(n);
-        Buffer b;
-        b.name = n + ".grad.reduced";
-        b.shape = {pb.layout.shardNumel};
-        b.dtype = "f32";
-        b.kind = "activation";
-        int t = add(std::move(b));
-        in.push_back(full);
-        tmp.push_back(t);
-        acc.push_back(pb.gradShard);
-        freed.push_back(full);
-        freed.push_back(t);
-        pb.transientGrad = -1; // the next backward starts a new whole gradient
-      }
-      json::Array tmpCopy = tmp;
-      json::Object reduce{
-          {"op", "reduce_scatter"}, {"group", "dp"}, {"in", std::move(in)}, {"out", std::move(tmp)}};
-      json::Object accumulate{{"op", "accumulate"}, {"in", std::move(tmpCopy)}, {"out", std::move(acc)}};
-      if (rs.getAsync()) {
-        InFlight after;
-        after.then.push_back(std::move(accumulate));
-        after.freed = std::move(freed);
-        issueAsync(std::move(reduce), std::move(after));
-      } else {
-        emit(std::move(reduce));
-        emit(std::move(accumulate));
-        emit(json::Object{{"op", "free"}, {"bufs", std::move(freed)}});
-      }
     } else if (auto rs = dyn_cast<pm::ReduceScatterGradsOp>(op)) {
       if (!loweredEarly.count(rs))
         lowerReduceScatter(rs);
