@@ -311,6 +311,8 @@ json::Object PlanBuilder::manifest(std::vector<RankPlan> &ranks, bool replicasEl
       zc.push_back(z);
     parallel["zero_chunks"] = std::move(zc);
   }
+  if (o.dp > 1 && llvm::is_contained(sh.zeroChunks, 3))
+    parallel["prefetch"] = o.prefetch; // layers gathered ahead
   if (sh.opts.zeroAuto && sh.zeroSearchCandidates > 0)
     parallel["zero_search"] = json::Object{{"candidates", sh.zeroSearchCandidates},
                                            {"seconds", sh.zeroSearchSeconds},

@@ -112,6 +112,8 @@ bool printPlan(llvm::StringRef path, llvm::raw_ostream &os, std::string &why) {
     os << " zero-per-chunk=" << intList(zc, ",");
   else if (auto zero = par->getInteger("zero"))
     os << " zero=" << *zero;
+  if (auto prefetch = par->getInteger("prefetch"))
+    os << " prefetch=" << *prefetch;
   searchNote("zero_search", "zero=auto");
   os << "\n";
   for (const json::Value &rv : *ranks) {
