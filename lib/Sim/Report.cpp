@@ -31,6 +31,7 @@ json::Value pipemesh::sim::summaryJson(const Job &job, const cost::Cluster &clus
                                  {"persistent_bytes", job.ranks[r.rank].persistentBytes},
                                  {"p2p_bytes", r.p2pBytes},
                                  {"collective_bytes", r.collectiveBytes},
+                                 {"collective_busy_s", r.collectiveBusyS},
                                  {"work_s", std::move(work)}});
   }
   return json::Object{{"plan", job.name},

@@ -348,6 +348,7 @@ void Engine::tryResolve(int32_t first) {
       s.collFree = x.end;
       ++s.pendingHead;
       res.ranks[m].collectiveBytes += x.bytes;
+      res.ranks[m].collectiveBusyS += x.duration;
       if (opts.timeline) {
         Span sp;
         sp.start = x.start, sp.end = x.end, sp.kind = SpanKind::Collective, sp.peer = x.group;

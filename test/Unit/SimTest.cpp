@@ -367,6 +367,7 @@ TEST(SimCollective, StreamSerialisesCollectivesOfARank) {
   ASSERT_TRUE(r.ok) << r.error;
   EXPECT_NEAR(r.stepTimeS, 4.0, 1e-12);
   EXPECT_NEAR(r.ranks[0].exposedCommS, 3.0, 1e-12);
+  EXPECT_NEAR(r.ranks[0].collectiveBusyS, 4.0, 1e-12);
 }
 
 TEST(SimCollective, WaitKeepCompletesAllButTheMostRecent) {

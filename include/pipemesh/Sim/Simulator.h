@@ -81,6 +81,9 @@ struct RankStats {
   int64_t peakMemBytes = 0; // persistent + the most live bytes at once
   int64_t arenaBytes = 0;   // the plan's planned arena (0 when unknown)
   double p2pBytes = 0, collectiveBytes = 0;
+  /// Time the rank's collective stream runs collectives: the step can be no
+  /// shorter (a floor that no overlap removes).
+  double collectiveBusyS = 0;
 };
 
 struct SimResult {
