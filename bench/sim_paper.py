@@ -210,7 +210,6 @@ def run_config(opt, simbin, model, gpus, schedule, vpp, extra, label, zero, net=
                 os.remove(out)
             rec["sims"][net]["sim_s"] = round(time.time() - t1, 1)
         os.remove(plan)
-        s = rec["sims"][NETWORKS[0]]
         log(f"{key}: compile {rec['compile_s']} s, " + ", ".join(
             f"{n.split('-')[-1]} {v.get('tokens_per_s', 0):.0f} tok/s"
             f" rc {v.get('recompute_frac', 0) or 0:.3f}" if "error" not in v else
