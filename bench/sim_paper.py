@@ -150,16 +150,17 @@ def bin_hash(*paths):
     return h.hexdigest()[:12]
 
 
-def plan_zero_levels(plan):
-    """Per-chunk ZeRO levels recorded in a plan (zero=auto's choice), best effort."""
-    try:
-        doc = json.load(open(plan))
-    except Exception:
-        return None
-    for sec in (doc.get("parallel", {}), doc.get("manifest", {}), doc):
-        for k in ("zero_levels", "chunk_zero", "zero"):
-            if isinstance(sec, dict) and k in sec:
-                return sec[k]
+def plan_zero_levels(opt, plan):
+    """Per-chunk ZeRO levels of a plan (zero=auto's choice), from `pipemesh-opt --print-plan`'s
+    parallel line: a list for mixed levels, an int for one level, None when unreadable."""
+    cp = subprocess.run([opt, "--print-plan", plan], capture_output=True, text=True)
+    for line in cp.stdout.splitlines():
+        if line.startswith("parallel:"):
+            for word in line.split():
+                if word.startswith("zero-per-chunk="):
+                    return [int(z) for z in word.split("=", 1)[1].split(",")]
+                if word.startswith("zero="):
+                    return int(word.split("=", 1)[1])
     return None
 
 
@@ -199,7 +200,7 @@ def run_config(opt, simbin, model, gpus, schedule, vpp, extra, label, zero, net=
         log(f"{key}: compile FAILED ({rec['compile_s']} s): {rec['compile_error']}")
     else:
         if zero == "auto":
-            rec["zero_chosen"] = plan_zero_levels(plan)
+            rec["zero_chosen"] = plan_zero_levels(opt, plan)
         for net in ([net] if net else NETWORKS):
             out = os.path.join(WORK, f"{key}.{net}.json")
             t1 = time.time()
