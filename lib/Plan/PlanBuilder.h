@@ -290,11 +290,10 @@ private:
   sim::SimResult skeletonStep(const cost::Cluster &cluster);
   /// The searches' exact check: emits and simulates candidates in order
   /// (`apply(i)` sets the options of the i-th) until two fit, and returns
-  /// the faster of those (its simulated step in `stepTimeS`), or -1 with
-  /// the last failure in `why`.
+  /// the faster of those, or -1 with the last failure in `why`.
   int64_t fasterOfFirstTwoFitting(func::FuncOp train, const cost::Cluster &cluster,
                                   size_t candidates, llvm::function_ref<void(size_t)> apply,
-                                  std::string &why, double *stepTimeS = nullptr);
+                                  std::string &why);
   LogicalResult chooseGroups(func::FuncOp train, const cost::Cluster &cluster);
   void chooseZero(func::FuncOp train, const cost::Cluster &cluster);
   void explain(func::FuncOp train, const cost::Cluster &cluster);

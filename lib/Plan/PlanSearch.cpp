@@ -152,7 +152,7 @@ sim::SimResult PlanBuilder::skeletonStep(const cost::Cluster &cluster) {
 int64_t PlanBuilder::fasterOfFirstTwoFitting(func::FuncOp train, const cost::Cluster &cluster,
                                              size_t candidates,
                                              llvm::function_ref<void(size_t)> apply,
-                                             std::string &why, double *stepTimeS) {
+                                             std::string &why) {
   double bestExact = INFINITY;
   int64_t chosen = -1;
   int fitting = 0;
@@ -169,8 +169,6 @@ int64_t PlanBuilder::fasterOfFirstTwoFitting(func::FuncOp train, const cost::Clu
       chosen = (int64_t)i;
     }
   }
-  if (stepTimeS)
-    *stepTimeS = bestExact;
   return chosen;
 }
 
@@ -183,9 +181,9 @@ int64_t PlanBuilder::fasterOfFirstTwoFitting(func::FuncOp train, const cost::Clu
 /// 0.1%: otherwise the less sharded stays). The skeleton leaves out
 /// recomputation, so the candidates it saw are then emitted and simulated
 /// exactly, best first, until two fit (with recompute=auto, memory saved by
-/// sharding turns into less recomputation there), and the faster is kept;
-/// with recompute=auto, so are the (at most three) fastest skeletons over
-/// the limit, which may fit by recomputing.
+/// sharding turns into less recomputation there), and the fastest of those,
+/// the (at most three, with recompute=auto) fastest skeletons over the limit,
+/// which may fit by recomputing, and the uniform levels is kept.
 void PlanBuilder::chooseZero(func::FuncOp train, const cost::Cluster &cluster) {
   auto started = std::chrono::steady_clock::now();
   const size_t chunks = sh.zeroChunks.size();
@@ -241,20 +239,25 @@ void PlanBuilder::chooseZero(func::FuncOp train, const cost::Cluster &cluster) {
       ranked.push_back({r, z});
   std::stable_sort(ranked.begin(), ranked.end(),
                    [&](const auto &a, const auto &b) { return better(a.first, b.first); });
-  std::string why;
-  double chosenTime = INFINITY;
-  int64_t chosen = fasterOfFirstTwoFitting(
-      train, cluster, ranked.size(), [&](size_t i) { sh.zeroChunks = ranked[i].second; }, why,
-      &chosenTime);
-  // Nothing fits: shard everything, and let the emission say by how much
-  // the plan is over the limit.
-  std::vector<int64_t> choice =
-      chosen >= 0 ? ranked[chosen].second : std::vector<int64_t>(chunks, 3);
+  // Exact checks, each candidate emitted and simulated once.
+  std::map<std::vector<int64_t>, double> exact; // step time; INFINITY: does not fit
+  auto check = [&](const std::vector<int64_t> &z) {
+    auto [it, added] = exact.try_emplace(z, INFINITY);
+    if (added) {
+      sh.zeroChunks = z;
+      if (Prediction p = predict(train, cluster); p.ok)
+        it->second = p.result.stepTimeS;
+    }
+    return it->second < INFINITY;
+  };
+  // The skeleton's best, until two fit.
+  for (size_t i = 0, fitting = 0; i < ranked.size() && fitting < 2; ++i)
+    fitting += check(ranked[i].second);
   // With recompute=auto a candidate whose skeleton is over the limit may
   // still fit by recomputing, and recomputing can cost less than the
   // communication that more sharding adds (a 13B model at dp=16: ZeRO-2
-  // with 9% recompute beats ZeRO-3 with 5% by a quarter). The few skeletons
-  // faster than the best fitting one are checked exactly too.
+  // with 9% recompute beats ZeRO-3 with 5% by a quarter): the few skeletons
+  // faster than the best fitting one.
   if (sh.opts.recompute == "auto" && sh.opts.memLimit && !ranked.empty()) {
     const double bestFittingSkeleton =
         ranked.front().first.fits ? ranked.front().first.t : INFINITY;
@@ -264,13 +267,30 @@ void PlanBuilder::chooseZero(func::FuncOp train, const cost::Cluster &cluster) {
         overLimit.push_back({r.t, z});
     llvm::sort(overLimit);
     constexpr size_t kOverLimitTries = 3;
-    double t = INFINITY;
-    int64_t alt = fasterOfFirstTwoFitting(
-        train, cluster, std::min(overLimit.size(), kOverLimitTries),
-        [&](size_t i) { sh.zeroChunks = overLimit[i].second; }, why, &t);
-    if (alt >= 0 && t < chosenTime)
-      choice = overLimit[alt].second;
+    for (size_t i = 0; i < overLimit.size() && i < kOverLimitTries; ++i)
+      check(overLimit[i].second);
   }
+  // And the uniform levels (the two best by the skeleton; with
+  // recompute=auto all four, since the skeleton, which leaves recomputation
+  // out, can rank a level that then recomputes above one that does not: 7B
+  // interleaved at dp=8 ran 5% slower with the mix it preferred than at
+  // ZeRO-3 everywhere): a mix is kept only where it beats them exactly.
+  std::vector<std::pair<Rough, std::vector<int64_t>>> uniform;
+  for (int64_t z = 0; z <= 3; ++z)
+    if (Rough r = rough(std::vector<int64_t>(chunks, z)); r.t < INFINITY)
+      uniform.push_back({r, std::vector<int64_t>(chunks, z)});
+  std::stable_sort(uniform.begin(), uniform.end(),
+                   [&](const auto &a, const auto &b) { return better(a.first, b.first); });
+  const size_t uniformTries = sh.opts.recompute == "auto" ? uniform.size() : 2;
+  for (size_t i = 0; i < uniform.size() && i < uniformTries; ++i)
+    check(uniform[i].second);
+  // The fastest that fits; when nothing does, shard everything and let the
+  // emission say by how much the plan is over the limit.
+  std::vector<int64_t> choice(chunks, 3);
+  double fastest = INFINITY;
+  for (auto &[z, t] : exact)
+    if (t < fastest)
+      fastest = t, choice = z;
   sh.zeroChunks = std::move(choice);
   sh.zeroSearchCandidates = (int64_t)seen.size();
   sh.zeroSearchSeconds =
