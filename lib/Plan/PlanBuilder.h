@@ -242,6 +242,11 @@ private:
   /// The whole buffer of a prefetched parameter, after waiting for its
   /// gather (and with it every earlier prefetch).
   int takePrefetched(StringRef name);
+  /// Completes the gathers of prefetched parameters that nothing took (a
+  /// W that re-runs less than its B did) and moves them to `gathered`: a
+  /// buffer's lifetime ends at its last use, and an async gather still
+  /// writing into a buffer that the arena gave to another would corrupt it.
+  void retirePrefetched();
   bool asyncCollectives = false; // issued any this step since the last wait
   /// Gradients reduce-scattered so far this step (a later tied sum adds the
   /// shards).

@@ -289,6 +289,25 @@ int RankEmitter::takePrefetched(StringRef name) {
   return gathered.lookup(name);
 }
 
+void RankEmitter::retirePrefetched() {
+  if (prefetched.empty())
+    return;
+  int64_t last = -1;
+  for (auto &kv : prefetched)
+    last = std::max(last, kv.second.second);
+  // Complete them (with what was issued before), then they are gathered
+  // parameters like the others, freed with them.
+  if (!inFlight.empty() && inFlight.front().seq <= last) {
+    int64_t keep = 0;
+    for (const InFlight &f : inFlight)
+      keep += f.seq > last;
+    waitCollectives(/*always=*/true, keep);
+  }
+  for (auto &kv : prefetched)
+    gathered[kv.getKey()] = kv.second.first;
+  prefetched.clear();
+}
+
 void RankEmitter::waitCollectives(bool always, int64_t keep) {
   if (!always && !asyncCollectives)
     return;
@@ -994,6 +1013,7 @@ LogicalResult RankEmitter::run(RankPlan &out) {
     } else if (wc) {
       lowerWait(wc);
     } else if (isa<pm::OptimizerStepOp>(op)) {
+      retirePrefetched();
       freeGathered();
       json::Array entries;
       for (const std::string &n : heldParams) {
@@ -1041,6 +1061,8 @@ LogicalResult RankEmitter::run(RankPlan &out) {
     }
   }
   waitSends(0);
+  retirePrefetched();
+  freeGathered();
   waitCollectives();
 
   layout(out);
