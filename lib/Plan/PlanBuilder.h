@@ -242,6 +242,9 @@ private:
   /// The whole buffer of a prefetched parameter, after waiting for its
   /// gather (and with it every earlier prefetch).
   int takePrefetched(StringRef name);
+  /// Waits (if still needed) for every async collective up to issue number
+  /// `seq` and moves the parameters prefetched by them to `gathered`.
+  void completePrefetchesThrough(int64_t seq);
   /// Completes the gathers of prefetched parameters that nothing took (a
   /// W that re-runs less than its B did) and moves them to `gathered`: a
   /// buffer's lifetime ends at its last use, and an async gather still

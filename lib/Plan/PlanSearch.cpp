@@ -208,12 +208,16 @@ void PlanBuilder::chooseZero(func::FuncOp train, const cost::Cluster &cluster) {
       return a.fits;
     return a.t < b.t * 0.999;
   };
-  // The descent starts from the best uniform level (each is a candidate).
-  std::vector<int64_t> best(chunks, 0);
-  Rough cur = rough(best);
-  for (int64_t z = 1; z <= 3; ++z)
-    if (Rough r = rough(std::vector<int64_t>(chunks, z)); better(r, cur)) {
-      best.assign(chunks, z);
+  // The uniform levels (level z at index z); the descent starts from the
+  // best of them.
+  std::vector<std::pair<Rough, std::vector<int64_t>>> uniform;
+  for (int64_t z = 0; z <= 3; ++z)
+    uniform.push_back({rough(std::vector<int64_t>(chunks, z)), std::vector<int64_t>(chunks, z)});
+  std::vector<int64_t> best = uniform[0].second;
+  Rough cur = uniform[0].first;
+  for (auto &[r, z] : llvm::drop_begin(uniform))
+    if (better(r, cur)) {
+      best = z;
       cur = r;
     }
   for (int sweep = 0; sweep < 2; ++sweep) {
@@ -275,10 +279,7 @@ void PlanBuilder::chooseZero(func::FuncOp train, const cost::Cluster &cluster) {
   // out, can rank a level that then recomputes above one that does not: 7B
   // interleaved at dp=8 ran 5% slower with the mix it preferred than at
   // ZeRO-3 everywhere): a mix is kept only where it beats them exactly.
-  std::vector<std::pair<Rough, std::vector<int64_t>>> uniform;
-  for (int64_t z = 0; z <= 3; ++z)
-    if (Rough r = rough(std::vector<int64_t>(chunks, z)); r.t < INFINITY)
-      uniform.push_back({r, std::vector<int64_t>(chunks, z)});
+  llvm::erase_if(uniform, [](const auto &u) { return u.first.t == INFINITY; });
   std::stable_sort(uniform.begin(), uniform.end(),
                    [&](const auto &a, const auto &b) { return better(a.first, b.first); });
   const size_t uniformTries = sh.opts.recompute == "auto" ? uniform.size() : 2;

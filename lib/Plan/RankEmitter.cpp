@@ -270,8 +270,7 @@ void RankEmitter::prefetchGathers(llvm::ArrayRef<std::string> names) {
     prefetched[n] = {id, seq};
 }
 
-int RankEmitter::takePrefetched(StringRef name) {
-  int64_t seq = prefetched.lookup(name).second;
+void RankEmitter::completePrefetchesThrough(int64_t seq) {
   // Still in flight: complete it (and everything issued before it).
   if (!inFlight.empty() && inFlight.front().seq <= seq) {
     int64_t keep = 0;
@@ -286,26 +285,19 @@ int RankEmitter::takePrefetched(StringRef name) {
     } else {
       ++it;
     }
+}
+
+int RankEmitter::takePrefetched(StringRef name) {
+  completePrefetchesThrough(prefetched.lookup(name).second);
   return gathered.lookup(name);
 }
 
 void RankEmitter::retirePrefetched() {
-  if (prefetched.empty())
-    return;
   int64_t last = -1;
   for (auto &kv : prefetched)
     last = std::max(last, kv.second.second);
-  // Complete them (with what was issued before), then they are gathered
-  // parameters like the others, freed with them.
-  if (!inFlight.empty() && inFlight.front().seq <= last) {
-    int64_t keep = 0;
-    for (const InFlight &f : inFlight)
-      keep += f.seq > last;
-    waitCollectives(/*always=*/true, keep);
-  }
-  for (auto &kv : prefetched)
-    gathered[kv.getKey()] = kv.second.first;
-  prefetched.clear();
+  if (last >= 0)
+    completePrefetchesThrough(last);
 }
 
 void RankEmitter::waitCollectives(bool always, int64_t keep) {
@@ -771,16 +763,32 @@ LogicalResult RankEmitter::run(RankPlan &out) {
           }
     return layers;
   };
+  // zero 3: a run is consecutive actions of one chunk and phase; each
+  // action's next run is the first later action of another chunk or phase.
+  auto keyOf = [&](const Action &x) { return x.chunk * 3 + phaseKey(x); };
+  const size_t numActions = computeActions.size();
+  std::vector<size_t> nextRunOf(numActions, numActions);
+  for (size_t k = numActions; k-- > 1;)
+    nextRunOf[k - 1] = keyOf(computeActions[k]) != keyOf(computeActions[k - 1]) ? k : nextRunOf[k];
+  // The first `prefetch=` layers an action gathers: what is fetched ahead
+  // for it (by the run before it, or by the program's start).
+  const size_t depth = (size_t)std::max<int64_t>(sh.opts.prefetch, 1);
+  std::map<size_t, std::vector<std::vector<std::string>>> prefetchWindows;
+  auto prefetchWindow = [&](size_t k) -> const std::vector<std::vector<std::string>> & {
+    auto [it, added] = prefetchWindows.try_emplace(k);
+    if (added) {
+      const Action &x = computeActions[k];
+      it->second = gatheredLayers(actionOps(x), recomputedBefore(x));
+      if (it->second.size() > depth)
+        it->second.resize(depth);
+    }
+    return it->second;
+  };
   // The first action's gathers start with the program, so that a rank that
   // waits for its first activations gathers meanwhile.
-  if (!computeActions.empty()) {
-    const Action &first = computeActions.front();
-    std::vector<std::vector<std::string>> firstLayers =
-        gatheredLayers(actionOps(first), recomputedBefore(first));
-    for (size_t j = 0; j < firstLayers.size() && j < (size_t)std::max<int64_t>(sh.opts.prefetch, 1);
-         ++j)
-      prefetchGathers(firstLayers[j]);
-  }
+  if (numActions)
+    for (const std::vector<std::string> &layer : prefetchWindow(0))
+      prefetchGathers(layer);
   size_t computeIndex = 0;
   for (Operation &op : rankProgram.getBody().front()) {
     auto wc = dyn_cast<pm::WaitCollectivesOp>(op);
@@ -832,16 +840,8 @@ LogicalResult RankEmitter::run(RankPlan &out) {
       // run's gathers, which the run's compute then hides; otherwise a
       // parameter is freed after its last read in the action, unless the
       // next run starts with it.
-      auto keyOf = [&](const Action &x) { return x.chunk * 3 + phaseKey(x); };
-      const int64_t key = keyOf(a);
-      const Action *next = computeIndex + 1 < computeActions.size()
-                               ? &computeActions[computeIndex + 1]
-                               : nullptr;
-      const bool keepGathered = next && keyOf(*next) == key;
-      const Action *nextRun = nullptr;
-      for (size_t k = computeIndex + 1; k < computeActions.size() && !nextRun; ++k)
-        if (keyOf(computeActions[k]) != key)
-          nextRun = &computeActions[k];
+      const size_t nextRun = nextRunOf[computeIndex];
+      const bool keepGathered = nextRun > computeIndex + 1; // the next action is of this run
       ++computeIndex;
       std::vector<std::vector<std::string>> layers = gatheredLayers(ops);
       llvm::StringMap<size_t> layerOfName;
@@ -860,14 +860,9 @@ LogicalResult RankEmitter::run(RankPlan &out) {
         if (!stale.empty())
           emit(json::Object{{"op", "free"}, {"bufs", std::move(stale)}});
       }
-      // The next run's layers within the prefetch window.
-      const size_t depth = (size_t)std::max<int64_t>(sh.opts.prefetch, 1);
-      std::vector<std::vector<std::string>> nextLayers;
-      if (nextRun) {
-        nextLayers = gatheredLayers(actionOps(*nextRun), recomputedBefore(*nextRun));
-        if (nextLayers.size() > depth)
-          nextLayers.resize(depth);
-      }
+      static const std::vector<std::vector<std::string>> none;
+      const std::vector<std::vector<std::string>> &nextLayers =
+          nextRun < numActions ? prefetchWindow(nextRun) : none;
       llvm::StringSet<> keptForNext;
       for (const std::vector<std::string> &names : nextLayers)
         for (const std::string &n : names)
