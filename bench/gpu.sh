@@ -1,19 +1,26 @@
 #!/usr/bin/env bash
 # One command for a machine with one NVIDIA GPU (docs/cuda-backend.md):
-#   1. builds pipemesh-opt, pipemesh-run and the CUDA tests/bench (build-gpu/);
-#   2. runs the GPU tests (ctest -L gpu);
+#   1. builds pipemesh-opt, pipemesh-run and the CUDA tests/bench (build-gpu/), or, with
+#      BUNDLE=.gpu-bundle/bundle.tar.gz, unpacks what bench/gpu_bundle.sh built elsewhere
+#      (for GPU machines without MLIR, Open MPI, OpenBLAS or protobuf);
+#   2. runs the GPU tests (the kernels against the CPU backend; 10 training steps
+#      against the CPU run);
 #   3. cuBLASLt GEMM TFLOP/s at GPT-2 124M / 350M shapes (B=16, T=1024) against
 #      the device's peak, and the attention kernels (pipemesh-cuda-bench);
 #   4. GPT-2 124M and 350M training on one GPU (B=16, T=1024, bf16 matmul
 #      operands): tokens/s and MFU over the steps after the first, planned
-#      versus actual device memory;
-# and writes bench/out/gpu/gpu.json plus a short table (bench/out/gpu/gpu.txt; bench/out is not tracked).
-# Budget: about 8 minutes on a 16-core H200 machine. Without a GPU it exits 1
+#      versus actual device memory; the same models in PyTorch (bench/torch_gpt2.py,
+#      bf16 autocast, flash attention, fused AdamW) as the baseline of the same run;
+#   5. a per-op profile of one 124M step, and compute-sanitizer over the kernel tests
+#      (where the tool runs);
+# and writes bench/out/gpu/gpu.json plus a short table (bench/out/gpu/gpu.txt; bench/out is
+# not tracked). Budget: about 8 minutes on a 16-core H200 machine. Without a GPU it exits 1
 # with a message. Environment: JOBS (build parallelism), BUILD_DIR (build-gpu),
 # STEPS (training steps per model, default 6), PEAK_BF16 / PEAK_FP32 (TFLOP/s;
 # default the H100/H200 SXM datasheet's 989 / 67), SKIP_BUILD=1 (use BUILD_DIR
-# as is), MODELS ("124M 350M").
-set -euo pipefail
+# as is), MODELS ("124M 350M"), BUNDLE (above), SANITIZER_S (time for compute-sanitizer,
+# default 90; 0 skips it), TORCH=0 (no PyTorch baseline).
+set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
@@ -26,59 +33,107 @@ STEPS=${STEPS:-6}
 PEAK_BF16=${PEAK_BF16:-989}
 PEAK_FP32=${PEAK_FP32:-67}
 MODELS=${MODELS:-"124M 350M"}
+SANITIZER_S=${SANITIZER_S:-90}
 OUT=bench/out/gpu
 mkdir -p "$OUT"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-PY=/usr/bin/python3
-[[ -x $PY ]] || PY=python3
+# The interpreter with numpy (Debian's /usr/bin/python3 here; a GPU image's own python3
+# holds numpy and PyTorch).
+PY=""
+for p in ${PYTHON:-} /usr/bin/python3 python3; do
+  if "$p" -c "import numpy" >/dev/null 2>&1; then PY=$p; break; fi
+done
+[[ -n $PY ]] || { echo "bench/gpu.sh: no python3 with numpy" >&2; exit 1; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
+FAILED=()
 
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu-device.txt"
 
-# --- 1. build --------------------------------------------------------------------
-if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
-  stamp "building into $BUILD_DIR (-j$JOBS)"
-  export CCACHE_BASEDIR="$REPO" CCACHE_NOHASHDIR=1
-  if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
-    cmake -G Ninja -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DPIPEMESH_ENABLE_CUDA=ON \
-      -DMLIR_DIR=/usr/lib/llvm-19/lib/cmake/mlir \
-      -DLLVM_EXTERNAL_LIT=/usr/lib/llvm-19/build/utils/lit/lit.py > "$WORK/cmake.log" 2>&1 || {
-        tail -30 "$WORK/cmake.log"
-        echo "bench/gpu.sh: configure failed (the runtime needs OpenBLAS, Open MPI, nlohmann-json," \
-             "protobuf/ONNX; pipemesh-opt needs MLIR 19: docs/cuda-backend.md, 'On a GPU machine')" >&2
-        exit 1; }
+# --- 1. build or unpack ----------------------------------------------------------------------
+if [[ -n ${BUNDLE:-} ]]; then
+  stamp "unpacking $BUNDLE"
+  B=$WORK/bundle
+  mkdir -p "$B" && tar -C "$B" -xzf "$BUNDLE" || { echo "bench/gpu.sh: cannot unpack $BUNDLE" >&2; exit 1; }
+  BIN=$B/bin
+  # The machine's cuBLASLt and NCCL (CUDA toolkit or the nvidia-* Python wheels).
+  CUDA_DIRS=""
+  for lib in libcublasLt.so.13 libnccl.so.2 libcudart.so.13; do
+    f=$(find /usr/local /usr/lib /opt -name "$lib" 2>/dev/null | head -1)
+    if [[ -n $f ]]; then
+      CUDA_DIRS="$CUDA_DIRS:$(dirname "$f")"
+    else
+      echo "bench/gpu.sh: $lib not found on this machine" >&2
+    fi
+  done
+  export LD_LIBRARY_PATH="$B/lib$CUDA_DIRS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # Open MPI from the bundle, one process without mpirun.
+  export OPAL_PREFIX=$B/ompi OMPI_MCA_ess_singleton_isolated=1 OMPI_MCA_btl=self OMPI_MCA_pml=ob1
+  echo "bundle of commit $(cat "$B/commit"); LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+  TEST_PLAN=$B/plans/tiny.plan
+  plan_of() { echo "$B/plans/gpt2-$1.shapes.plan"; }
+else
+  if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
+    stamp "building into $BUILD_DIR (-j$JOBS)"
+    export CCACHE_BASEDIR="$REPO" CCACHE_NOHASHDIR=1
+    if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
+      cmake -G Ninja -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DPIPEMESH_ENABLE_CUDA=ON \
+        -DMLIR_DIR=/usr/lib/llvm-19/lib/cmake/mlir \
+        -DLLVM_EXTERNAL_LIT=/usr/lib/llvm-19/build/utils/lit/lit.py > "$WORK/cmake.log" 2>&1 || {
+          tail -30 "$WORK/cmake.log"
+          echo "bench/gpu.sh: configure failed (the runtime needs OpenBLAS, Open MPI, nlohmann-json," \
+               "protobuf/ONNX; pipemesh-opt needs MLIR 19). Without them: bench/gpu_bundle.sh on a" \
+               "machine that has them, then BUNDLE=.gpu-bundle/bundle.tar.gz bench/gpu.sh here" >&2
+          exit 1; }
+    fi
+    ninja -C "$BUILD_DIR" -j"$JOBS" pipemesh-run pipemesh-opt pipemesh-cuda-kernels-test \
+      pipemesh-cuda-bench > "$WORK/build.log" 2>&1 || { tail -40 "$WORK/build.log"; exit 1; }
   fi
-  ninja -C "$BUILD_DIR" -j"$JOBS" pipemesh-run pipemesh-opt pipemesh-cuda-kernels-test \
-    pipemesh-cuda-bench > "$WORK/build.log" 2>&1 || { tail -40 "$WORK/build.log"; exit 1; }
+  BIN=$REPO/$BUILD_DIR/bin
+  TEST_PLAN=""
+  plan_of() {
+    $PY models/gen_gpt2.py --preset "$1" --shapes-only -o "$WORK/gpt2-$1.onnx" > /dev/null &&
+      "$BIN/pipemesh-opt" "$WORK/gpt2-$1.onnx" \
+        "--pipemesh-compile=batch=16 seq=1024 microbatches=1 shapes-only=true" \
+        -o "$WORK/gpt2-$1.shapes.plan" > /dev/null && echo "$WORK/gpt2-$1.shapes.plan"
+  }
 fi
-BIN=$REPO/$BUILD_DIR/bin
 
-# --- 2. GPU tests ----------------------------------------------------------------------
-stamp "GPU tests"
-(cd "$BUILD_DIR" && ctest -L gpu --output-on-failure --timeout 300) 2>&1 | tee "$OUT/gpu-tests.txt" | tail -15 || true
-TESTS_OK=$(grep -q "100% tests passed" "$OUT/gpu-tests.txt" && echo true || echo false)
-
-# --- 3. kernels ---------------------------------------------------------------------------
-stamp "GEMM and attention benchmark"
-"$BIN/pipemesh-cuda-bench" --json "$OUT/gpu-kernels.json" --peak-bf16 "$PEAK_BF16" \
-  --peak-fp32 "$PEAK_FP32" | tee "$OUT/gpu-kernels.txt"
-
-# --- 4. training ------------------------------------------------------------------------------
+# The GPT-2 plans' weights, drawn on the CPU while the GPU tests run.
 for m in $MODELS; do
-  stamp "GPT-2 $m: model, plan, $STEPS steps"
-  $PY models/gen_gpt2.py --preset "$m" --external-data -o "$WORK/gpt2-$m.onnx" > /dev/null
-  "$BIN/pipemesh-opt" "$WORK/gpt2-$m.onnx" \
-    --pipemesh-compile="batch=16 seq=1024 microbatches=1" -o "$WORK/gpt2-$m.plan" \
-    > "$WORK/opt-$m.log" 2>&1 || { tail -20 "$WORK/opt-$m.log"; exit 1; }
-  rm -f "$WORK/gpt2-$m.onnx" "$WORK/gpt2-$m.onnx.data"
-  "$BIN/pipemesh-run" "$WORK/gpt2-$m.plan" --backend cuda --precision bf16 --steps "$STEPS" \
-    --log-json "$OUT/gpu-train-$m.jsonl" > "$OUT/gpu-train-$m.txt" 2>&1 \
-    || { tail -20 "$OUT/gpu-train-$m.txt"; exit 1; }
-  cat "$OUT/gpu-train-$m.txt"
-  # The plan's FLOPs per step, for MFU.
+  ( $PY bench/fill_plan_weights.py "$(plan_of "$m")" -o "$WORK/gpt2-$m.plan" \
+      > "$WORK/fill-$m.log" 2>&1 || echo failed >> "$WORK/fill-$m.log" ) &
+done
+
+# --- 2. GPU tests ----------------------------------------------------------------------------------
+stamp "GPU tests: kernels against the CPU backend"
+timeout 150 "$BIN/pipemesh-cuda-kernels-test" 2>&1 | tee "$OUT/gpu-kernels-test.txt" | tail -40
+[[ ${PIPESTATUS[0]} == 0 ]] || FAILED+=("kernels test")
+stamp "GPU tests: 10 training steps against the CPU backend"
+PIPEMESH_RUN=$BIN/pipemesh-run PIPEMESH_CUDA_PROBE=$BIN/pipemesh-cuda-kernels-test \
+  PIPEMESH_CUDA_TEST_PLAN=$TEST_PLAN PIPEMESH_OPT=$BIN/pipemesh-opt \
+  timeout 200 $PY runtime/tests/cuda/test_cuda_training.py 2>&1 | tee "$OUT/gpu-training-test.txt" | tail -30
+[[ ${PIPESTATUS[0]} == 0 ]] || FAILED+=("training test")
+
+# --- 3. kernels ---------------------------------------------------------------------------------------
+stamp "GEMM and attention benchmark"
+timeout 120 "$BIN/pipemesh-cuda-bench" --json "$OUT/gpu-kernels.json" --peak-bf16 "$PEAK_BF16" \
+  --peak-fp32 "$PEAK_FP32" 2>&1 | tee "$OUT/gpu-kernels.txt"
+[[ ${PIPESTATUS[0]} == 0 ]] || FAILED+=("kernel benchmark")
+
+# --- 4. training -------------------------------------------------------------------------------------
+wait
+for m in $MODELS; do
+  cat "$WORK/fill-$m.log"
+  stamp "GPT-2 $m: $STEPS steps"
+  if timeout 150 "$BIN/pipemesh-run" "$WORK/gpt2-$m.plan" --backend cuda --precision bf16 --steps "$STEPS" \
+      --log-json "$OUT/gpu-train-$m.jsonl" > "$OUT/gpu-train-$m.txt" 2>&1; then
+    cat "$OUT/gpu-train-$m.txt"
+  else
+    tail -20 "$OUT/gpu-train-$m.txt"; FAILED+=("GPT-2 $m training")
+  fi
   $PY - "$WORK/gpt2-$m.plan" > "$WORK/flops-$m.txt" <<'PYEOF'
 import json, struct, sys
 with open(sys.argv[1], "rb") as f:
@@ -87,39 +142,78 @@ with open(sys.argv[1], "rb") as f:
     man = json.loads(f.read(n))
 print(man["model"].get("flops_per_step", 0), man["ranks"][0]["arena_bytes"])
 PYEOF
-  rm -f "$WORK/gpt2-$m.plan"
+  if [[ ${TORCH:-1} != 0 ]]; then
+    stamp "GPT-2 $m in PyTorch (the baseline)"
+    timeout 120 $PY bench/torch_gpt2.py --preset "$m" --json "$OUT/torch-$m.json" 2>&1 | tail -3 \
+      || FAILED+=("PyTorch $m")
+  fi
 done
+
+# --- 5. profile and sanitizer -------------------------------------------------------------------------
+m=${MODELS%% *}
+stamp "per-op profile of GPT-2 $m (--profile synchronizes after every op)"
+timeout 90 "$BIN/pipemesh-run" "$WORK/gpt2-$m.plan" --backend cuda --precision bf16 --steps 2 --profile \
+  > "$OUT/gpu-profile-$m.txt" 2>&1 || FAILED+=("profile")
+tail -40 "$OUT/gpu-profile-$m.txt"
+if [[ $SANITIZER_S != 0 ]] && command -v compute-sanitizer >/dev/null 2>&1; then
+  stamp "compute-sanitizer memcheck over the kernel tests (at most $SANITIZER_S s)"
+  timeout "$SANITIZER_S" compute-sanitizer --tool memcheck --error-exitcode 3 \
+    "$BIN/pipemesh-cuda-kernels-test" > "$OUT/gpu-sanitizer.txt" 2>&1
+  rc=$?
+  tail -8 "$OUT/gpu-sanitizer.txt"
+  case $rc in 0) echo "sanitizer: clean";; 124) echo "sanitizer: stopped at the time limit";;
+    *) echo "sanitizer: exit $rc"; FAILED+=("compute-sanitizer");; esac
+fi
 
 # --- summary ------------------------------------------------------------------------------------
 stamp "summary"
-$PY - "$OUT" "$WORK" "$PEAK_BF16" "$TESTS_OK" $MODELS <<'PYEOF'
+$PY - "$OUT" "$WORK" "$PEAK_BF16" "$(IFS=';'; echo "${FAILED[*]:-}")" $MODELS <<'PYEOF'
 import json, os, re, sys
-out, work, peak, tests_ok, models = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4] == "true", sys.argv[5:]
-k = json.load(open(os.path.join(out, "gpu-kernels.json")))
-res = {"device": k["device"], "peak_bf16_tflops": peak, "gpu_tests_passed": tests_ok,
+out, work, peak, failed, models = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4], sys.argv[5:]
+def load(name):
+    try:
+        return json.load(open(os.path.join(out, name)))
+    except (OSError, ValueError):
+        return None
+k = load("gpu-kernels.json") or {"device": "?", "gemms": [], "attention": []}
+res = {"device": k["device"], "peak_bf16_tflops": peak, "failed": failed.split(";") if failed else [],
        "gemms": k["gemms"], "attention": k["attention"], "training": []}
-lines = [f"device: {k['device']}  (peak bf16 {peak:.0f} TFLOP/s)", f"gpu tests passed: {tests_ok}", "",
-         "GEMM (bf16)                        TFLOP/s  % peak"]
+lines = [f"device: {k['device']}  (peak bf16 {peak:.0f} TFLOP/s)",
+         "failed: " + (failed.replace(";", ", ") or "nothing"), "", "GEMM (bf16)                        TFLOP/s  % peak"]
 for g in k["gemms"]:
     if g["type"] == "bf16":
         lines.append(f"  {g['model']:<10} {g['gemm']:<14} {g['tflops']:10.1f} {g['percent_of_peak']:6.1f}%")
-lines += ["", "training (B=16, T=1024, bf16 matmuls)   tok/s      MFU   planned MiB  in use MiB"]
+lines += ["", "training (B=16, T=1024)             ms/step      tok/s    MFU  planned MiB  in use MiB"]
 for m in models:
-    log = [json.loads(l) for l in open(os.path.join(out, f"gpu-train-{m}.jsonl"))]
+    try:
+        log = [json.loads(l) for l in open(os.path.join(out, f"gpu-train-{m}.jsonl"))]
+        flops, arena = map(float, open(os.path.join(work, f"flops-{m}.txt")).read().split())
+    except (OSError, ValueError):
+        lines.append(f"  GPT-2 {m:<6} pipemesh: no result")
+        continue
     steady = log[1:] or log
     ms = sorted(r["ms"] for r in steady)[len(steady) // 2]
-    flops, arena = map(float, open(os.path.join(work, f"flops-{m}.txt")).read().split())
     tok = 16 * 1024 / (ms / 1000)
     mfu = flops / (ms / 1000) / (peak * 1e12) if flops else float("nan")
     txt = open(os.path.join(out, f"gpu-train-{m}.txt")).read()
     used = re.search(r"measured in use after start-up ([0-9.]+) MiB", txt)
     used = float(used.group(1)) if used else float("nan")
-    res["training"].append({"model": m, "median_step_ms": ms, "tokens_per_s": tok, "mfu": mfu,
-                            "flops_per_step": flops, "planned_arena_mib": arena / 2**20,
-                            "device_mib_in_use": used, "losses": [r["loss"] for r in log]})
-    lines.append(f"  GPT-2 {m:<6} {ms:9.1f} ms/step {tok:10.0f} {100*mfu:6.1f}%  {arena/2**20:10.0f}  {used:10.0f}")
+    row = {"model": m, "median_step_ms": ms, "tokens_per_s": tok, "mfu": mfu,
+           "flops_per_step": flops, "planned_arena_mib": arena / 2**20,
+           "device_mib_in_use": used, "losses": [r["loss"] for r in log]}
+    lines.append(f"  GPT-2 {m:<6} pipemesh {ms:9.1f} {tok:10.0f} {100*mfu:5.1f}%  {arena/2**20:10.0f}  {used:10.0f}")
+    t = load(f"torch-{m}.json")
+    if t:
+        tmfu = flops / (t["median_step_ms"] / 1000) / (peak * 1e12)
+        row["torch"] = t
+        row["speed_vs_torch"] = t["median_step_ms"] / ms
+        lines.append(f"  GPT-2 {m:<6} torch    {t['median_step_ms']:9.1f} {t['tokens_per_s']:10.0f} "
+                     f"{100*tmfu:5.1f}%  {'':10}  {t['max_memory_mib']:10.0f}  ({t['framework']})")
+        lines.append(f"  GPT-2 {m:<6} pipemesh / torch throughput: {row['speed_vs_torch']:.3f}")
+    res["training"].append(row)
 json.dump(res, open(os.path.join(out, "gpu.json"), "w"), indent=1)
 open(os.path.join(out, "gpu.txt"), "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PYEOF
 stamp "done: $OUT/gpu.json, $OUT/gpu.txt"
+[[ ${#FAILED[@]} == 0 ]]

@@ -136,23 +136,32 @@ std::string CudaBackend::name() const {
 
 const OpTable &CudaBackend::ops() const { return cudaOpTable(); }
 
+/// The buffers whose contents outlive a step or come from the plan (initial
+/// weights, checkpoints): the only ones that cross between host and device.
+static bool holdsState(const BufferInfo &b) {
+  return b.aliasOf < 0 && (b.kind == BufferKind::Param || b.kind == BufferKind::AdamM ||
+                           b.kind == BufferKind::AdamV || b.kind == BufferKind::Constant);
+}
+
 void CudaBackend::upload(const Arena &host) {
   checkCuda(cudaDeviceSynchronize(), "before the upload");
-  checkCuda(cudaMemcpy(arenaPtr, host.base(), rank.arenaBytes, cudaMemcpyHostToDevice),
-            "cudaMemcpy (arena to the device)");
+  // The rest starts zero, as the host arena does (copying it would read every
+  // page of a host mirror that is never otherwise touched).
+  checkCuda(cudaMemset(arenaPtr, 0, rank.arenaBytes), "cudaMemset (the arena)");
+  for (const BufferInfo &b : rank.buffers)
+    if (holdsState(b))
+      checkCuda(cudaMemcpy(arenaPtr + b.offset, host.base() + b.offset, b.bytes,
+                           cudaMemcpyHostToDevice),
+                "cudaMemcpy (arena to the device)");
 }
 
 void CudaBackend::download(Arena &host) {
   checkCuda(cudaDeviceSynchronize(), "before the download");
-  for (const BufferInfo &b : rank.buffers) {
-    if (b.aliasOf >= 0)
-      continue;
-    if (b.kind == BufferKind::Param || b.kind == BufferKind::AdamM ||
-        b.kind == BufferKind::AdamV || b.kind == BufferKind::Constant)
+  for (const BufferInfo &b : rank.buffers)
+    if (holdsState(b))
       checkCuda(cudaMemcpy(host.base() + b.offset, arenaPtr + b.offset, b.bytes,
                            cudaMemcpyDeviceToHost),
                 "cudaMemcpy (arena to the host)");
-  }
 }
 
 Range CudaBackend::rangeOf(int64_t id) const {

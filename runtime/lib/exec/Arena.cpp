@@ -4,19 +4,26 @@
 #include "pipemesh/runtime/Error.h"
 
 #include <algorithm>
-#include <cstdlib>
+#include <cerrno>
 #include <cstring>
+
+#include <sys/mman.h>
 
 namespace pipemesh::rt {
 
 Arena::Arena(const RankPlan &rank) : rank(rank), bytes(rank.arenaBytes) {
-  void *p = nullptr;
-  // posix_memalign takes any size (aligned_alloc wants a multiple of 64):
-  // the arena is exactly the planned arena_bytes.
-  if (posix_memalign(&p, kArenaAlignment, bytes ? bytes : 1) != 0)
-    fail("cannot allocate the ", bytes, "-byte arena of rank ", rank.rank);
+  // Anonymous pages are zero and cost nothing until touched: a device backend's
+  // host mirror only ever touches the buffers that hold state (parameters,
+  // moments, constants), not the tens of GB of activations a large plan
+  // reserves (memset would fault in every page at start-up). Page-aligned, so
+  // kArenaAlignment holds.
+  static_assert(kArenaAlignment <= 4096, "mmap gives page alignment");
+  void *p = mmap(nullptr, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                 -1, 0);
+  if (p == MAP_FAILED)
+    fail("cannot allocate the ", bytes, "-byte arena of rank ", rank.rank, ": ",
+         std::strerror(errno));
   memory = static_cast<uint8_t *>(p);
-  std::memset(memory, 0, bytes);
 }
 
 Arena::Arena(const RankPlan &rank, uint8_t *external)
@@ -24,7 +31,7 @@ Arena::Arena(const RankPlan &rank, uint8_t *external)
 
 Arena::~Arena() {
   if (owned)
-    std::free(memory);
+    munmap(memory, bytes ? bytes : 1);
 }
 
 TensorRef Arena::tensor(const BufferInfo &b) const {

@@ -134,6 +134,10 @@ struct PlanParser {
 
   void parseModel(const nlohmann::json &m, Plan &p) const {
     const auto &model = field(m, "", "model");
+    if (model.contains("shapes_only") && boolean(model, "model", "shapes_only"))
+      fail("plan '", file, "' was compiled with shapes-only=true: it holds no weights, so it can "
+           "be simulated (pipemesh-sim) and explained but not run (compile the model with its "
+           "weights; bench/fill_plan_weights.py draws a gen_gpt2.py model's)");
     p.model.source = stringOr(model, "model", "source", "");
     p.model.batch = integer(model, "model", "batch");
     p.model.seq = integer(model, "model", "seq");

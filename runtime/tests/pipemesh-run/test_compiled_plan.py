@@ -63,6 +63,45 @@ class CompiledPlan(common.TempDirTest):
         self.assertLess(log[3]["loss"], log[0]["loss"])
         onnx.checker.check_model(onnx.load(out))
 
+    def test_filled_shapes_only_plan(self):
+        """bench/fill_plan_weights.py (how bench/gpu.sh gets GPT-2 plans onto a GPU machine
+        without the compiler) turns the shapes-only plan of a gen_gpt2.py model into the
+        plan compiled from its full ONNX file: the same weights, the same training."""
+        gen = os.path.join(common.REPO, "models", "gen_gpt2.py")
+        fill = os.path.join(common.REPO, "bench", "fill_plan_weights.py")
+        opts = "--pipemesh-compile=batch=2 seq=16 microbatches=2"
+        for kind, extra in (("full", "--external-data"), ("shapes", "--shapes-only")):
+            onnx_path = self.path(f"{kind}.onnx")
+            self.assertEqual(subprocess.run([sys.executable, gen, "--preset", "tiny", "--seed", "3",
+                                             extra, "-o", onnx_path], capture_output=True).returncode, 0)
+            r = subprocess.run([PIPEMESH_OPT, onnx_path, opts + (" shapes-only=true" if kind == "shapes" else ""),
+                                "-o", self.path(f"{kind}.plan")], capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stderr)
+        # A shapes-only plan cannot be run; the filler refuses a plan that has its weights.
+        r = common.run([self.path("shapes.plan"), "--steps", 1])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("compiled with shapes-only=true", r.stderr)
+        r = subprocess.run([sys.executable, fill, self.path("full.plan"), "-o", self.path("x.plan")],
+                           capture_output=True, text=True)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("not a shapes-only plan", r.stderr)
+        r = subprocess.run([sys.executable, fill, self.path("shapes.plan"), "--seed", "3",
+                            "-o", self.path("filled.plan")], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        (m1, w1), (m2, w2) = common.mtp.read_plan(self.path("full.plan")), common.mtp.read_plan(self.path("filled.plan"))
+        self.assertEqual(sorted(w1), sorted(w2))
+        for k in w1:
+            self.assertEqual(w1[k].shape, w2[k].shape, k)
+            np.testing.assert_array_equal(w1[k], w2[k], err_msg=k)
+        m1["model"].pop("source"), m2["model"].pop("source")
+        self.assertEqual(m1, m2)
+        logs = []
+        for kind in ("full", "filled"):
+            self.check_ok(common.run([self.path(f"{kind}.plan"), "--steps", 3,
+                                      "--log-json", self.path(f"{kind}.jsonl")]))
+            logs.append([r["loss"] for r in common.read_log(self.path(f"{kind}.jsonl"))])
+        self.assertEqual(logs[0], logs[1])
+
 
 if __name__ == "__main__":
     common.main()
