@@ -191,6 +191,25 @@ Thunk bindMatmul(OpContext &c, CudaBackend &b) {
     });
   }
   const size_t es = d.bf16 ? 2 : 4;
+  // bf16: the operands are cast into the scratch on every call anyway, so each
+  // gets a row pitch that is a multiple of 8 elements: cuBLASLt's tensor-core
+  // kernels want 16-byte-aligned rows, and GPT-2's vocabulary (50257) makes
+  // the head's operands odd. Batch strides and call offsets count pitched rows.
+  const int64_t aLast = a.shape.back(), bLast = bm.shape.back();
+  const int64_t aRows = aLast ? a.numel / aLast : 0, bRows = bLast ? bm.numel / bLast : 0;
+  int64_t aPitch = aLast, bPitch = bLast;
+  if (d.bf16 && aLast && bLast) {
+    aPitch = (aLast + 7) / 8 * 8;
+    bPitch = (bLast + 7) / 8 * 8;
+    d.ldA = aPitch != aLast ? aPitch : 0;
+    d.ldB = bPitch != bLast ? bPitch : 0;
+    d.strideA = d.strideA / aLast * aPitch;
+    d.strideB = d.strideB / bLast * bPitch;
+    for (Call &cl : calls) {
+      cl.aOff = cl.aOff / aLast * aPitch;
+      cl.bOff = cl.bOff / bLast * bPitch;
+    }
+  }
   // Alignment from the actual pointers (bf16 copies live in the scratch at
   // 256-byte aligned offsets; per-call offsets may lower it).
   auto lowest = [&](const void *base, int64_t elems, int64_t Call::*field) {
@@ -222,37 +241,56 @@ Thunk bindMatmul(OpContext &c, CudaBackend &b) {
       b.fusedAway.insert(g->index);
     }
   }
+  // An fp32 C whose rows are not 16-byte multiples (the head's logits): into a
+  // padded scratch, then one 2-D copy out (a read and a write of C, against a
+  // GEMM on misaligned rows).
+  const bool padC = d.bf16 && !gemm && N % 4 != 0 && calls.size() == 1 && d.batch == 1;
+  const int64_t gemmM = d.M;
+  if (padC) {
+    d.ldC = (N + 3) / 4 * 4;
+    d.alignC = 256;
+  }
   if (!gemm) {
     d.epilogue = bias ? Epilogue::Bias : Epilogue::None;
     gemm = b.lt->prepare(d);
   }
-  const int64_t aN = a.numel, bN = bm.numel;
+  auto round256 = [](size_t n) { return (n + 255) / 256 * 256; };
+  const size_t aBytes = d.bf16 ? round256((size_t)(aRows * aPitch) * 2) : 0;
+  const size_t bBytes = d.bf16 ? round256((size_t)(bRows * bPitch) * 2) : 0;
+  const size_t cBytes = padC ? (size_t)(gemmM * d.ldC) * 4 : 0;
   if (d.bf16)
-    b.reserveScratch(((size_t)aN * 2 + 255) / 256 * 256 + (size_t)bN * 2);
+    b.reserveScratch(aBytes + bBytes + cBytes);
   CudaBackend *bp = &b;
   const float *A = a.as<float>(), *B = bm.as<float>();
   float *C = o.as<float>();
   const bool bf16 = d.bf16;
-  return [bp, gemm, calls, A, B, C, bias, geluOut, aN, bN, bf16] {
+  const int64_t ldC = d.ldC;
+  return [=] {
     const void *Ad = A, *Bd = B;
-    const size_t esz = bf16 ? 2 : 4;
+    float *Cd = C;
+    char *scratch = static_cast<char *>(bp->scratch());
     if (bf16) {
-      auto *sa = static_cast<__nv_bfloat16 *>(bp->scratch());
-      auto *sb = reinterpret_cast<__nv_bfloat16 *>(static_cast<char *>(bp->scratch()) +
-                                                   ((size_t)aN * 2 + 255) / 256 * 256);
-      castToBf16(bp->compute, A, sa, aN);
-      castToBf16(bp->compute, B, sb, bN);
+      auto *sa = reinterpret_cast<__nv_bfloat16 *>(scratch);
+      auto *sb = reinterpret_cast<__nv_bfloat16 *>(scratch + aBytes);
+      castToBf16Pitched(bp->compute, A, sa, aRows, aLast, aPitch);
+      castToBf16Pitched(bp->compute, B, sb, bRows, bLast, bPitch);
       Ad = sa;
       Bd = sb;
+      if (padC)
+        Cd = reinterpret_cast<float *>(scratch + aBytes + bBytes);
     }
     for (const auto &cl : calls) {
-      const void *pa = static_cast<const char *>(Ad) + cl.aOff * esz;
-      const void *pb = static_cast<const char *>(Bd) + cl.bOff * esz;
+      const void *pa = static_cast<const char *>(Ad) + cl.aOff * es;
+      const void *pb = static_cast<const char *>(Bd) + cl.bOff * es;
       if (geluOut)
         bp->lt->run(*gemm, bp->compute, pa, pb, geluOut, bias, C);
       else
-        bp->lt->run(*gemm, bp->compute, pa, pb, C + cl.cOff, bias, nullptr);
+        bp->lt->run(*gemm, bp->compute, pa, pb, Cd + cl.cOff, bias, nullptr);
     }
+    if (padC)
+      checkCuda(cudaMemcpy2DAsync(C, (size_t)N * 4, Cd, (size_t)ldC * 4, (size_t)N * 4,
+                                  (size_t)gemmM, cudaMemcpyDeviceToDevice, bp->compute),
+                "cudaMemcpy2DAsync (padded GEMM output)");
   };
 }
 

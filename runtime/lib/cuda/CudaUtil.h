@@ -41,13 +41,16 @@ struct GemmDesc {
   bool transA = false, transB = false;
   int64_t batch = 1, strideA = 0, strideB = 0, strideC = 0;
   bool bf16 = false; ///< A and B in bf16 (C, bias, aux stay fp32)
+  /// Row pitches (elements) of the row-major A, B and C; 0: packed (the
+  /// contiguous dim: K or M for A, N or K for B, N for C).
+  int64_t ldA = 0, ldB = 0, ldC = 0;
   Epilogue epilogue = Epilogue::None;
   /// Largest power-of-two alignments (bytes, up to 256) of the pointers.
   uint32_t alignA = 256, alignB = 256, alignC = 256, alignBias = 256;
 
   auto key() const {
     return std::make_tuple(M, N, K, transA, transB, batch, strideA, strideB, strideC, bf16,
-                           (int)epilogue, alignA, alignB, alignC, alignBias);
+                           ldA, ldB, ldC, (int)epilogue, alignA, alignB, alignC, alignBias);
   }
 };
 

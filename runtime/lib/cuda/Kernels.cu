@@ -198,6 +198,17 @@ __global__ void castBf16Kernel(const float *__restrict__ x, __nv_bfloat16 *__res
     y[i] = __float2bfloat16_rn(x[i]);
 }
 
+/// Row r of x [rows, cols] to row r of y [rows, ld], the padding columns zero.
+__global__ void castBf16PitchedKernel(const float *__restrict__ x, __nv_bfloat16 *__restrict__ y,
+                                      int64_t rows, int64_t cols, int64_t ld) {
+  const int64_t n = rows * ld;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = i / ld, c = i - r * ld;
+    y[i] = c < cols ? __float2bfloat16_rn(x[r * cols + c]) : __float2bfloat16_rn(0.f);
+  }
+}
+
 // --- reductions ------------------------------------------------------------------------
 
 /// Pass 1: partial[c][k] = sum of x over the c-th chunk of the reduced space.
@@ -755,6 +766,16 @@ void castToBf16(cudaStream_t st, const float *x, __nv_bfloat16 *y, int64_t n) {
     return;
   castBf16Kernel<<<gridFor(n), kThreads, 0, st>>>(x, y, n);
   check(cudaGetLastError(), "castToBf16");
+}
+
+void castToBf16Pitched(cudaStream_t st, const float *x, __nv_bfloat16 *y, int64_t rows,
+                       int64_t cols, int64_t ld) {
+  if (ld == cols)
+    return castToBf16(st, x, y, rows * cols);
+  if (rows == 0)
+    return;
+  castBf16PitchedKernel<<<gridFor(rows * ld), kThreads, 0, st>>>(x, y, rows, cols, ld);
+  check(cudaGetLastError(), "castToBf16Pitched");
 }
 
 size_t reduceScratchBytes(const Strided &kept, const Strided &red) {

@@ -102,21 +102,24 @@ std::shared_ptr<Lt::Gemm> Lt::prepare(const GemmDesc &d) {
                                            sizeof bt),
             "bias type");
   }
+  const int64_t ldA = d.ldA ? d.ldA : (d.transA ? d.M : d.K);
+  const int64_t ldB = d.ldB ? d.ldB : (d.transB ? d.K : d.N);
+  const int64_t ldC = d.ldC ? d.ldC : d.N;
   if (d.epilogue == Epilogue::Gelu || d.epilogue == Epilogue::GeluBias) {
-    int64_t ld = d.N; // aux has D's layout
+    int64_t ld = ldC; // aux has D's layout
     checkLt(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld,
                                            sizeof ld),
             "aux ld");
   }
   if (!d.transB)
-    g->a = layout(in, d.N, d.K, d.N, d.batch, d.strideB);
+    g->a = layout(in, d.N, d.K, ldB, d.batch, d.strideB);
   else
-    g->a = layout(in, d.K, d.N, d.K, d.batch, d.strideB);
+    g->a = layout(in, d.K, d.N, ldB, d.batch, d.strideB);
   if (!d.transA)
-    g->b = layout(in, d.K, d.M, d.K, d.batch, d.strideA);
+    g->b = layout(in, d.K, d.M, ldA, d.batch, d.strideA);
   else
-    g->b = layout(in, d.M, d.K, d.M, d.batch, d.strideA);
-  g->c = layout(CUDA_R_32F, d.N, d.M, d.N, d.batch, d.strideC);
+    g->b = layout(in, d.M, d.K, ldA, d.batch, d.strideA);
+  g->c = layout(CUDA_R_32F, d.N, d.M, ldC, d.batch, d.strideC);
 
   auto key = d.key();
   auto it = algos.find(key);

@@ -97,7 +97,10 @@ struct GemmCase {
   bool transA, transB, bias;
 };
 
-void runGemm(const GemmCase &g, bool bf16, double tol) {
+/// pad (bf16 only): A, B and C in rows of a pitch past their contiguous dim
+/// (castToBf16Pitched, GemmDesc::ldA/ldB/ldC), as the backend lays out odd
+/// shapes such as GPT-2's 50257-token head.
+void runGemm(const GemmCase &g, bool bf16, double tol, bool pad = false) {
   const uint64_t seed = freshSeed();
   VecF A = randomVec(g.batch * g.M * g.K, seed), B = randomVec(g.batch * g.K * g.N, seed + 1),
        bias = randomVec(g.N, seed + 2);
@@ -117,26 +120,46 @@ void runGemm(const GemmCase &g, bool bf16, double tol) {
   d.strideC = g.M * g.N;
   d.bf16 = bf16;
   d.epilogue = g.bias ? Epilogue::Bias : Epilogue::None;
-  Dev<float> dA(A), dB(B), dBias(bias), dC(want.size());
-  Dev<__nv_bfloat16> hA(A.size()), hB(B.size());
+  const int64_t aLast = g.transA ? g.M : g.K, bLast = g.transB ? g.K : g.N;
+  const int64_t aPitch = pad ? (aLast + 8) / 8 * 8 : aLast, bPitch = pad ? (bLast + 8) / 8 * 8 : bLast;
+  const int64_t cPitch = pad ? (g.N + 4) / 4 * 4 : g.N;
+  const int64_t aRows = (int64_t)A.size() / aLast, bRows = (int64_t)B.size() / bLast;
+  const int64_t cRows = g.batch * g.M;
+  if (pad) {
+    d.ldA = aPitch;
+    d.ldB = bPitch;
+    d.ldC = cPitch;
+    d.strideA = g.M * g.K / aLast * aPitch;
+    d.strideB = g.K * g.N / bLast * bPitch;
+    d.strideC = g.M * cPitch;
+  }
+  Dev<float> dA(A), dB(B), dBias(bias), dC(cRows * cPitch);
+  Dev<__nv_bfloat16> hA(aRows * aPitch), hB(bRows * bPitch);
   const void *pa = dA.p, *pb = dB.p;
   if (bf16) {
-    castToBf16(st(), dA.p, hA.p, (int64_t)A.size());
-    castToBf16(st(), dB.p, hB.p, (int64_t)B.size());
+    castToBf16Pitched(st(), dA.p, hA.p, aRows, aLast, aPitch);
+    castToBf16Pitched(st(), dB.p, hB.p, bRows, bLast, bPitch);
     pa = hA.p;
     pb = hB.p;
   }
   auto gemm = lt.prepare(d);
   ASSERT_TRUE(gemm);
+  auto result = [&] {
+    VecF all = dC.get(), out(want.size());
+    for (int64_t r = 0; r < cRows; ++r)
+      std::memcpy(&out[r * g.N], &all[r * cPitch], g.N * sizeof(float));
+    return out;
+  };
+  dC.poison();
   lt.run(*gemm, st(), pa, pb, dC.p, g.bias ? dBias.p : nullptr, nullptr);
-  VecF got = dC.get();
+  VecF got = result();
   EXPECT_REL(got, want, tol) << " M=" << g.M << " N=" << g.N << " K=" << g.K
                              << " batch=" << g.batch << " tA=" << g.transA << " tB=" << g.transB
-                             << " bf16=" << bf16;
+                             << " bf16=" << bf16 << " padded=" << pad;
   // Deterministic mode: the same bits again.
   dC.poison();
   lt.run(*gemm, st(), pa, pb, dC.p, g.bias ? dBias.p : nullptr, nullptr);
-  VecF again = dC.get();
+  VecF again = result();
   EXPECT_EQ(0, std::memcmp(got.data(), again.data(), got.size() * sizeof(float)));
 }
 
@@ -157,6 +180,16 @@ TEST(CudaMatmul, Bf16WithinBf16Tolerance) {
   // averaging down over K; 1e-2 normwise.
   for (const GemmCase &g : kGemms)
     runGemm(g, true, 1e-2);
+}
+
+TEST(CudaMatmul, Bf16PitchedRows) {
+  for (const GemmCase &g : kGemms)
+    runGemm(g, true, 1e-2, true);
+  // GPT-2's head shapes, scaled down: an odd vocabulary as N, K and M.
+  for (const GemmCase &g : {GemmCase{1, 64, 1001, 96, false, true, false},
+                            GemmCase{1, 64, 96, 1001, false, false, false},
+                            GemmCase{1, 1001, 96, 64, true, false, false}})
+    runGemm(g, true, 1e-2, true);
 }
 
 TEST(CudaMatmul, GeluEpilogueMatchesMatmulThenGelu) {

@@ -71,6 +71,12 @@ void scaleF32(cudaStream_t st, float *x, int64_t n, float s);
 void axpy(cudaStream_t st, float alpha, const float *x, float *y, int64_t n);
 /// bf16 copies of matmul operands (round to nearest even).
 void castToBf16(cudaStream_t st, const float *x, __nv_bfloat16 *y, int64_t n);
+/// The same for a [rows, cols] matrix into rows of ld >= cols elements (the
+/// padding zero): a bf16 leading dimension that is a multiple of 8 keeps
+/// cuBLASLt on its 16-byte-aligned tensor-core kernels (GPT-2's vocabulary
+/// of 50257 otherwise sends the head's GEMMs to slow ones).
+void castToBf16Pitched(cudaStream_t st, const float *x, __nv_bfloat16 *y, int64_t rows,
+                       int64_t cols, int64_t ld);
 
 /// Sum (or mean) over a reduced index space: y[k] = sum_r x[kept(k) + red(r)].
 /// kept: the output's dims with x's strides (stride[0]); red: the reduced
