@@ -163,6 +163,13 @@ if [[ $SANITIZER_S != 0 ]] && command -v compute-sanitizer >/dev/null 2>&1; then
   tail -8 "$OUT/gpu-sanitizer.txt"
   case $rc in 0) echo "sanitizer: clean";; 124) echo "sanitizer: stopped at the time limit";;
     *) echo "sanitizer: exit $rc"; FAILED+=("compute-sanitizer");; esac
+  stamp "compute-sanitizer racecheck over the attention kernels' tests (shared-memory tiles)"
+  timeout "$SANITIZER_S" compute-sanitizer --tool racecheck --error-exitcode 3 \
+    "$BIN/pipemesh-cuda-kernels-test" --gtest_filter='CudaAttention.*' > "$OUT/gpu-racecheck.txt" 2>&1
+  rc=$?
+  tail -4 "$OUT/gpu-racecheck.txt"
+  case $rc in 0) echo "racecheck: clean";; 124) echo "racecheck: stopped at the time limit";;
+    *) echo "racecheck: exit $rc"; FAILED+=("racecheck");; esac
 fi
 
 # --- summary ------------------------------------------------------------------------------------

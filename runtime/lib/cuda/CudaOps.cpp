@@ -461,6 +461,11 @@ Thunk bindAttention(OpContext &c, CudaBackend &b) {
   bool causal = c.boolean("causal", true);
   CudaBackend *bp = &b;
   MaskView mask = *mv;
+  if (b.bf16() && flashAttentionSupported(s.D, s.Dv, mask))
+    return [bp, q, k, v, o, s, scale, causal] {
+      flashAttention(bp->compute, q.as<float>(), k.as<float>(), v.as<float>(), o.as<float>(), s.BH,
+                     s.Tq, s.Tk, scale, causal);
+    };
   return [bp, q, k, v, o, s, mask, scale, causal] {
     attention(bp->compute, q.as<float>(), k.as<float>(), v.as<float>(), mask, o.as<float>(), s.BH,
               s.Tq, s.Tk, s.D, s.Dv, scale, causal);
@@ -483,6 +488,12 @@ Thunk bindAttentionGrad(OpContext &c, CudaBackend &b) {
   b.reserveScratch(attentionGradScratchBytes(s.BH, s.Tq));
   CudaBackend *bp = &b;
   MaskView mask = *mv;
+  if (b.bf16() && flashAttentionSupported(s.D, s.Dv, mask))
+    return [bp, dO, q, k, v, dq, dk, dv, s, scale, causal] {
+      flashAttentionGrad(bp->compute, dO.as<float>(), q.as<float>(), k.as<float>(), v.as<float>(),
+                         dq.as<float>(), dk.as<float>(), dv.as<float>(), s.BH, s.Tq, s.Tk, scale,
+                         causal, bp->scratch());
+    };
   return [bp, dO, q, k, v, dq, dk, dv, s, mask, scale, causal] {
     attentionGrad(bp->compute, dO.as<float>(), q.as<float>(), k.as<float>(), v.as<float>(), mask,
                   dq.as<float>(), dk.as<float>(), dv.as<float>(), s.BH, s.Tq, s.Tk, s.D, s.Dv,

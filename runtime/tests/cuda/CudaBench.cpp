@@ -159,32 +159,50 @@ int main(int argc, char **argv) {
       }
     }
     out << "], \"attention\": [";
-    // Attention, fp32 CUDA cores: B=16, 12 or 16 heads of 64, T=1024, causal.
+    // Attention: B=16, 12 or 16 heads of 64, T=1024, causal; the fp32 CUDA-core
+    // kernels (fp32 mode) and the tensor-core ones (bf16 mode).
     first = true;
-    for (int64_t H : {12, 16}) {
-      const int64_t BH = 16 * H, T = 1024, D = 64;
-      float *q = randomDevice(BH * T * D, 3), *k = randomDevice(BH * T * D, 4),
-            *v = randomDevice(BH * T * D, 5), *o = randomDevice(BH * T * D, 6),
-            *dq = randomDevice(BH * T * D, 7), *dk = randomDevice(BH * T * D, 8),
-            *dv = randomDevice(BH * T * D, 9);
-      void *scratch = nullptr;
-      checkCuda(cudaMalloc(&scratch, attentionGradScratchBytes(BH, T)), "cudaMalloc");
-      double fwd = medianMs([&] { attention(nullptr, q, k, v, {}, o, BH, T, T, D, D, 0.125f, true); });
-      double bwd = medianMs([&] {
-        attentionGrad(nullptr, o, q, k, v, {}, dq, dk, dv, BH, T, T, D, D, 0.125f, true, scratch);
-      });
-      checkCuda(cudaGetLastError(), "attention");
-      // Causal: half of the 4 BH T^2 D multiply-adds of the forward (x2 flops).
-      double fl = 2.0 * BH * T * T * D; // = 4 * BH * T^2 * D / 2
-      std::printf("attention  H=%-3lld fwd %8.3f ms (%6.1f TFLOP/s)  bwd %8.3f ms\n", (long long)H,
-                  fwd, fl / (fwd * 1e-3) / 1e12, bwd);
-      out << (first ? "" : ", ") << "{\"heads\": " << H << ", \"fwd_ms\": " << fwd
-          << ", \"bwd_ms\": " << bwd << ", \"fwd_tflops\": " << fl / (fwd * 1e-3) / 1e12 << "}";
-      first = false;
-      for (float *p : {q, k, v, o, dq, dk, dv})
-        cudaFree(p);
-      cudaFree(scratch);
-    }
+    for (bool tc : {false, true})
+      for (int64_t H : {12, 16}) {
+        const int64_t BH = 16 * H, T = 1024, D = 64;
+        float *q = randomDevice(BH * T * D, 3), *k = randomDevice(BH * T * D, 4),
+              *v = randomDevice(BH * T * D, 5), *o = randomDevice(BH * T * D, 6),
+              *dq = randomDevice(BH * T * D, 7), *dk = randomDevice(BH * T * D, 8),
+              *dv = randomDevice(BH * T * D, 9);
+        void *scratch = nullptr;
+        checkCuda(cudaMalloc(&scratch, attentionGradScratchBytes(BH, T)), "cudaMalloc");
+        double fwd = medianMs([&] {
+          if (tc)
+            flashAttention(nullptr, q, k, v, o, BH, T, T, 0.125f, true);
+          else
+            attention(nullptr, q, k, v, {}, o, BH, T, T, D, D, 0.125f, true);
+        });
+        double bwd = medianMs([&] {
+          if (tc)
+            flashAttentionGrad(nullptr, o, q, k, v, dq, dk, dv, BH, T, T, 0.125f, true, scratch);
+          else
+            attentionGrad(nullptr, o, q, k, v, {}, dq, dk, dv, BH, T, T, D, D, 0.125f, true,
+                          scratch);
+        });
+        checkCuda(cudaGetLastError(), "attention");
+        // Causal: half of the 4 BH T^2 D multiply-adds of the forward (x2 flops);
+        // the backward does 2.5x the forward's products (5 GEMMs against 2), plus
+        // here a recomputed forward (the plan keeps no statistics): 3.5x.
+        double fl = 2.0 * BH * T * T * D; // = 4 * BH * T^2 * D / 2
+        const char *kind = tc ? "bf16 tensor cores" : "fp32 CUDA cores";
+        std::printf("attention  H=%-3lld %-17s fwd %8.3f ms (%6.1f TFLOP/s)  bwd %8.3f ms "
+                    "(%6.1f TFLOP/s)\n",
+                    (long long)H, kind, fwd, fl / (fwd * 1e-3) / 1e12, bwd,
+                    3.5 * fl / (bwd * 1e-3) / 1e12);
+        out << (first ? "" : ", ") << "{\"heads\": " << H << ", \"kernels\": \"" << kind
+            << "\", \"fwd_ms\": " << fwd << ", \"bwd_ms\": " << bwd
+            << ", \"fwd_tflops\": " << fl / (fwd * 1e-3) / 1e12
+            << ", \"bwd_tflops\": " << 3.5 * fl / (bwd * 1e-3) / 1e12 << "}";
+        first = false;
+        for (float *p : {q, k, v, o, dq, dk, dv})
+          cudaFree(p);
+        cudaFree(scratch);
+      }
     out << "]}\n";
     std::printf("wrote %s\n", json.c_str());
   } catch (const std::exception &e) {

@@ -105,8 +105,8 @@ void runGemm(const GemmCase &g, bool bf16, double tol, bool pad = false) {
   VecF A = randomVec(g.batch * g.M * g.K, seed), B = randomVec(g.batch * g.K * g.N, seed + 1),
        bias = randomVec(g.N, seed + 2);
   VecF want(g.batch * g.M * g.N);
-  cpu::matmul<float>(A.data(), B.data(), g.bias ? bias.data() : nullptr, want.data(), g.batch,
-                     g.M, g.N, g.K, g.transA, g.transB, g.M * g.K, g.K * g.N);
+  cpu::matmul<float>(A.data(), B.data(), g.bias ? bias.data() : nullptr, want.data(), g.batch, g.M,
+                     g.N, g.K, g.transA, g.transB, g.M * g.K, g.K * g.N);
   Lt lt(32u << 20, true);
   GemmDesc d;
   d.M = g.M;
@@ -121,7 +121,8 @@ void runGemm(const GemmCase &g, bool bf16, double tol, bool pad = false) {
   d.bf16 = bf16;
   d.epilogue = g.bias ? Epilogue::Bias : Epilogue::None;
   const int64_t aLast = g.transA ? g.M : g.K, bLast = g.transB ? g.K : g.N;
-  const int64_t aPitch = pad ? (aLast + 8) / 8 * 8 : aLast, bPitch = pad ? (bLast + 8) / 8 * 8 : bLast;
+  const int64_t aPitch = pad ? (aLast + 8) / 8 * 8 : aLast,
+                bPitch = pad ? (bLast + 8) / 8 * 8 : bLast;
   const int64_t cPitch = pad ? (g.N + 4) / 4 * 4 : g.N;
   const int64_t aRows = (int64_t)A.size() / aLast, bRows = (int64_t)B.size() / bLast;
   const int64_t cRows = g.batch * g.M;
@@ -153,9 +154,9 @@ void runGemm(const GemmCase &g, bool bf16, double tol, bool pad = false) {
   dC.poison();
   lt.run(*gemm, st(), pa, pb, dC.p, g.bias ? dBias.p : nullptr, nullptr);
   VecF got = result();
-  EXPECT_REL(got, want, tol) << " M=" << g.M << " N=" << g.N << " K=" << g.K
-                             << " batch=" << g.batch << " tA=" << g.transA << " tB=" << g.transB
-                             << " bf16=" << bf16 << " padded=" << pad;
+  EXPECT_REL(got, want, tol) << " M=" << g.M << " N=" << g.N << " K=" << g.K << " batch=" << g.batch
+                             << " tA=" << g.transA << " tB=" << g.transB << " bf16=" << bf16
+                             << " padded=" << pad;
   // Deterministic mode: the same bits again.
   dC.poison();
   lt.run(*gemm, st(), pa, pb, dC.p, g.bias ? dBias.p : nullptr, nullptr);
@@ -164,9 +165,9 @@ void runGemm(const GemmCase &g, bool bf16, double tol, bool pad = false) {
 }
 
 const GemmCase kGemms[] = {
-    {1, 64, 192, 64, false, false, true},    {1, 128, 768, 768, false, false, true},
-    {1, 96, 256, 64, false, true, false},    {1, 64, 64, 128, true, false, false},
-    {4, 32, 48, 16, false, false, false},    {2, 17, 33, 9, true, true, true},
+    {1, 64, 192, 64, false, false, true},     {1, 128, 768, 768, false, false, true},
+    {1, 96, 256, 64, false, true, false},     {1, 64, 64, 128, true, false, false},
+    {4, 32, 48, 16, false, false, false},     {2, 17, 33, 9, true, true, true},
     {1, 1024, 2304, 768, false, false, true},
 };
 
@@ -254,21 +255,24 @@ TEST(CudaKernels, BinaryBroadcastAndTranspose) {
   binaryF32(st(), BinaryOp::Add, s, dA.p, dB.p, dO.p);
   EXPECT_REL(dO.get(), want, 0.0);
 
-  const int64_t H = 4, D = 10; // [B, T, H, D] -> [B, H, T, D]
-  VecF x = randomVec(B * T * H * D, freshSeed()), xt(x.size());
-  cpu::transpose<float>(x.data(), {B, T, H, D}, {0, 2, 1, 3}, xt.data());
-  Strided t;
-  t.rank = 4;
-  const int64_t shape[4] = {B, H, T, D}, dst[4] = {H * T * D, T * D, D, 1},
-                src[4] = {T * H * D, D, H * D, 1};
-  for (int d = 0; d < 4; ++d) {
-    t.shape[d] = shape[d];
-    t.stride[0][d] = dst[d];
-    t.stride[1][d] = src[d];
+  // [B, T, H, D] -> [B, H, T, D]; D = 64 copies 16-byte words, 10 8-byte ones, 7 floats.
+  for (const int64_t D : {10, 64, 7}) {
+    const int64_t H = 4;
+    VecF x = randomVec(B * T * H * D, freshSeed()), xt(x.size());
+    cpu::transpose<float>(x.data(), {B, T, H, D}, {0, 2, 1, 3}, xt.data());
+    Strided t;
+    t.rank = 4;
+    const int64_t shape[4] = {B, H, T, D}, dst[4] = {H * T * D, T * D, D, 1},
+                  src[4] = {T * H * D, D, H * D, 1};
+    for (int d = 0; d < 4; ++d) {
+      t.shape[d] = shape[d];
+      t.stride[0][d] = dst[d];
+      t.stride[1][d] = src[d];
+    }
+    Dev<float> dX(x), dXt(x.size());
+    copyStrided(st(), t, 4, dX.p, dXt.p);
+    EXPECT_REL(dXt.get(), xt, 0.0) << " D=" << D;
   }
-  Dev<float> dX(x), dXt(x.size());
-  copyStrided(st(), t, 4, dX.p, dXt.p);
-  EXPECT_REL(dXt.get(), xt, 0.0);
 }
 
 TEST(CudaKernels, ReduceSumOverLeadingAxes) {
@@ -303,8 +307,8 @@ TEST(CudaKernels, LayerNormForwardAndBackward) {
          b = randomVec(cols, seed + 2), dy = randomVec(rows * cols, seed + 3);
     VecF y(x.size()), dx(x.size()), dg(cols), db(cols);
     cpu::layerNorm<float>(x.data(), g.data(), b.data(), y.data(), rows, cols, 1e-5f);
-    cpu::layerNormGrad<float>(dy.data(), x.data(), g.data(), dx.data(), dg.data(), db.data(),
-                              rows, cols, 1e-5f);
+    cpu::layerNormGrad<float>(dy.data(), x.data(), g.data(), dx.data(), dg.data(), db.data(), rows,
+                              cols, 1e-5f);
     Dev<float> dX(x), dG(g), dB(b), dDy(dy), dY(x.size()), dDx(x.size()), dDg(cols), dDb(cols);
     Dev<uint8_t> scratch(layerNormGradScratchBytes(rows, cols));
     layerNorm(st(), dX.p, dG.p, dB.p, dY.p, rows, cols, 1e-5f);
@@ -367,6 +371,53 @@ TEST(CudaAttention, ForwardAndBackwardMatchCpu) {
   }
 }
 
+TEST(CudaAttention, TensorCoreBf16MatchesCpu) {
+  // Head dim 64, no mask: the bf16 mode's kernels (FlashAttention.cu).
+  const AttnCase cases[] = {
+      {3, 100, 100, 64, 64, true, false}, {2, 70, 70, 64, 64, false, false},
+      {2, 40, 72, 64, 64, true, false},   {4, 256, 256, 64, 64, true, false},
+      {1, 64, 200, 64, 64, true, false},  {2, 130, 130, 64, 64, false, false},
+  };
+  MaskView none;
+  ASSERT_TRUE(flashAttentionSupported(64, 64, none));
+  ASSERT_FALSE(flashAttentionSupported(128, 128, none));
+  for (const AttnCase &a : cases) {
+    const uint64_t seed = freshSeed();
+    VecF q = randomVec(a.BH * a.Tq * a.D, seed), k = randomVec(a.BH * a.Tk * a.D, seed + 1),
+         v = randomVec(a.BH * a.Tk * a.Dv, seed + 2), dO = randomVec(a.BH * a.Tq * a.Dv, seed + 3);
+    const float scale = 1.0f / std::sqrt((float)a.D);
+    VecF o(a.BH * a.Tq * a.Dv), dq(q.size()), dk(k.size()), dv(v.size());
+    cpu::attention<float>(q.data(), k.data(), v.data(), nullptr, 0, a.Tk, 1, o.data(), a.BH, a.Tq,
+                          a.Tk, a.D, a.Dv, scale, a.causal);
+    cpu::attentionGrad<float>(dO.data(), q.data(), k.data(), v.data(), nullptr, 0, a.Tk, 1,
+                              dq.data(), dk.data(), dv.data(), a.BH, a.Tq, a.Tk, a.D, a.Dv, scale,
+                              a.causal);
+    Dev<float> dQ(q), dK(k), dV(v), dDO(dO), dOut(o.size()), dDq(q.size()), dDk(k.size()),
+        dDv(v.size());
+    Dev<uint8_t> scratch(attentionGradScratchBytes(a.BH, a.Tq));
+    flashAttention(st(), dQ.p, dK.p, dV.p, dOut.p, a.BH, a.Tq, a.Tk, scale, a.causal);
+    flashAttentionGrad(st(), dDO.p, dQ.p, dK.p, dV.p, dDq.p, dDk.p, dDv.p, a.BH, a.Tq, a.Tk, scale,
+                       a.causal, scratch.p);
+    VecF go = dOut.get(), gq = dDq.get(), gk = dDk.get(), gv = dDv.get();
+    SCOPED_TRACE(testing::Message()
+                 << "BH=" << a.BH << " Tq=" << a.Tq << " Tk=" << a.Tk << " causal=" << a.causal);
+    std::printf("  tensor-core attention BH=%lld Tq=%lld Tk=%lld causal=%d: rel err o %.2e "
+                "dq %.2e dk %.2e dv %.2e\n",
+                (long long)a.BH, (long long)a.Tq, (long long)a.Tk, (int)a.causal, relErr(go, o),
+                relErr(gq, dq), relErr(gk, dk), relErr(gv, dv));
+    // bf16 rounds q, k, v, dO and the probabilities (and the backward's dS)
+    // to 8 mantissa bits, ~2e-3 each; the backward's dP - delta cancels.
+    EXPECT_REL(go, o, 1e-2);
+    EXPECT_REL(gq, dq, 2e-2);
+    EXPECT_REL(gk, dk, 2e-2);
+    EXPECT_REL(gv, dv, 2e-2);
+    flashAttentionGrad(st(), dDO.p, dQ.p, dK.p, dV.p, dDq.p, dDk.p, dDv.p, a.BH, a.Tq, a.Tk, scale,
+                       a.causal, scratch.p);
+    VecF again = dDk.get();
+    EXPECT_EQ(0, std::memcmp(gk.data(), again.data(), gk.size() * sizeof(float)));
+  }
+}
+
 // --- embedding, cross-entropy ------------------------------------------------------------------
 
 TEST(CudaKernels, EmbeddingForwardAndDeterministicBackward) {
@@ -400,8 +451,7 @@ TEST(CudaKernels, CrossEntropyFusedAndSeparate) {
     x = (int64_t)(gen() % V);
   t[3] = -100; // ignored
   VecF logits = randomVec(rows * V, freshSeed(), -5.f, 5.f);
-  auto [sum, counted] =
-      cpu::crossEntropy<float>(logits.data(), t.data(), nullptr, rows, V, -100);
+  auto [sum, counted] = cpu::crossEntropy<float>(logits.data(), t.data(), nullptr, rows, V, -100);
   VecF wantLoss{(float)(sum / (double)counted)};
   VecF wantGrad(rows * V);
   const float dloss = 1.0f;
@@ -458,8 +508,8 @@ TEST(CudaKernels, AdamWAndGradNorm) {
   const int64_t step = 3;
   const double norm = std::sqrt(wantSq), coef = clip / (norm + 1e-6);
   for (size_t i = 0; i < sizes.size(); ++i)
-    cpu::adamw<float>(p[i].data(), g[i].data(), m[i].data(), v[i].data(), sizes[i], lr, b1, b2,
-                      eps, i != 1 ? wd : 0.0, step, coef < 1 ? coef : 1.0);
+    cpu::adamw<float>(p[i].data(), g[i].data(), m[i].data(), v[i].data(), sizes[i], lr, b1, b2, eps,
+                      i != 1 ? wd : 0.0, step, coef < 1 ? coef : 1.0);
   AdamStep k;
   const double bc1 = 1 - std::pow(b1, step), bc2 = 1 - std::pow(b2, step);
   k.decay = (float)(1 - lr * wd);
@@ -484,8 +534,7 @@ TEST(CudaKernels, AdamWAndGradNorm) {
 int main(int argc, char **argv) {
   std::string reason;
   if (deviceCount(reason) == 0) {
-    std::printf("SKIPPED: no CUDA device (%s): the CUDA kernel tests need a GPU\n",
-                reason.c_str());
+    std::printf("SKIPPED: no CUDA device (%s): the CUDA kernel tests need a GPU\n", reason.c_str());
     return 77; // ctest SKIP_RETURN_CODE
   }
   if (argc > 1 && std::strcmp(argv[1], "--probe") == 0) {

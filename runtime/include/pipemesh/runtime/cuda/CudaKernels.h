@@ -148,6 +148,17 @@ void attentionGrad(cudaStream_t st, const float *dO, const float *q, const float
 /// device, before the first launch).
 void attentionInit();
 
+// --- tensor-core attention (runtime/lib/cuda/FlashAttention.cu) ------------------------
+/// The bf16 mode's attention: bf16 mma.sync operands, fp32 softmax and
+/// accumulators; head dim 64 (q, k and v), no additive mask.
+bool flashAttentionSupported(int64_t D, int64_t Dv, const MaskView &mask);
+void flashAttention(cudaStream_t st, const float *q, const float *k, const float *v, float *o,
+                    int64_t BH, int64_t Tq, int64_t Tk, float scale, bool causal);
+/// Scratch: attentionGradScratchBytes(BH, Tq). Deterministic (no atomics).
+void flashAttentionGrad(cudaStream_t st, const float *dO, const float *q, const float *k,
+                        const float *v, float *dq, float *dk, float *dv, int64_t BH, int64_t Tq,
+                        int64_t Tk, float scale, bool causal, void *scratch);
+
 // --- optimizer ---------------------------------------------------------------------
 /// One tensor of the multi-tensor AdamW (device-resident table).
 struct AdamEntry {

@@ -1,0 +1,464 @@
+//===- FlashAttention.cu - tensor-core causal attention, fwd and bwd -------===//
+//
+// The bf16 mode's attention for head dim 64 without an additive mask (every
+// GPT-2 size): FlashAttention-2's tiling on the tensor cores. q [BH, Tq, 64],
+// k, v [BH, Tk, 64], o [BH, Tq, 64] stay float32 in the arena; tiles are
+// rounded to bf16 on their way into shared memory, the products run as
+// mma.sync m16n8k16 (bf16 operands, fp32 accumulators), and the softmax,
+// its statistics and every accumulator stay fp32. Nothing of size Tq x Tk is
+// stored.
+//
+// A block owns 64 rows (query rows in the forward and in dQ, key rows in
+// dK/dV); each of its 4 warps owns 16 of them and keeps their operand
+// fragments in registers, while 64-row tiles of the other side stream through
+// shared memory. The score tile's accumulator fragment is laid out exactly
+// like the A operand of the next product (P V, P^T dO, dS K, dS^T Q), so
+// probabilities go from one mma to the next without touching shared memory.
+//
+// Backward, as in Attention.cu (the plan's attention_grad gets dout, q, k, v
+// only): (1) the forward again, keeping per query row the log-sum-exp (base 2)
+// and delta = dO . O; (2) per key tile, dV = P^T dO and dK = scale dS^T Q;
+// (3) per query tile, dQ = scale dS K. Each output element has one owner that
+// adds in a fixed order: deterministic, no atomics.
+//
+// Fragment layouts (PTX ISA, mma.m16n8k16 with .bf16): g = lane / 4,
+// t = lane % 4. A (16 x 16, row-major) registers: {row g, cols 2t, 2t+1},
+// {row g+8, cols 2t, 2t+1}, {row g, cols 2t+8, 2t+9}, {row g+8, cols 2t+8,
+// 2t+9}. B (16 x 8, k x n): {k 2t, 2t+1; n g}, {k 2t+8, 2t+9; n g}.
+// C (16 x 8, fp32): c0, c1 at row g, cols 2t, 2t+1; c2, c3 at row g+8.
+//
+//===----------------------------------------------------------------------===//
+#include "pipemesh/runtime/cuda/CudaKernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+
+namespace pipemesh::rt::cuda {
+namespace {
+
+constexpr int kD = 64;         ///< head dim (q, k and v)
+constexpr int kBlock = 64;     ///< rows a block owns, and rows per streamed tile
+constexpr int kPitch = kD + 8; ///< bf16 row pitch in shared memory: rows 4 banks apart
+constexpr int kThreads = 128;  ///< 4 warps, 16 rows each
+constexpr float kLog2e = 1.4426950408889634f;
+
+struct Geo {
+  int64_t Tq, Tk;
+  float scale2; ///< scale * log2(e): scores in the base-2 domain
+  bool causal;
+  int64_t off; ///< key j is visible from query i when j <= i + off (off = Tk - Tq)
+};
+
+__device__ __forceinline__ bool visible(const Geo &g, int64_t i, int64_t j) {
+  return j < g.Tk && i < g.Tq && (!g.causal || j <= i + g.off);
+}
+
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); // .x (low half) = lo
+  return *reinterpret_cast<uint32_t *>(&v);
+}
+
+__device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+               "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t ld32(const __nv_bfloat16 *p) {
+  return *reinterpret_cast<const uint32_t *>(p);
+}
+
+/// Rows [r0, r0 + 64) of a float [T, 64] matrix as bf16 into dst[64][kPitch]
+/// (rows past T zero).
+__device__ void loadRows(__nv_bfloat16 *dst, const float *src, int64_t r0, int64_t T) {
+  for (int idx = threadIdx.x; idx < kBlock * kD / 4; idx += kThreads) {
+    const int r = idx >> 4, c = (idx & 15) * 4;
+    const int64_t row = r0 + r;
+    float4 v = row < T ? *reinterpret_cast<const float4 *>(src + row * kD + c)
+                       : make_float4(0.f, 0.f, 0.f, 0.f);
+    uint2 u;
+    u.x = pack2(v.x, v.y);
+    u.y = pack2(v.z, v.w);
+    *reinterpret_cast<uint2 *>(dst + r * kPitch + c) = u;
+  }
+}
+
+/// The same rows transposed: dst[d][r] = src[r0 + r][d].
+__device__ void loadRowsT(__nv_bfloat16 *dst, const float *src, int64_t r0, int64_t T) {
+  for (int idx = threadIdx.x; idx < kBlock * kD / 4; idx += kThreads) {
+    const int r = idx >> 4, c = (idx & 15) * 4;
+    const int64_t row = r0 + r;
+    float4 v = row < T ? *reinterpret_cast<const float4 *>(src + row * kD + c)
+                       : make_float4(0.f, 0.f, 0.f, 0.f);
+    dst[(c + 0) * kPitch + r] = __float2bfloat16_rn(v.x);
+    dst[(c + 1) * kPitch + r] = __float2bfloat16_rn(v.y);
+    dst[(c + 2) * kPitch + r] = __float2bfloat16_rn(v.z);
+    dst[(c + 3) * kPitch + r] = __float2bfloat16_rn(v.w);
+  }
+}
+
+/// A fragments of rows [16 w, 16 w + 16) of a [64][kPitch] tile, all 4 k-steps.
+__device__ __forceinline__ void loadA(uint32_t a[4][4], const __nv_bfloat16 *tile, int w) {
+  const int lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
+  const __nv_bfloat16 *r0 = tile + (16 * w + gq) * kPitch, *r1 = r0 + 8 * kPitch;
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    a[kk][0] = ld32(r0 + 16 * kk + 2 * t);
+    a[kk][1] = ld32(r1 + 16 * kk + 2 * t);
+    a[kk][2] = ld32(r0 + 16 * kk + 2 * t + 8);
+    a[kk][3] = ld32(r1 + 16 * kk + 2 * t + 8);
+  }
+}
+
+/// acc[j] (16 x 8 tiles j = 0..7, 64 columns) += A (16 x 64) B, where B's
+/// column n is row n of `tile` ([64][kPitch]: B[k][n] = tile[n][k]).
+__device__ __forceinline__ void mmaRows(float acc[8][4], const uint32_t a[4][4],
+                                        const __nv_bfloat16 *tile) {
+  const int lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const __nv_bfloat16 *row = tile + (8 * j + gq) * kPitch + 2 * t;
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      mma(acc[j], a[kk], ld32(row + 16 * kk), ld32(row + 16 * kk + 8));
+  }
+}
+
+/// A fragments (k = the 64 columns) of a 16 x 64 accumulator (C layout).
+__device__ __forceinline__ void accToA(uint32_t a[4][4], const float c[8][4]) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    a[kk][0] = pack2(c[2 * kk][0], c[2 * kk][1]);
+    a[kk][1] = pack2(c[2 * kk][2], c[2 * kk][3]);
+    a[kk][2] = pack2(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+    a[kk][3] = pack2(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+  }
+}
+
+__device__ __forceinline__ void zero(float c[8][4]) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+    c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.f;
+}
+
+__device__ __forceinline__ float quadSum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+__device__ __forceinline__ float quadMax(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+/// Keys any query row in [q0, q0 + 64) can see: [0, end).
+__device__ __forceinline__ int64_t keyEnd(const Geo &g, int64_t q0) {
+  if (!g.causal)
+    return g.Tk;
+  const int64_t last = (q0 + kBlock < g.Tq ? q0 + kBlock : g.Tq) - 1 + g.off + 1;
+  return last < 0 ? 0 : (last < g.Tk ? last : g.Tk);
+}
+
+/// The forward (STATS = false: o) or the backward's first pass (STATS = true:
+/// lse2 = the base-2 log-sum-exp of the scaled scores, +inf for a row that
+/// sees no key, and delta = dO . O per query row).
+template <bool STATS>
+__global__ void __launch_bounds__(kThreads)
+    flashForwardKernel(const float *__restrict__ q, const float *__restrict__ k,
+                       const float *__restrict__ v, Geo g, float *__restrict__ o,
+                       const float *__restrict__ dO, float *__restrict__ lse2,
+                       float *__restrict__ delta) {
+  __shared__ __align__(16) __nv_bfloat16 kS[kBlock * kPitch];
+  __shared__ __align__(16) __nv_bfloat16 vT[kD * kPitch];
+  const int64_t bh = blockIdx.y, q0 = (int64_t)blockIdx.x * kBlock;
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
+  const float *qb = q + bh * g.Tq * kD, *kb = k + bh * g.Tk * kD, *vb = v + bh * g.Tk * kD;
+
+  uint32_t qa[4][4];
+  loadRows(kS, qb, q0, g.Tq); // the query tile passes through kS once
+  __syncthreads();
+  loadA(qa, kS, w);
+  const int64_t row[2] = {q0 + 16 * w + gq, q0 + 16 * w + gq + 8};
+
+  float acc[8][4];
+  zero(acc);
+  // Per row half h: the running max (base 2) and this thread's share of the
+  // running sum (its 16 columns; the quad's shares are added at the end, and
+  // each rescaling is the row's, so the shares rescale like the whole).
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  const int64_t kEnd = keyEnd(g, q0);
+  for (int64_t k0 = 0; k0 < kEnd; k0 += kBlock) {
+    __syncthreads();
+    loadRows(kS, kb, k0, g.Tk);
+    loadRowsT(vT, vb, k0, g.Tk);
+    __syncthreads();
+    float s[8][4];
+    zero(s);
+    mmaRows(s, qa, kS);
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e >> 1;
+        const int64_t key = k0 + 8 * j + 2 * t + (e & 1);
+        s[j][e] = visible(g, row[h], key) ? s[j][e] * g.scale2 : -INFINITY;
+        mx[h] = fmaxf(mx[h], s[j][e]);
+      }
+    float alpha[2], base[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float mNew = fmaxf(m[h], quadMax(mx[h]));
+      base[h] = mNew == -INFINITY ? 0.f : mNew; // nothing visible yet: every p is 0
+      alpha[h] = exp2f(m[h] - base[h]);         // 0 while m is -inf
+      m[h] = mNew;
+      l[h] *= alpha[h];
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e >> 1;
+        s[j][e] = exp2f(s[j][e] - base[h]);
+        l[h] += s[j][e];
+        acc[j][e] *= alpha[h];
+      }
+    uint32_t pa[4][4];
+    accToA(pa, s);
+    mmaRows(acc, pa, vT);
+  }
+
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float L = quadSum(l[h]);
+    const float inv = L > 0.f ? 1.f / L : 0.f; // a row that sees no key gives 0
+    const int64_t r = row[h];
+    if (!STATS) {
+      if (r < g.Tq) {
+        float *orow = o + (bh * g.Tq + r) * kD;
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          *reinterpret_cast<float2 *>(orow + 8 * j + 2 * t) =
+              make_float2(acc[j][2 * h] * inv, acc[j][2 * h + 1] * inv);
+      }
+    } else {
+      float dsum = 0.f;
+      if (r < g.Tq) {
+        const float *drow = dO + (bh * g.Tq + r) * kD;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const float2 d2 = *reinterpret_cast<const float2 *>(drow + 8 * j + 2 * t);
+          dsum += d2.x * acc[j][2 * h] * inv + d2.y * acc[j][2 * h + 1] * inv;
+        }
+      }
+      dsum = quadSum(dsum);
+      if (r < g.Tq && t == 0) {
+        lse2[bh * g.Tq + r] = L > 0.f ? m[h] + log2f(L) : INFINITY;
+        delta[bh * g.Tq + r] = dsum;
+      }
+    }
+  }
+}
+
+/// Pass 2: per key tile, dV = P^T dO and dK = scale dS^T Q over the query
+/// tiles that see it (dS = P (dP - delta), dP = dO V^T).
+__global__ void __launch_bounds__(kThreads)
+    flashKeyKernel(const float *__restrict__ q, const float *__restrict__ k,
+                   const float *__restrict__ v, const float *__restrict__ dO,
+                   const float *__restrict__ lse2, const float *__restrict__ delta, Geo g,
+                   float scale, float *__restrict__ dk, float *__restrict__ dv) {
+  __shared__ __align__(16) __nv_bfloat16 qS[kBlock * kPitch];
+  __shared__ __align__(16) __nv_bfloat16 qT[kD * kPitch];
+  __shared__ __align__(16) __nv_bfloat16 doS[kBlock * kPitch];
+  __shared__ __align__(16) __nv_bfloat16 doT[kD * kPitch];
+  __shared__ float lseS[kBlock], deltaS[kBlock];
+  const int64_t bh = blockIdx.y, k0 = (int64_t)blockIdx.x * kBlock;
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
+  const float *qb = q + bh * g.Tq * kD, *kb = k + bh * g.Tk * kD, *vb = v + bh * g.Tk * kD;
+  const float *dob = dO + bh * g.Tq * kD;
+
+  uint32_t ka[4][4], va[4][4];
+  loadRows(qS, kb, k0, g.Tk); // this block's keys and values pass through once
+  loadRows(doS, vb, k0, g.Tk);
+  __syncthreads();
+  loadA(ka, qS, w);
+  loadA(va, doS, w);
+  const int64_t key[2] = {k0 + 16 * w + gq, k0 + 16 * w + gq + 8};
+
+  float dkAcc[8][4], dvAcc[8][4];
+  zero(dkAcc);
+  zero(dvAcc);
+  int64_t qStart = 0;
+  if (g.causal) {
+    const int64_t first = k0 - g.off; // the first query that sees key k0
+    qStart = first <= 0 ? 0 : first / kBlock * kBlock;
+  }
+  for (int64_t q0 = qStart; q0 < g.Tq; q0 += kBlock) {
+    __syncthreads();
+    loadRows(qS, qb, q0, g.Tq);
+    loadRowsT(qT, qb, q0, g.Tq);
+    loadRows(doS, dob, q0, g.Tq);
+    loadRowsT(doT, dob, q0, g.Tq);
+    if (threadIdx.x < kBlock) {
+      const int64_t r = q0 + threadIdx.x;
+      lseS[threadIdx.x] = r < g.Tq ? lse2[bh * g.Tq + r] : INFINITY;
+      deltaS[threadIdx.x] = r < g.Tq ? delta[bh * g.Tq + r] : 0.f;
+    }
+    __syncthreads();
+    float p[8][4], ds[8][4];
+    zero(p);
+    zero(ds);
+    mmaRows(p, ka, qS);   // scores, transposed: [key][query]
+    mmaRows(ds, va, doS); // dP^T = V dO^T
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e >> 1, qi = 8 * j + 2 * t + (e & 1);
+        p[j][e] = visible(g, q0 + qi, key[h]) ? exp2f(p[j][e] * g.scale2 - lseS[qi]) : 0.f;
+        ds[j][e] = p[j][e] * (ds[j][e] - deltaS[qi]);
+      }
+    uint32_t a[4][4];
+    accToA(a, p);
+    mmaRows(dvAcc, a, doT);
+    accToA(a, ds);
+    mmaRows(dkAcc, a, qT);
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (key[h] >= g.Tk)
+      continue;
+    float *dkRow = dk + (bh * g.Tk + key[h]) * kD, *dvRow = dv + (bh * g.Tk + key[h]) * kD;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      *reinterpret_cast<float2 *>(dkRow + 8 * j + 2 * t) =
+          make_float2(dkAcc[j][2 * h] * scale, dkAcc[j][2 * h + 1] * scale);
+      *reinterpret_cast<float2 *>(dvRow + 8 * j + 2 * t) =
+          make_float2(dvAcc[j][2 * h], dvAcc[j][2 * h + 1]);
+    }
+  }
+}
+
+/// Pass 3: per query tile, dQ = scale dS K over the key tiles it sees.
+__global__ void __launch_bounds__(kThreads)
+    flashQueryKernel(const float *__restrict__ q, const float *__restrict__ k,
+                     const float *__restrict__ v, const float *__restrict__ dO,
+                     const float *__restrict__ lse2, const float *__restrict__ delta, Geo g,
+                     float scale, float *__restrict__ dq) {
+  __shared__ __align__(16) __nv_bfloat16 kS[kBlock * kPitch];
+  __shared__ __align__(16) __nv_bfloat16 kT[kD * kPitch];
+  __shared__ __align__(16) __nv_bfloat16 vS[kBlock * kPitch];
+  const int64_t bh = blockIdx.y, q0 = (int64_t)blockIdx.x * kBlock;
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
+  const float *qb = q + bh * g.Tq * kD, *kb = k + bh * g.Tk * kD, *vb = v + bh * g.Tk * kD;
+
+  uint32_t qa[4][4], da[4][4];
+  loadRows(kS, qb, q0, g.Tq); // the query and dO tiles pass through once
+  loadRows(vS, dO + bh * g.Tq * kD, q0, g.Tq);
+  __syncthreads();
+  loadA(qa, kS, w);
+  loadA(da, vS, w);
+  const int64_t row[2] = {q0 + 16 * w + gq, q0 + 16 * w + gq + 8};
+  float lse[2], dl[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    lse[h] = row[h] < g.Tq ? lse2[bh * g.Tq + row[h]] : INFINITY;
+    dl[h] = row[h] < g.Tq ? delta[bh * g.Tq + row[h]] : 0.f;
+  }
+
+  float dqAcc[8][4];
+  zero(dqAcc);
+  const int64_t kEnd = keyEnd(g, q0);
+  for (int64_t k0 = 0; k0 < kEnd; k0 += kBlock) {
+    __syncthreads();
+    loadRows(kS, kb, k0, g.Tk);
+    loadRowsT(kT, kb, k0, g.Tk);
+    loadRows(vS, vb, k0, g.Tk);
+    __syncthreads();
+    float p[8][4], ds[8][4];
+    zero(p);
+    zero(ds);
+    mmaRows(p, qa, kS);  // S = Q K^T
+    mmaRows(ds, da, vS); // dP = dO V^T
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e >> 1;
+        const int64_t keyIdx = k0 + 8 * j + 2 * t + (e & 1);
+        p[j][e] = visible(g, row[h], keyIdx) ? exp2f(p[j][e] * g.scale2 - lse[h]) : 0.f;
+        ds[j][e] = p[j][e] * (ds[j][e] - dl[h]);
+      }
+    uint32_t a[4][4];
+    accToA(a, ds);
+    mmaRows(dqAcc, a, kT);
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (row[h] >= g.Tq)
+      continue;
+    float *dqRow = dq + (bh * g.Tq + row[h]) * kD;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      *reinterpret_cast<float2 *>(dqRow + 8 * j + 2 * t) =
+          make_float2(dqAcc[j][2 * h] * scale, dqAcc[j][2 * h + 1] * scale);
+  }
+}
+
+void check(const char *what) {
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess)
+    std::fprintf(stderr, "pipemesh-run: cuda: %s: %s\n", what, cudaGetErrorString(e));
+}
+
+Geo geo(int64_t Tq, int64_t Tk, float scale, bool causal) {
+  return {Tq, Tk, scale * kLog2e, causal, Tk - Tq};
+}
+
+} // namespace
+
+bool flashAttentionSupported(int64_t D, int64_t Dv, const MaskView &mask) {
+  return D == kD && Dv == kD && !mask.data;
+}
+
+void flashAttention(cudaStream_t st, const float *q, const float *k, const float *v, float *o,
+                    int64_t BH, int64_t Tq, int64_t Tk, float scale, bool causal) {
+  if (BH == 0 || Tq == 0)
+    return;
+  if (Tk == 0) {
+    cudaMemsetAsync(o, 0, (size_t)(BH * Tq * kD) * sizeof(float), st);
+    return;
+  }
+  dim3 grid((unsigned)((Tq + kBlock - 1) / kBlock), (unsigned)BH);
+  flashForwardKernel<false><<<grid, kThreads, 0, st>>>(q, k, v, geo(Tq, Tk, scale, causal), o,
+                                                       nullptr, nullptr, nullptr);
+  check("flashAttention");
+}
+
+void flashAttentionGrad(cudaStream_t st, const float *dO, const float *q, const float *k,
+                        const float *v, float *dq, float *dk, float *dv, int64_t BH, int64_t Tq,
+                        int64_t Tk, float scale, bool causal, void *scratch) {
+  if (BH == 0)
+    return;
+  if (Tq == 0 || Tk == 0) {
+    cudaMemsetAsync(dq, 0, (size_t)(BH * Tq * kD) * sizeof(float), st);
+    cudaMemsetAsync(dk, 0, (size_t)(BH * Tk * kD) * sizeof(float), st);
+    cudaMemsetAsync(dv, 0, (size_t)(BH * Tk * kD) * sizeof(float), st);
+    return;
+  }
+  const Geo g = geo(Tq, Tk, scale, causal);
+  float *lse2 = static_cast<float *>(scratch), *delta = lse2 + BH * Tq;
+  dim3 qGrid((unsigned)((Tq + kBlock - 1) / kBlock), (unsigned)BH);
+  dim3 kGrid((unsigned)((Tk + kBlock - 1) / kBlock), (unsigned)BH);
+  flashForwardKernel<true><<<qGrid, kThreads, 0, st>>>(q, k, v, g, nullptr, dO, lse2, delta);
+  flashKeyKernel<<<kGrid, kThreads, 0, st>>>(q, k, v, dO, lse2, delta, g, scale, dk, dv);
+  flashQueryKernel<<<qGrid, kThreads, 0, st>>>(q, k, v, dO, lse2, delta, g, scale, dq);
+  check("flashAttentionGrad");
+}
+
+} // namespace pipemesh::rt::cuda
