@@ -133,6 +133,26 @@ std::vector<std::pair<std::string, double>> Executor::profile() const {
   return out;
 }
 
+std::vector<std::pair<std::string, double>> Executor::profileByShape(size_t top) const {
+  // Same op on the same input shapes and attributes: one line (a GPT's
+  // twelve layers fold into one line per GEMM of a layer).
+  std::map<std::string, double> byKind;
+  for (const BoundInstruction &b : program) {
+    std::string key = b.inst->op;
+    for (int64_t id : b.inst->in)
+      key += " " + shapeStr(env.rank.buffer(id).shape);
+    if (!b.inst->attrs.empty())
+      key += " " + b.inst->attrs.dump();
+    byKind[key] += b.totalMs;
+  }
+  std::vector<std::pair<std::string, double>> out(byKind.begin(), byKind.end());
+  std::sort(out.begin(), out.end(),
+            [](const auto &a, const auto &b) { return a.second > b.second; });
+  if (out.size() > top)
+    out.resize(top);
+  return out;
+}
+
 std::vector<std::string> Executor::knownOps() {
   std::vector<std::string> names;
   for (const auto &kv : opTable())

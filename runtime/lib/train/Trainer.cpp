@@ -296,6 +296,12 @@ void Trainer::printProfile() const {
                   total > 0 ? 100.0 * ms / total : 0.0);
     log << line;
   }
+  log << "pipemesh-run: the 15 largest by op, input shapes and attributes:\n";
+  for (auto &[kind, ms] : executor->profileByShape(15)) {
+    char line[64];
+    std::snprintf(line, sizeof line, "  %10.2f ms  %5.1f%%  ", ms, total > 0 ? 100.0 * ms / total : 0.0);
+    log << line << kind << "\n";
+  }
 }
 
 std::vector<TrainedParam> Trainer::trainedParams() {

@@ -106,6 +106,8 @@ public:
   const StepTimings &timings() const { return lastTimings; }
   /// Milliseconds spent per op name over all steps so far (for --profile).
   std::vector<std::pair<std::string, double>> profile() const;
+  /// The same per op, input shapes and attributes: the `top` largest.
+  std::vector<std::pair<std::string, double>> profileByShape(size_t top) const;
   /// Op names the executor knows (kernel and control instructions).
   static std::vector<std::string> knownOps();
 
