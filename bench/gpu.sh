@@ -74,6 +74,7 @@ if [[ -n ${BUNDLE:-} ]]; then
   export OPAL_PREFIX=$B/ompi OMPI_MCA_ess_singleton_isolated=1 OMPI_MCA_btl=self OMPI_MCA_pml=ob1
   echo "bundle of commit $(cat "$B/commit"); LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
   TEST_PLAN=$B/plans/tiny.plan
+  TEST_PLAN_ODD=$B/plans/tiny-odd.plan
   plan_of() { echo "$B/plans/gpt2-$1.shapes.plan"; }
 else
   if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
@@ -94,6 +95,7 @@ else
   fi
   BIN=$REPO/$BUILD_DIR/bin
   TEST_PLAN=""
+  TEST_PLAN_ODD=""
   plan_of() {
     $PY models/gen_gpt2.py --preset "$1" --shapes-only -o "$WORK/gpt2-$1.onnx" > /dev/null &&
       "$BIN/pipemesh-opt" "$WORK/gpt2-$1.onnx" \
@@ -114,7 +116,8 @@ timeout 150 "$BIN/pipemesh-cuda-kernels-test" 2>&1 | tee "$OUT/gpu-kernels-test.
 [[ ${PIPESTATUS[0]} == 0 ]] || FAILED+=("kernels test")
 stamp "GPU tests: 10 training steps against the CPU backend"
 PIPEMESH_RUN=$BIN/pipemesh-run PIPEMESH_CUDA_PROBE=$BIN/pipemesh-cuda-kernels-test \
-  PIPEMESH_CUDA_TEST_PLAN=$TEST_PLAN PIPEMESH_OPT=$BIN/pipemesh-opt \
+  PIPEMESH_CUDA_TEST_PLAN=$TEST_PLAN PIPEMESH_CUDA_TEST_PLAN_ODD=$TEST_PLAN_ODD \
+  PIPEMESH_OPT=$BIN/pipemesh-opt \
   timeout 200 $PY runtime/tests/cuda/test_cuda_training.py 2>&1 | tee "$OUT/gpu-training-test.txt" | tail -30
 [[ ${PIPESTATUS[0]} == 0 ]] || FAILED+=("training test")
 

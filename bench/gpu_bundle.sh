@@ -53,6 +53,12 @@ done
 # compiles it) and the GPT-2 benchmarks' (shapes only: weights are drawn there).
 "$BUILD/bin/pipemesh-opt" models/fixtures/torch_gpt2_tiny_op17_dyn_fold.onnx \
   "--pipemesh-compile=batch=4 seq=32 microbatches=2" -o "$T/plans/tiny.plan"
+# The training test's odd-vocabulary GPT (runtime/tests/cuda/test_cuda_training.py).
+$PY models/gen_gpt2.py --preset tiny --embd 128 --heads 2 --vocab 251 --external-data \
+  -o "$T/odd.onnx" > /dev/null
+"$BUILD/bin/pipemesh-opt" "$T/odd.onnx" "--pipemesh-compile=batch=4 seq=64 microbatches=2" \
+  -o "$T/plans/tiny-odd.plan"
+rm "$T"/odd.onnx*
 for m in 124M 350M; do
   $PY models/gen_gpt2.py --preset "$m" --shapes-only -o "$T/gpt2-$m.onnx" > /dev/null
   "$BUILD/bin/pipemesh-opt" "$T/gpt2-$m.onnx" \

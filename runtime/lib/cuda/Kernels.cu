@@ -223,6 +223,15 @@ __global__ void castBf16PitchedKernel(const float *__restrict__ x, __nv_bfloat16
   }
 }
 
+/// dst [rows, cols] = the first cols of each row of src [rows, srcPitch].
+__global__ void copyRowsKernel(const float *__restrict__ src, int64_t srcPitch,
+                               float *__restrict__ dst, int64_t rows, int64_t cols) {
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
+    for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < cols;
+         c += (int64_t)gridDim.x * blockDim.x)
+      dst[r * cols + c] = src[r * srcPitch + c];
+}
+
 // --- reductions ------------------------------------------------------------------------
 
 /// Pass 1: partial[c][k] = sum of x over the c-th chunk of the reduced space.
@@ -828,6 +837,15 @@ void castToBf16Pitched(cudaStream_t st, const float *x, __nv_bfloat16 *y, int64_
   dim3 grid((unsigned)imin((ld + kThreads - 1) / kThreads, 64), (unsigned)imin(rows, 65535));
   castBf16PitchedKernel<<<grid, kThreads, 0, st>>>(x, y, rows, cols, ld);
   check(cudaGetLastError(), "castToBf16Pitched");
+}
+
+void copyRowsF32(cudaStream_t st, const float *src, int64_t srcPitch, float *dst, int64_t rows,
+                 int64_t cols) {
+  if (rows == 0 || cols == 0)
+    return;
+  dim3 grid((unsigned)imin((cols + kThreads - 1) / kThreads, 64), (unsigned)imin(rows, 65535));
+  copyRowsKernel<<<grid, kThreads, 0, st>>>(src, srcPitch, dst, rows, cols);
+  check(cudaGetLastError(), "copyRows");
 }
 
 size_t reduceScratchBytes(const Strided &kept, const Strided &red) {

@@ -6,7 +6,9 @@ PIPEMESH_OPT is set, else make_test_plan.py's hand-made tiny model) trains
 10 steps on each backend:
   - fp32: every step's loss within 1e-4 relative of the CPU run, grad_norm too;
   - deterministic: a second fp32 CUDA run gives bit-identical losses;
-  - bf16 matmul operands: losses within 2e-2 relative (bf16 has 8 mantissa bits).
+  - bf16 matmul operands: losses within 2e-2 relative (bf16 has 8 mantissa bits);
+and the same for a GPT with an odd vocabulary and heads of 64 (the bf16 mode's padded
+GEMMs and tensor-core attention).
 Without a CUDA device (or without the CUDA backend in the build) it prints
 why and exits 77: ctest reports it as skipped, never as passed.
 """
@@ -29,6 +31,7 @@ PROBE = os.environ.get("PIPEMESH_CUDA_PROBE")
 OPT = os.environ.get("PIPEMESH_OPT")
 # The same plan compiled elsewhere, for GPU machines without the compiler (bench/gpu_bundle.sh).
 PLAN = os.environ.get("PIPEMESH_CUDA_TEST_PLAN")
+ODD_PLAN = os.environ.get("PIPEMESH_CUDA_TEST_PLAN_ODD")
 MODEL = os.path.join(REPO, "models", "fixtures", "torch_gpt2_tiny_op17_dyn_fold.onnx")
 STEPS = 10
 
@@ -60,6 +63,29 @@ def make_plan(d):
     b, _ = mtp.build_tiny_gpt(batch=2, seq=16, vocab=256, embd=32, heads=4, microbatches=2)
     mtp.write_plan(path, b.manifest(), b.weights)
     return path, "make_test_plan.py tiny GPT"
+
+
+def make_odd_plan(d):
+    """A GPT whose shapes take the bf16 mode's special paths: an odd vocabulary (251: the
+    head's GEMMs padded to multiples of 8) and heads of 64 (the tensor-core attention)."""
+    if ODD_PLAN:
+        return ODD_PLAN
+    if not OPT:
+        return None
+    onnx_path, path = os.path.join(d, "odd.onnx"), os.path.join(d, "odd.plan")
+    gen = os.path.join(REPO, "models", "gen_gpt2.py")
+    r = subprocess.run([sys.executable, gen, "--preset", "tiny", "--embd", "128", "--heads", "2",
+                        "--vocab", "251", "--external-data", "-o", onnx_path],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        print(r.stderr)
+        sys.exit(1)
+    r = subprocess.run([OPT, onnx_path, "--pipemesh-compile=batch=4 seq=64 microbatches=2", "-o", path],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        print(r.stderr)
+        sys.exit(1)
+    return path
 
 
 def train(d, plan, name, *extra):
@@ -100,6 +126,20 @@ def main():
                 failures.append(f"step {s}: two deterministic cuda runs differ: {g} vs {again[s]['loss']}")
             if rel(h, c) > 2e-2:
                 failures.append(f"step {s}: bf16 loss {h} vs cpu {c}")
+        odd = make_odd_plan(d)
+        if odd:
+            oc = train(d, odd, "odd-cpu")
+            of = train(d, odd, "odd-cuda-fp32", "--backend", "cuda")
+            ob = train(d, odd, "odd-cuda-bf16", "--backend", "cuda", "--precision", "bf16")
+            print(f"vocabulary 251, heads of 64: last step cpu {oc[-1]['loss']:.6f}, "
+                  f"cuda fp32 {of[-1]['loss']:.6f}, cuda bf16 {ob[-1]['loss']:.6f}")
+            for s in range(STEPS):
+                if rel(of[s]["loss"], oc[s]["loss"]) > 1e-4:
+                    failures.append(f"odd step {s}: fp32 loss {of[s]['loss']} vs cpu {oc[s]['loss']}")
+                if rel(ob[s]["loss"], oc[s]["loss"]) > 2e-2:
+                    failures.append(f"odd step {s}: bf16 loss {ob[s]['loss']} vs cpu {oc[s]['loss']}")
+        else:
+            print("no plan with an odd vocabulary (needs PIPEMESH_OPT or PIPEMESH_CUDA_TEST_PLAN_ODD)")
         # Every op the hand-made plans use (the "zoo": comparisons, where,
         # softmax, masks, ... some of them through the host fallback).
         zoo = os.path.join(d, "zoo.plan")

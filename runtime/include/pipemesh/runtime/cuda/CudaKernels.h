@@ -78,6 +78,11 @@ void castToBf16(cudaStream_t st, const float *x, __nv_bfloat16 *y, int64_t n);
 void castToBf16Pitched(cudaStream_t st, const float *x, __nv_bfloat16 *y, int64_t rows,
                        int64_t cols, int64_t ld);
 
+/// dst [rows, cols] = the first cols of every row of src [rows, srcPitch]
+/// (a GEMM's result out of its padded scratch).
+void copyRowsF32(cudaStream_t st, const float *src, int64_t srcPitch, float *dst, int64_t rows,
+                 int64_t cols);
+
 /// Sum (or mean) over a reduced index space: y[k] = sum_r x[kept(k) + red(r)].
 /// kept: the output's dims with x's strides (stride[0]); red: the reduced
 /// dims with x's strides (stride[0]). Deterministic two-pass.
