@@ -22,9 +22,7 @@ trap 'rm -rf "$work"' EXIT
 python3 - "$work/sim.json" "$name" "$net" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
-floor = max(r["collective_busy_s"] for r in d["ranks"])
-compute = max(r["compute_s"] for r in d["ranks"])
 print(f"{sys.argv[2]:<28} {sys.argv[3]:>3}G step {d['step_time_s']:.3f} s  "
-      f"tok/s {d['tokens_per_s']:8.0f}  collective floor {floor:.3f} s  compute {compute:.3f} s  "
-      f"step / max(floor, compute) {d['step_time_s'] / max(floor, compute):.2f}")
+      f"tok/s {d['tokens_per_s']:8.0f}  collective floor {d['collective_floor_s']:.3f} s  "
+      f"compute {d['compute_max_s']:.3f} s  step / floor {d['step_time_s'] / d['floor_s']:.2f}")
 PY

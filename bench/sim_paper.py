@@ -134,11 +134,11 @@ def summarize(sim):
     return {k: sim.get(k) for k in (
         "step_time_s", "tokens_per_s", "tokens_per_step", "all_device_idle_frac",
         "exposed_comm_frac", "bubble_frac", "recompute_frac", "compute_frac",
-        "max_peak_mem_bytes", "mem_capacity_bytes", "fits_memory")} | {
+        "max_peak_mem_bytes", "mem_capacity_bytes", "fits_memory",
+        # What no schedule beats (pipemesh-sim's floor): the busiest collective stream
+        # and the busiest compute.
+        "collective_floor_s", "compute_max_s")} | {
         "max_arena_bytes": max((r.get("arena_bytes", 0) for r in ranks), default=0),
-        # What no schedule beats: the busiest collective stream and the busiest compute.
-        "collective_floor_s": max((r.get("collective_busy_s", 0) for r in ranks), default=0),
-        "compute_max_s": max((r.get("compute_s", 0) for r in ranks), default=0),
         "ranks_with_recompute": sum(1 for r in ranks if r.get("recompute_s", 0) > 0)}
 
 

@@ -334,15 +334,11 @@ void PlanBuilder::explain(func::FuncOp train, const cost::Cluster &cluster) {
   Prediction mine = predict(train, cluster);
   row(chosenName, mine, true);
   if (mine.ok) {
-    // What no schedule beats: the busiest rank's collective stream (its
-    // gathers and reductions) and the busiest rank's compute.
-    double coll = 0, compute = 0;
-    for (const sim::RankStats &r : mine.result.ranks)
-      coll = std::max(coll, r.collectiveBusyS), compute = std::max(compute, r.computeS);
+    const sim::SimResult &r = mine.result;
     os << llvm::format("  %-28s%9.4f s (busiest collective stream %.4f s, busiest compute %.4f "
                        "s, recompute included)\n",
-                       (const char *)"floor of the chosen plan", std::max(coll, compute), coll,
-                       compute);
+                       (const char *)"floor of the chosen plan", r.floorS, r.collectiveFloorS,
+                       r.computeMaxS);
   }
   for (ScheduleKind k : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved,
                          ScheduleKind::BFS, ScheduleKind::ZBH1, ScheduleKind::ZBH2,

@@ -577,11 +577,14 @@ void Engine::summarize() {
     rs.peakMemBytes = job.ranks[r].persistentBytes + st[r].peak;
     rs.arenaBytes = job.ranks[r].arenaBytes;
     res.maxPeakMemBytes = std::max(res.maxPeakMemBytes, rs.peakMemBytes);
+    res.collectiveFloorS = std::max(res.collectiveFloorS, rs.collectiveBusyS);
+    res.computeMaxS = std::max(res.computeMaxS, rs.computeS);
     compute += rs.computeS;
     bubble += rs.bubbleS;
     exposed += rs.exposedCommS;
     recompute += rs.recomputeS;
   }
+  res.floorS = std::max(res.collectiveFloorS, res.computeMaxS);
   double total = step * (double)n;
   if (total > 0) {
     res.computeFrac = compute / total;

@@ -102,6 +102,11 @@ def main():
     for r in s["ranks"]:
         total = r["compute_s"] + r["bubble_s"] + r["exposed_comm_s"]
         assert abs(total - s["step_time_s"]) <= 1e-9 * max(1.0, s["step_time_s"]), (r, total)
+    # The floor: the busiest collective stream and the busiest compute, never above the step.
+    assert s["collective_floor_s"] == max(r["collective_busy_s"] for r in s["ranks"]), s
+    assert s["compute_max_s"] == max(r["compute_s"] for r in s["ranks"]), s
+    assert s["floor_s"] == max(s["collective_floor_s"], s["compute_max_s"]) > 0, s
+    assert s["floor_s"] <= s["step_time_s"] * (1 + 1e-9), s
 
     m = manifest(plan)
     for (rank, live_peak, arena), sim_peak in zip(liveness_peaks(m), s["peak_mem_bytes"]):

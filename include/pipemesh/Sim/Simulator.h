@@ -97,6 +97,10 @@ struct SimResult {
   /// Time with no rank computing, and its share of the step.
   double allDeviceIdleS = 0, allDeviceIdleFrac = 0;
   int64_t maxPeakMemBytes = 0;
+  /// What no schedule of this plan beats: the busiest rank's collective stream
+  /// (its gathers and reductions) and the busiest rank's compute (recompute
+  /// included); floorS is the larger.
+  double collectiveFloorS = 0, computeMaxS = 0, floorS = 0;
   std::vector<RankStats> ranks;
 
   /// SimOptions::timeline: spans per rank, and (time, live bytes) samples.
