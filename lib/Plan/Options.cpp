@@ -39,7 +39,9 @@ bool parseCompileOptions(llvm::StringRef text, CompileOptions &opts, std::string
     auto [key, value] = item.split('=');
     auto setInt = [&](int64_t &dst) {
       if (value.getAsInteger(10, dst) || dst <= 0) {
-        why = "'" + key.str() + "' needs a positive integer, got '" + value.str() + "'";
+        why = "'" + key.str() + "' needs a positive integer" +
+              (key == "prefetch" ? std::string(" or auto") : std::string()) + ", got '" +
+              value.str() + "'";
         return false;
       }
       return true;
@@ -51,7 +53,7 @@ bool parseCompileOptions(llvm::StringRef text, CompileOptions &opts, std::string
         : key == "vpp" ? !setInt(opts.vpp)
         : key == "microbatches" ? !setInt(opts.microbatches)
         : key == "group" ? !setInt(opts.group)
-        : key == "prefetch" ? !setInt(opts.prefetch)
+        : key == "prefetch" && value != "auto" ? !setInt(opts.prefetch)
                          : false)
       return false;
     // "a,b,c" into non-negative integers.
@@ -129,6 +131,8 @@ bool parseCompileOptions(llvm::StringRef text, CompileOptions &opts, std::string
         return false;
       }
       opts.memLimit = *bytes;
+    } else if (key == "prefetch" && value == "auto") {
+      opts.prefetchAuto = true;
     } else if (key == "shapes-only") {
       opts.shapesOnly = value == "true" || value == "1";
     } else if (key == "labels") {

@@ -91,6 +91,9 @@ struct Shared {
   int64_t zero = 0; // effective: 0 when dp = 1
   /// Effective ZeRO level of every chunk (all 0 when dp = 1).
   std::vector<int64_t> zeroChunks;
+  /// ZeRO-3 gathers run this many layers ahead (CompileOptions::prefetch, or
+  /// prefetch=auto's choice).
+  int64_t prefetch = 1;
   double invM = 1;
   std::vector<ParamInfo> params;
   llvm::StringMap<size_t> paramIndex;
@@ -113,6 +116,8 @@ struct Shared {
   /// What zero=auto's search looked at.
   int64_t zeroSearchCandidates = 0;
   double zeroSearchSeconds = 0;
+  /// What prefetch=auto simulated: (depth, step seconds; INFINITY: over mem-limit).
+  std::vector<std::pair<int64_t, double>> prefetchSearch;
 };
 
 /// One pipeline rank's program, the template of its dp replicas: `peer`
@@ -304,6 +309,11 @@ private:
                                   std::string &why);
   LogicalResult chooseGroups(func::FuncOp train, const cost::Cluster &cluster);
   void chooseZero(func::FuncOp train, const cost::Cluster &cluster);
+  void choosePrefetch(func::FuncOp train, const cost::Cluster &cluster);
+  /// (depth, simulated step; INFINITY when depth 1 does not fit), each
+  /// depth tried appended to `tried`.
+  std::pair<int64_t, double> fastestPrefetch(func::FuncOp train, const cost::Cluster &cluster,
+                                             std::vector<std::pair<int64_t, double>> *tried);
   void explain(func::FuncOp train, const cost::Cluster &cluster);
   json::Object rankJson(const RankPlan &rp, int64_t d);
   /// `replicasElided`: only dp rank 0's program of each pipeline rank (the

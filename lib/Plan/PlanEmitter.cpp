@@ -74,6 +74,7 @@ LogicalResult PlanBuilder::checkOptions() {
   if (o.dp > 1 && !o.zeroChunks.empty())
     sh.zeroChunks = o.zeroChunks;
   sh.invM = 1.0 / (double)(o.microbatches * o.dp);
+  sh.prefetch = o.prefetch;
   return success();
 }
 
@@ -312,7 +313,15 @@ json::Object PlanBuilder::manifest(std::vector<RankPlan> &ranks, bool replicasEl
     parallel["zero_chunks"] = std::move(zc);
   }
   if (o.dp > 1 && llvm::is_contained(sh.zeroChunks, 3))
-    parallel["prefetch"] = o.prefetch; // layers gathered ahead
+    parallel["prefetch"] = sh.prefetch; // layers gathered ahead
+  if (!sh.prefetchSearch.empty()) {
+    json::Array tried;
+    for (auto [depth, t] : sh.prefetchSearch)
+      tried.push_back(json::Object{{"prefetch", depth},
+                                   {"step_s", t < INFINITY ? json::Value(t) : json::Value(nullptr)}});
+    parallel["prefetch_search"] = json::Object{{"cluster", sh.opts.cluster},
+                                               {"tried", std::move(tried)}};
+  }
   if (sh.opts.zeroAuto && sh.zeroSearchCandidates > 0)
     parallel["zero_search"] = json::Object{{"candidates", sh.zeroSearchCandidates},
                                            {"seconds", sh.zeroSearchSeconds},
@@ -515,7 +524,7 @@ LogicalResult PlanBuilder::run(llvm::raw_ostream &os) {
            << " MPI guarantees: use fewer micro-batches or pipeline stages";
 
   cost::Cluster cluster;
-  if (sh.opts.autoGroups || sh.opts.explain || sh.opts.zeroAuto) {
+  if (sh.opts.autoGroups || sh.opts.explain || sh.opts.zeroAuto || sh.opts.prefetchAuto) {
     std::string why;
     if (!cost::Cluster::load(sh.opts.cluster, cluster, why))
       return sh.module.emitError() << "cluster=" << sh.opts.cluster << ": " << why;
@@ -526,6 +535,8 @@ LogicalResult PlanBuilder::run(llvm::raw_ostream &os) {
     chooseZero(train, cluster);
   if (sh.opts.autoGroups && failed(chooseGroups(train, cluster)))
     return failure();
+  if (sh.opts.prefetchAuto)
+    choosePrefetch(train, cluster);
   if (sh.opts.explain)
     explain(train, cluster);
   auto built = buildManifest(train);

@@ -114,6 +114,19 @@ bool printPlan(llvm::StringRef path, llvm::raw_ostream &os, std::string &why) {
     os << " zero=" << *zero;
   if (auto prefetch = par->getInteger("prefetch"))
     os << " prefetch=" << *prefetch;
+  if (const json::Object *ps = par->getObject("prefetch_search")) {
+    os << " (prefetch=auto on " << ps->getString("cluster").value_or("?") << ":";
+    if (const json::Array *tried = ps->getArray("tried"))
+      for (const json::Value &v : *tried)
+        if (const json::Object *t = v.getAsObject()) {
+          os << " " << t->getInteger("prefetch").value_or(0) << " ";
+          if (auto st = t->getNumber("step_s"))
+            os << llvm::format("%.6g", *st) << " s";
+          else
+            os << "over mem-limit";
+        }
+    os << ")";
+  }
   searchNote("zero_search", "zero=auto");
   os << "\n";
   for (const json::Value &rv : *ranks) {

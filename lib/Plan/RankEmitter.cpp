@@ -772,7 +772,7 @@ LogicalResult RankEmitter::run(RankPlan &out) {
     nextRunOf[k - 1] = keyOf(computeActions[k]) != keyOf(computeActions[k - 1]) ? k : nextRunOf[k];
   // The first `prefetch=` layers an action gathers: what is fetched ahead
   // for it (by the run before it, or by the program's start).
-  const size_t depth = (size_t)std::max<int64_t>(sh.opts.prefetch, 1);
+  const size_t depth = (size_t)std::max<int64_t>(sh.prefetch, 1);
   std::map<size_t, std::vector<std::vector<std::string>>> prefetchWindows;
   auto prefetchWindow = [&](size_t k) -> const std::vector<std::vector<std::string>> & {
     auto [it, added] = prefetchWindows.try_emplace(k);

@@ -164,6 +164,33 @@ def main():
         results.append({k: r[k] for k in ("step_time_s", "bubble_frac", "exposed_comm_frac",
                                           "all_device_idle_frac", "peak_mem_bytes")})
     assert results[0] == results[1], results
+
+    # prefetch=auto: each depth emitted and simulated; the plan records what it tried,
+    # and each recorded time is what pipemesh-sim gives the plan compiled with that depth.
+    base = "batch=2 seq=16 dp=2 microbatches=4 zero=3 cluster=a100-40g-25gbps"
+    auto_plan = os.path.join(work, "prefetch-auto.plan")
+    run([opt, os.path.join(models, "fixtures", "gpt2_tiny_op17.onnx"),
+         f"--pipemesh-compile={base} prefetch=auto", "-o", auto_plan])
+    par = manifest(auto_plan)["parallel"]
+    tried = par["prefetch_search"]["tried"]
+    # Depths from 1 up, until one is over mem-limit or not 0.1% faster than the last.
+    assert [t["prefetch"] for t in tried] == list(range(1, len(tried) + 1)), tried
+    best, fastest, improving = 1, float("inf"), True
+    for i, t in enumerate(tried):
+        depth_plan = os.path.join(work, f"prefetch-{t['prefetch']}.plan")
+        run([opt, os.path.join(models, "fixtures", "gpt2_tiny_op17.onnx"),
+             f"--pipemesh-compile={base} prefetch={t['prefetch']}", "-o", depth_plan])
+        out = depth_plan + ".json"
+        run([sim, depth_plan, "--cluster", "a100-40g-25gbps", "--json", out, "--quiet"])
+        step = json.load(open(out))["step_time_s"]
+        assert abs(step - t["step_s"]) <= 1e-9 * step, (t, step)
+        improving = step < fastest * 0.999
+        if improving:
+            best, fastest = t["prefetch"], step
+        else:
+            assert i == len(tried) - 1, ("searched past a depth that did not help", tried)
+    assert len(tried) == 4 or not improving, ("stopped while improving", tried)
+    assert par["prefetch"] == best, (par, best)
     print("pipemesh-sim checks passed")
 
 

@@ -54,6 +54,9 @@ struct CompileOptions {
   /// use, into the next action's (DeepSpeed's prefetch bucket, counted in
   /// layers). Each costs a layer's whole parameters in memory.
   int64_t prefetch = 1;
+  /// prefetch=auto: the depth (1 to 4) whose plan the simulator finds fastest
+  /// within mem-limit, for the chosen sharding (needs a ZeRO-3 chunk).
+  bool prefetchAuto = false;
   /// Explicit transformer layers per chunk for --pmesh-partition (empty: the
   /// partitioner balances by its cost model).
   std::vector<int64_t> layersPerStage;
