@@ -13,7 +13,8 @@ device (run_chain(): a higher level only adds communication, so once a level nee
 recompute nor more memory the higher ones cannot be faster); with --zero-auto also
 `zero=auto cluster=PRESET` (the compiler's per-chunk ZeRO search, one compile per network)
 for the elastic candidates and, unless --zero-auto=elastic, the interleaved and bfs plans.
-Plans that may shard parameters (zero=3, zero=auto) gather two layers ahead (prefetch=2).
+Plans that may shard parameters (zero=3, zero=auto) are compiled per network with
+prefetch=auto cluster=NET (the compiler simulates ZeRO-3 gather depths 1 to 4 on it).
 Every plan is simulated on both clusters (zero=auto ones on their own); per row (model, gpus,
 network, schedule) table 1 keeps the fastest plan that compiled within mem-limit, table 2 the
 fastest whose simulated peak fits the device (pipemesh-sim's fits_memory; since the presets
@@ -60,7 +61,7 @@ EXTRA = [("1.3B", 32), ("7B", 16), ("7B", 64), ("13B", 16), ("13B", 32)]
 
 LOCK = threading.Lock()
 BIN_HASH = None              # set in main(): short hash of pipemesh-opt + pipemesh-sim
-COMPILE_TIMEOUT = {"fixed": 600, "auto": 240}
+COMPILE_TIMEOUT = {"fixed": 600, "auto": 420}
 LADDER_RECOMPUTE = 0.0       # --ladder-recompute
 
 
@@ -150,18 +151,22 @@ def bin_hash(*paths):
     return h.hexdigest()[:12]
 
 
-def plan_zero_levels(opt, plan):
-    """Per-chunk ZeRO levels of a plan (zero=auto's choice), from `pipemesh-opt --print-plan`'s
-    parallel line: a list for mixed levels, an int for one level, None when unreadable."""
+def plan_choices(opt, plan):
+    """What the searches chose, from `pipemesh-opt --print-plan`'s parallel line: the
+    per-chunk ZeRO levels (a list for mixed levels, an int for one level, None when
+    unreadable) and the ZeRO-3 prefetch depth (None without ZeRO-3)."""
     cp = subprocess.run([opt, "--print-plan", plan], capture_output=True, text=True)
+    zero = prefetch = None
     for line in cp.stdout.splitlines():
         if line.startswith("parallel:"):
             for word in line.split():
-                if word.startswith("zero-per-chunk="):
-                    return [int(z) for z in word.split("=", 1)[1].split(",")]
-                if word.startswith("zero="):
-                    return int(word.split("=", 1)[1])
-    return None
+                if word.startswith("zero-per-chunk=") and zero is None:
+                    zero = [int(z) for z in word.split("=", 1)[1].split(",")]
+                elif word.startswith("zero=") and zero is None:
+                    zero = int(word.split("=", 1)[1])
+                elif word.startswith("prefetch=") and word[9:].isdigit() and prefetch is None:
+                    prefetch = int(word[9:])
+    return zero, prefetch
 
 
 def run_config(opt, simbin, model, gpus, schedule, vpp, extra, label, zero, net=None, b=None):
@@ -181,7 +186,7 @@ def run_config(opt, simbin, model, gpus, schedule, vpp, extra, label, zero, net=
     opts = (f"batch={batch} seq={SEQ} pp={pp} dp={dp} vpp={vpp} microbatches={m} "
             f"schedule={schedule} zero={zero} recompute=auto mem-limit={MEM_LIMIT} "
             f"shapes-only=true {extra}{(' cluster=' + net) if net else ''}"
-            f"{' prefetch=2' if zero in (3, 'auto') else ''}").strip()
+            f"{' prefetch=auto' if zero in (3, 'auto') else ''}").strip()
     rec = {"key": key, "model": model, "gpus": gpus, "schedule": schedule, "label": label,
            "pp": pp, "dp": dp, "vpp": vpp, "batch": batch, "microbatches": m, "zero": zero,
            "options": opts, "sims": {}, "bin_hash": BIN_HASH, "global_batch": GLOBAL_BATCH}
@@ -199,8 +204,10 @@ def run_config(opt, simbin, model, gpus, schedule, vpp, extra, label, zero, net=
             if (cp.stderr or cp.stdout).strip() else f"exit {cp.returncode}"
         log(f"{key}: compile FAILED ({rec['compile_s']} s): {rec['compile_error']}")
     else:
-        if zero == "auto":
-            rec["zero_chosen"] = plan_zero_levels(opt, plan)
+        if zero in (3, "auto"):
+            chosen, rec["prefetch_chosen"] = plan_choices(opt, plan)
+            if zero == "auto":
+                rec["zero_chosen"] = chosen
         for net in ([net] if net else NETWORKS):
             out = os.path.join(WORK, f"{key}.{net}.json")
             t1 = time.time()
@@ -248,6 +255,10 @@ def run_chain(opt, simbin, model, gpus, schedule, vpp, extra, label, zero_auto=F
     for zero in (2, 3):
         if not needs_more_zero(recs[-1]):
             break
+        if zero == 3:  # prefetch=auto chooses its depth on each network
+            recs += [run_config(opt, simbin, model, gpus, schedule, vpp, extra, label, 3, net,
+                                b=b) for net in NETWORKS]
+            break
         recs.append(run_config(opt, simbin, model, gpus, schedule, vpp, extra, label, zero,
                                b=b))
     if zero_auto:
@@ -291,10 +302,11 @@ def choose(recs, model, gpus, net, schedule, strict=False):
 
 
 def zero_detail(rec):
-    z = rec.get("zero_chosen")
-    if rec["zero"] != "auto" or z is None:
-        return ""
-    return "(" + (",".join(map(str, z)) if isinstance(z, list) else str(z)) + ")"
+    z, p = rec.get("zero_chosen"), rec.get("prefetch_chosen")
+    out = ""
+    if rec["zero"] == "auto" and z is not None:
+        out = "(" + (",".join(map(str, z)) if isinstance(z, list) else str(z)) + ")"
+    return out + (f" prefetch={p}" if p else "")
 
 
 def pct(x):
