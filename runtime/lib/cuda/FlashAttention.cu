@@ -160,8 +160,8 @@ __device__ __forceinline__ float quadMax(float x) {
 __device__ __forceinline__ int64_t keyEnd(const Geo &g, int64_t q0) {
   if (!g.causal)
     return g.Tk;
-  const int64_t last = (q0 + kBlock < g.Tq ? q0 + kBlock : g.Tq) - 1 + g.off + 1;
-  return last < 0 ? 0 : (last < g.Tk ? last : g.Tk);
+  const int64_t end = (q0 + kBlock < g.Tq ? q0 + kBlock : g.Tq) - 1 + g.off + 1;
+  return end < 0 ? 0 : (end < g.Tk ? end : g.Tk);
 }
 
 /// The forward (STATS = false: o) or the backward's first pass (STATS = true:
