@@ -56,6 +56,11 @@ struct Recompute {
   /// micro-batches, so of those in flight at any peak), one layer fewer to
   /// the others.
   int64_t positions = 0;
+  /// A split backward's W (zb-h1/h2) re-runs the forward ops it needs
+  /// instead of reading the ones its B re-ran, so B's recomputed activations
+  /// die with B rather than waiting for the deferred W: more recompute, less
+  /// memory (recompute=auto's last resort on such schedules).
+  bool againForW = false;
   static constexpr int64_t kAll = INT64_MAX;
   static Recompute none() { return {}; }
   static Recompute selective() { return {Selective, 0}; }
@@ -67,7 +72,8 @@ struct Recompute {
     return positions > 0 && mb % pp >= positions ? layers - 1 : layers;
   }
   bool operator==(const Recompute &o) const {
-    return kind == o.kind && layers == o.layers && positions == o.positions;
+    return kind == o.kind && layers == o.layers && positions == o.positions &&
+           againForW == o.againForW;
   }
 };
 std::string recomputeName(Recompute r, int64_t pp);

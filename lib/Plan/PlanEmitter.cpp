@@ -391,16 +391,21 @@ LogicalResult PlanBuilder::emitRanks(func::FuncOp train, std::vector<RankPlan> &
       return true;
     };
     auto fits = [&] { return !limit || ranks[p].arenaBytes <= limit; };
-    if (sh.opts.recompute != "auto") {
-      Recompute r = sh.opts.recompute == "full"        ? Recompute::full()
-                    : sh.opts.recompute == "selective" ? Recompute::selective()
-                                                       : Recompute::none();
-      if (!emitWith(r))
+    // recompute=auto's search; forW: with a split backward's W re-running
+    // what it needs (none is then the same plan, so it starts at selective).
+    auto search = [&](bool forW) -> LogicalResult {
+      auto with = [&](Recompute r) {
+        r.againForW = forW;
+        return r;
+      };
+      if (!forW && !emitWith(Recompute::none()))
         return failure();
-    } else if (!emitWith(Recompute::none()) ||
-               (!fits() && !emitWith(Recompute::selective()))) {
-      return failure();
-    } else if (!fits()) {
+      if (!forW && fits())
+        return success();
+      if (!emitWith(with(Recompute::selective())))
+        return failure();
+      if (fits())
+        return success();
       // The fewest recomputed layers per chunk that fit (memory falls as
       // layers are added): a binary search over 1 .. the rank's most layers
       // in a chunk.
@@ -410,7 +415,7 @@ LogicalResult PlanBuilder::emitRanks(func::FuncOp train, std::vector<RankPlan> &
       int64_t lo = 1, hi = most;
       while (lo < hi) {
         int64_t mid = (lo + hi) / 2;
-        if (!emitWith(Recompute::firstLayers(mid)))
+        if (!emitWith(with(Recompute::firstLayers(mid))))
           return failure();
         if (fits())
           hi = mid;
@@ -423,7 +428,7 @@ LogicalResult PlanBuilder::emitRanks(func::FuncOp train, std::vector<RankPlan> &
       int64_t lowPos = 1, highPos = sh.step.pp;
       while (lowPos < highPos) {
         int64_t mid = (lowPos + highPos) / 2;
-        if (!emitWith(Recompute::firstLayersOn(lo, mid)))
+        if (!emitWith(with(Recompute::firstLayersOn(lo, mid))))
           return failure();
         if (fits())
           highPos = mid;
@@ -433,9 +438,23 @@ LogicalResult PlanBuilder::emitRanks(func::FuncOp train, std::vector<RankPlan> &
       Recompute chosen = lowPos < sh.step.pp ? Recompute::firstLayersOn(lo, lowPos)
                          : lo == most       ? Recompute::full()
                                             : Recompute::firstLayers(lo);
-      if (!emitWith(chosen))
+      return success(emitWith(with(chosen)));
+    };
+    if (sh.opts.recompute != "auto") {
+      Recompute r = sh.opts.recompute == "full"        ? Recompute::full()
+                    : sh.opts.recompute == "selective" ? Recompute::selective()
+                                                       : Recompute::none();
+      if (!emitWith(r))
         return failure();
+    } else if (failed(search(false))) {
+      return failure();
     }
+    // A zero-bubble W keeps what its B re-ran until the deferred W: on a
+    // stage whose F and B run back to back (the last), recomputing then only
+    // adds memory. Where nothing fit, W re-runs what it needs too.
+    if (sh.opts.recompute == "auto" && !fits() && splitsBackward(sh.sched) &&
+        failed(search(true)))
+      return failure();
     if (sh.opts.recompute == "auto" && limit && ranks[p].arenaBytes > limit &&
         smallestBytes < ranks[p].arenaBytes && !emitWith(smallest))
       return failure();

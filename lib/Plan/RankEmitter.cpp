@@ -29,14 +29,15 @@ namespace pipemesh::plan::detail {
 std::string recomputeName(Recompute r, int64_t pp) {
   if (r.kind == Recompute::None)
     return "none";
+  const std::string forW = r.againForW ? ", again for W" : "";
   if (r.kind == Recompute::Selective)
-    return "selective";
+    return "selective" + forW;
   auto layers = [](int64_t n) { return std::to_string(n) + (n == 1 ? " layer" : " layers"); };
   std::string all = r.layers == Recompute::kAll ? "full" : layers(r.layers);
   if (r.positions == 0)
-    return all;
+    return all + forW;
   return all + " on micro-batches m % " + std::to_string(pp) + " < " +
-         std::to_string(r.positions) + ", " + layers(r.layers - 1) + " on the others";
+         std::to_string(r.positions) + ", " + layers(r.layers - 1) + " on the others" + forW;
 }
 
 
@@ -562,7 +563,8 @@ LogicalResult RankEmitter::run(RankPlan &out) {
       it = recomputed.emplace(key, recomputedOps(key.first, key.second)).first;
     return it->second;
   };
-  std::map<std::pair<int64_t, int64_t>, llvm::DenseSet<Operation *>> recomputedDone;
+  // Per (chunk, micro-batch, W re-running on its own): what was re-run.
+  std::map<std::tuple<int64_t, int64_t, bool>, llvm::DenseSet<Operation *>> recomputedDone;
   // The ops of an action in emission order, and which are re-runs: each
   // recomputed op right before the first op of the action that needs it (its
   // own recomputed inputs first), so a recomputed activation lives from just
@@ -576,8 +578,10 @@ LogicalResult RankEmitter::run(RankPlan &out) {
       isRecompute.assign(seq.size(), false);
       return seq;
     }
-    // A W re-runs only what its B did not (for the same micro-batch).
-    llvm::DenseSet<Operation *> &done = recomputedDone[{a.chunk, a.microbatch}];
+    // A W re-runs only what its B did not (for the same micro-batch), or,
+    // againForW, everything it needs.
+    llvm::DenseSet<Operation *> &done =
+        recomputedDone[{a.chunk, a.microbatch, recompute.againForW && a.weight}];
     llvm::DenseSet<Operation *> pending;
     for (Operation *op : redo)
       if (!done.count(op))
