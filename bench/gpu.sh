@@ -73,8 +73,8 @@ if [[ -n ${BUNDLE:-} ]]; then
   # Open MPI from the bundle, one process without mpirun.
   export OPAL_PREFIX=$B/ompi OMPI_MCA_ess_singleton_isolated=1 OMPI_MCA_btl=self OMPI_MCA_pml=ob1
   echo "bundle of commit $(cat "$B/commit"); LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
-  TEST_PLAN=$B/plans/tiny.plan
-  TEST_PLAN_ODD=$B/plans/tiny-odd.plan
+  TEST_PLAN=$B/plans/gpt.plan
+  TEST_PLAN_ODD=$B/plans/odd.plan
   plan_of() { echo "$B/plans/gpt2-$1.shapes.plan"; }
 else
   if [[ "${SKIP_BUILD:-0}" != 1 ]]; then

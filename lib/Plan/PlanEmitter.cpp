@@ -552,8 +552,11 @@ LogicalResult PlanBuilder::run(llvm::raw_ostream &os) {
   // for the chosen sharding.
   if (sh.opts.zeroAuto && sh.opts.dp > 1)
     chooseZero(train, cluster);
-  if (sh.opts.autoGroups && failed(chooseGroups(train, cluster)))
-    return failure();
+  if (sh.opts.autoGroups) {
+    if (failed(chooseGroups(train, cluster)))
+      return failure();
+    sh.prefetchSearch.clear(); // zero=auto's depth was for the default groups
+  }
   if (sh.opts.prefetchAuto)
     choosePrefetch(train, cluster);
   if (sh.opts.explain)

@@ -245,13 +245,17 @@ void PlanBuilder::chooseZero(func::FuncOp train, const cost::Cluster &cluster) {
                    [&](const auto &a, const auto &b) { return better(a.first, b.first); });
   // Exact checks, each candidate emitted and simulated once.
   std::map<std::vector<int64_t>, double> exact; // step time; INFINITY: does not fit
+  // prefetch=auto: each ZeRO-3 candidate at its best depth (and what it tried).
+  std::map<std::vector<int64_t>, std::pair<int64_t, std::vector<std::pair<int64_t, double>>>>
+      depths;
   auto check = [&](const std::vector<int64_t> &z) {
     auto [it, added] = exact.try_emplace(z, INFINITY);
     if (added) {
       sh.zeroChunks = z;
-      if (sh.opts.prefetchAuto && llvm::is_contained(z, 3))
-        it->second = fastestPrefetch(train, cluster, nullptr).second; // each at its best depth
-      else if (Prediction p = predict(train, cluster); p.ok)
+      if (sh.opts.prefetchAuto && llvm::is_contained(z, 3)) {
+        auto &[depth, tried] = depths[z];
+        std::tie(depth, it->second) = fastestPrefetch(train, cluster, &tried);
+      } else if (Prediction p = predict(train, cluster); p.ok)
         it->second = p.result.stepTimeS;
     }
     return it->second < INFINITY;
@@ -294,6 +298,8 @@ void PlanBuilder::chooseZero(func::FuncOp train, const cost::Cluster &cluster) {
   for (auto &[z, t] : exact)
     if (t < fastest)
       fastest = t, choice = z;
+  if (auto d = depths.find(choice); d != depths.end()) // choosePrefetch need not redo it
+    std::tie(sh.prefetch, sh.prefetchSearch) = d->second;
   sh.zeroChunks = std::move(choice);
   sh.zeroSearchCandidates = (int64_t)seen.size();
   sh.zeroSearchSeconds =
@@ -327,7 +333,7 @@ PlanBuilder::fastestPrefetch(func::FuncOp train, const cost::Cluster &cluster,
 }
 
 void PlanBuilder::choosePrefetch(func::FuncOp train, const cost::Cluster &cluster) {
-  if (sh.opts.dp > 1 && llvm::is_contained(sh.zeroChunks, 3))
+  if (sh.opts.dp > 1 && llvm::is_contained(sh.zeroChunks, 3) && sh.prefetchSearch.empty())
     fastestPrefetch(train, cluster, &sh.prefetchSearch);
 }
 

@@ -31,7 +31,6 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
-#include <cstdio>
 
 namespace pipemesh::rt::cuda {
 namespace {
@@ -333,19 +332,13 @@ Geometry geometry(int64_t BH, int64_t Tq, int64_t Tk, int64_t D, int64_t Dv, flo
   return {BH, Tq, Tk, D, Dv, scale, causal, Tk - Tq};
 }
 
-void report(const char *what) {
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess)
-    std::fprintf(stderr, "pipemesh-run: cuda: %s: %s\n", what, cudaGetErrorString(e));
-}
-
 template <int DMAX>
 void forward(cudaStream_t st, const float *q, const float *k, const float *v, MaskView mask,
              float *o, const Geometry &g) {
   dim3 grid((unsigned)((g.Tq + kRows - 1) / kRows), (unsigned)g.BH);
   attnRowKernel<DMAX, false>
       <<<grid, kRows, 0, st>>>(q, k, v, mask, g, o, nullptr, nullptr, nullptr);
-  report("attention");
+  reportLaunch("attention");
 }
 
 template <int DMAX>
@@ -361,7 +354,7 @@ void backward(cudaStream_t st, const float *dO, const float *q, const float *k, 
   attnKeyKernel<DMAX, true>
       <<<kGrid, kRows, smem, st>>>(q, k, v, mask, g, dO, lse, delta, dk, dv);
   attnQueryKernel<DMAX><<<qGrid, kRows, smem, st>>>(q, k, v, mask, g, dO, lse, delta, dq);
-  report("attentionGrad");
+  reportLaunch("attentionGrad");
 }
 
 } // namespace

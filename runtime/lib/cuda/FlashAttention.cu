@@ -35,7 +35,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 
 namespace pipemesh::rt::cuda {
 namespace {
@@ -410,12 +409,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-void check(const char *what) {
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess)
-    std::fprintf(stderr, "pipemesh-run: cuda: %s: %s\n", what, cudaGetErrorString(e));
-}
-
 Geo geo(int64_t Tq, int64_t Tk, float scale, bool causal) {
   return {Tq, Tk, scale * kLog2e, causal, Tk - Tq};
 }
@@ -437,7 +430,7 @@ void flashAttention(cudaStream_t st, const float *q, const float *k, const float
   dim3 grid((unsigned)((Tq + kBlock - 1) / kBlock), (unsigned)BH);
   flashForwardKernel<false><<<grid, kThreads, 0, st>>>(q, k, v, geo(Tq, Tk, scale, causal), o,
                                                        nullptr, nullptr, nullptr);
-  check("flashAttention");
+  reportLaunch("flashAttention");
 }
 
 void flashAttentionGrad(cudaStream_t st, const float *dO, const float *q, const float *k,
@@ -458,7 +451,7 @@ void flashAttentionGrad(cudaStream_t st, const float *dO, const float *q, const 
   flashForwardKernel<true><<<qGrid, kThreads, 0, st>>>(q, k, v, g, nullptr, dO, lse2, delta);
   flashKeyKernel<<<kGrid, kThreads, 0, st>>>(q, k, v, dO, lse2, delta, g, scale, dk, dv);
   flashQueryKernel<<<qGrid, kThreads, 0, st>>>(q, k, v, dO, lse2, delta, g, scale, dq);
-  check("flashAttentionGrad");
+  reportLaunch("flashAttentionGrad");
 }
 
 } // namespace pipemesh::rt::cuda

@@ -721,6 +721,8 @@ void check(cudaError_t e, const char *what) {
 
 } // namespace
 
+void reportLaunch(const char *what) { check(cudaGetLastError(), what); }
+
 // --- launchers ------------------------------------------------------------------------------------
 
 /// Widens the elements of a copy while its innermost dim is contiguous on both

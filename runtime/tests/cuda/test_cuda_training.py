@@ -49,16 +49,19 @@ def probe():
         sys.exit(1)
 
 
+def run_or_exit(cmd):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        print(r.stderr)
+        sys.exit(1)
+
+
 def make_plan(d):
     path = os.path.join(d, "gpt.plan")
     if PLAN:
         return PLAN, "precompiled plan " + PLAN
     if OPT and os.path.exists(MODEL):
-        r = subprocess.run([OPT, MODEL, "--pipemesh-compile=batch=4 seq=32 microbatches=2", "-o", path],
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            print(r.stderr)
-            sys.exit(1)
+        run_or_exit([OPT, MODEL, "--pipemesh-compile=batch=4 seq=32 microbatches=2", "-o", path])
         return path, "pipemesh-opt plan of " + os.path.basename(MODEL)
     b, _ = mtp.build_tiny_gpt(batch=2, seq=16, vocab=256, embd=32, heads=4, microbatches=2)
     mtp.write_plan(path, b.manifest(), b.weights)
@@ -74,17 +77,9 @@ def make_odd_plan(d):
         return None
     onnx_path, path = os.path.join(d, "odd.onnx"), os.path.join(d, "odd.plan")
     gen = os.path.join(REPO, "models", "gen_gpt2.py")
-    r = subprocess.run([sys.executable, gen, "--preset", "tiny", "--embd", "128", "--heads", "2",
-                        "--vocab", "251", "--external-data", "-o", onnx_path],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        print(r.stderr)
-        sys.exit(1)
-    r = subprocess.run([OPT, onnx_path, "--pipemesh-compile=batch=4 seq=64 microbatches=2", "-o", path],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        print(r.stderr)
-        sys.exit(1)
+    run_or_exit([sys.executable, gen, "--preset", "tiny", "--embd", "128", "--heads", "2",
+                 "--vocab", "251", "--external-data", "-o", onnx_path])
+    run_or_exit([OPT, onnx_path, "--pipemesh-compile=batch=4 seq=64 microbatches=2", "-o", path])
     return path
 
 
@@ -161,4 +156,11 @@ def main():
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--write-plans"]:
+        # bench/gpu_bundle.sh: both plans compiled here for a GPU machine without the
+        # compiler (DIR/gpt.plan, DIR/odd.plan; PIPEMESH_OPT must be set).
+        if not OPT or len(sys.argv) != 3:
+            sys.exit("usage: PIPEMESH_OPT=... test_cuda_training.py --write-plans DIR")
+        print(make_plan(sys.argv[2])[0], make_odd_plan(sys.argv[2]))
+        sys.exit(0)
     sys.exit(main())

@@ -69,6 +69,9 @@ void unaryF32(cudaStream_t st, UnaryOp op, const float *x, float *y, int64_t n);
 void scaleF32(cudaStream_t st, float *x, int64_t n, float s);
 /// y += alpha * x.
 void axpy(cudaStream_t st, float alpha, const float *x, float *y, int64_t n);
+/// After a launch: a launch error (a bad configuration) printed on the spot;
+/// errors of the kernels themselves surface at the step's synchronization.
+void reportLaunch(const char *what);
 /// bf16 copies of matmul operands (round to nearest even).
 void castToBf16(cudaStream_t st, const float *x, __nv_bfloat16 *y, int64_t n);
 /// The same for a [rows, cols] matrix into rows of ld >= cols elements (the
