@@ -85,6 +85,17 @@ class CompiledPlan(common.TempDirTest):
                            capture_output=True, text=True)
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("not a shapes-only plan", r.stderr)
+        # A model gen_gpt2.py did not write (the torch export: its head is another tensor),
+        # and a missing plan: errors that name them.
+        r = subprocess.run([PIPEMESH_OPT, MODEL, opts + " shapes-only=true", "-o", self.path("torch.plan")],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for plan, text in ((self.path("torch.plan"), "which gen_gpt2.py does not make"),
+                           (self.path("missing.plan"), "no such plan")):
+            r = subprocess.run([sys.executable, fill, plan, "-o", self.path("x.plan")],
+                               capture_output=True, text=True)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn(text, r.stderr)
         r = subprocess.run([sys.executable, fill, self.path("shapes.plan"), "--seed", "3",
                             "-o", self.path("filled.plan")], capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stderr)
