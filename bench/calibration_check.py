@@ -64,7 +64,7 @@ STEP_LINE = re.compile(r"^step (\d+)/\d+ .*\| ([0-9.]+) ms \|")
 
 
 def profile(build, plan, steps):
-    """Per-op ms over all steps and the step times, from pipemesh-run --profile."""
+    """Per-op ms over steps 2..N and the step times, from pipemesh-run --profile."""
     pre, env = mpirun()
     text = run(pre + [os.path.join(build, "bin", "pipemesh-run"), plan, "--steps", str(steps),
                       "--profile"], env)
@@ -116,12 +116,11 @@ def main():
     steps_ms = []  # step times of steps 2..N of every repeat
     load_before = os.getloadavg()[0]
     for _ in range(a.repeats):
-        full, step_ms = profile(a.build, plan, a.steps)
-        first, _ = profile(a.build, plan, 1)
+        # --profile leaves out the first step (its one-time costs).
+        later, step_ms = profile(a.build, plan, a.steps)
         steps_ms += step_ms[1:]
-        for op in set(full) | set(first):
-            per_op.setdefault(op, []).append(
-                max(0.0, full.get(op, 0.0) - first.get(op, 0.0)) / (a.steps - 1))
+        for op, ms in later.items():
+            per_op.setdefault(op, []).append(ms / (a.steps - 1))
 
     rows = []
     for op in sorted(set(sim_ms) | set(per_op), key=lambda o: -statistics.median(

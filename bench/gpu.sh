@@ -11,8 +11,9 @@
 #      operands): tokens/s and MFU over the steps after the first, planned
 #      versus actual device memory; the same models in PyTorch (bench/torch_gpt2.py,
 #      bf16 autocast, flash attention, fused AdamW) as the baseline of the same run;
-#   5. a per-op profile of one 124M step, and compute-sanitizer over the kernel tests
-#      (where the tool runs);
+#   5. a per-op profile of each model (steps 2-3), 124M without the runtime's fusions
+#      and without the staged attention (what each is worth), and compute-sanitizer
+#      over the kernel tests (where the tool runs);
 # and writes bench/out/gpu/gpu.json plus a short table (bench/out/gpu/gpu.txt; bench/out is
 # not tracked). Budget: about 8 minutes on a 16-core H200 machine. Without a GPU it exits 1
 # with a message. Environment: JOBS (build parallelism), BUILD_DIR (build-gpu),
@@ -154,16 +155,29 @@ PYEOF
 done
 
 # --- 5. profile and sanitizer -------------------------------------------------------------------------
+for m in $MODELS; do
+  stamp "per-op profile of GPT-2 $m (--profile synchronizes after every op; steps 2-3)"
+  timeout 90 "$BIN/pipemesh-run" "$WORK/gpt2-$m.plan" --backend cuda --precision bf16 --steps 3 \
+    --profile > "$OUT/gpu-profile-$m.txt" 2>&1 || FAILED+=("profile $m")
+  grep "fused:" "$OUT/gpu-profile-$m.txt" | sed 's/.*backend/backend/'
+  tail -50 "$OUT/gpu-profile-$m.txt"
+done
 m=${MODELS%% *}
-stamp "per-op profile of GPT-2 $m (--profile synchronizes after every op)"
-timeout 90 "$BIN/pipemesh-run" "$WORK/gpt2-$m.plan" --backend cuda --precision bf16 --steps 2 --profile \
-  > "$OUT/gpu-profile-$m.txt" 2>&1 || FAILED+=("profile")
-tail -40 "$OUT/gpu-profile-$m.txt"
 stamp "GPT-2 $m with --deterministic off (cuBLASLt may split K)"
 timeout 90 "$BIN/pipemesh-run" "$WORK/gpt2-$m.plan" --backend cuda --precision bf16 --steps 4 \
   --deterministic off --log-json "$OUT/gpu-train-$m-nondet.jsonl" > "$OUT/gpu-train-$m-nondet.txt" 2>&1 \
   || FAILED+=("GPT-2 $m --deterministic off")
 grep "^step" "$OUT/gpu-train-$m-nondet.txt"
+# What the runtime's fusions and the staged attention are worth: the same
+# steps without them (ablation-*.jsonl, in the summary).
+for ab in "fuse PIPEMESH_CUDA_FUSE=0" "staged PIPEMESH_CUDA_STAGED_ATTENTION=0"; do
+  set -- $ab
+  stamp "GPT-2 $m with $2"
+  env "$2" timeout 90 "$BIN/pipemesh-run" "$WORK/gpt2-$m.plan" --backend cuda --precision bf16 \
+    --steps 4 --log-json "$OUT/gpu-ablation-$1-$m.jsonl" > "$OUT/gpu-ablation-$1-$m.txt" 2>&1 \
+    || FAILED+=("GPT-2 $m with $2")
+  grep "^step" "$OUT/gpu-ablation-$1-$m.txt"
+done
 if [[ $SANITIZER_S != 0 ]] && command -v compute-sanitizer >/dev/null 2>&1; then
   stamp "compute-sanitizer memcheck over the kernel tests (at most $SANITIZER_S s)"
   timeout "$SANITIZER_S" compute-sanitizer --tool memcheck --error-exitcode 3 \
@@ -235,6 +249,14 @@ for m in models:
         lines.append(f"  GPT-2 {m:<6} pipemesh --deterministic off {nms:9.1f} ms/step")
     except (OSError, ValueError, IndexError):
         pass
+    for ab, what in (("fuse", "PIPEMESH_CUDA_FUSE=0"), ("staged", "PIPEMESH_CUDA_STAGED_ATTENTION=0")):
+        try:
+            ab_log = [json.loads(l) for l in open(os.path.join(out, f"gpu-ablation-{ab}-{m}.jsonl"))][1:]
+            ams = sorted(r["ms"] for r in ab_log)[len(ab_log) // 2]
+            row[f"ablation_{ab}_median_step_ms"] = ams
+            lines.append(f"  GPT-2 {m:<6} pipemesh with {what} {ams:9.1f} ms/step")
+        except (OSError, ValueError, IndexError):
+            pass
     res["training"].append(row)
 json.dump(res, open(os.path.join(out, "gpu.json"), "w"), indent=1)
 open(os.path.join(out, "gpu.txt"), "w").write("\n".join(lines) + "\n")

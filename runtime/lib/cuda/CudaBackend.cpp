@@ -63,6 +63,8 @@ CudaBackend::CudaBackend(const Plan &plan, const RankPlan &rank, Arena &host, Co
     fail("--precision must be fp32 or bf16");
   if (const char *f = std::getenv("PIPEMESH_CUDA_FUSE"))
     fuse = std::string(f) != "0";
+  if (const char *f = std::getenv("PIPEMESH_CUDA_STAGED_ATTENTION"))
+    stagedAttention = std::string(f) != "0";
   device = localRank() % n;
   checkCuda(cudaSetDevice(device), "cudaSetDevice");
   cudaDeviceProp prop{};
@@ -110,6 +112,8 @@ CudaBackend::~CudaBackend() {
     if (c)
       ncclCommDestroy(c);
   lt.reset();
+  for (void *p : bindAllocations)
+    cudaFree(p);
   cudaFree(scratchPtr);
   cudaFree(commScratchPtr);
   cudaFree(lossAcc);
@@ -121,11 +125,23 @@ CudaBackend::~CudaBackend() {
       cudaStreamDestroy(s);
 }
 
+void *CudaBackend::bindAllocation(size_t bytes) {
+  void *p = nullptr;
+  checkCuda(cudaMalloc(&p, bytes), "cudaMalloc (a binder's buffer)");
+  bindAllocations.push_back(p);
+  return p;
+}
+
 std::string CudaBackend::name() const {
   std::string s = concat("cuda (", deviceName, ", sm_", smMajor, smMinor, ", device ", device,
                          "; ", opts.precision, " matmuls");
   if (opts.deterministic)
     s += ", deterministic";
+  const char *sep = "; fused:";
+  for (const auto &[what, n] : fusions) {
+    s += concat(sep, " ", n, " ", what);
+    sep = ",";
+  }
   if (!hostOps.empty()) {
     s += "; on the host:";
     for (const std::string &op : hostOps)

@@ -27,6 +27,8 @@
 
 #include <nccl.h>
 
+#include <cstdint>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -72,6 +74,9 @@ public:
   bool bf16() const { return opts.precision == "bf16"; }
   /// Fusions disabled with PIPEMESH_CUDA_FUSE=0.
   bool fuse = true;
+  /// The bf16 attention kernels read staged bf16 copies of their operands
+  /// (FlashAttention.cu); PIPEMESH_CUDA_STAGED_ATTENTION=0 casts per tile.
+  bool stagedAttention = true;
 
   /// Shared compute scratch: binders reserve, thunks read scratch() at run
   /// time (allocated in prepare, after every instruction is bound).
@@ -89,6 +94,24 @@ public:
   /// Instructions another one already does (a GELU fused into its GEMM's
   /// epilogue, a cross_entropy_grad fused into its cross_entropy).
   std::set<size_t> fusedAway;
+  /// The bf16 copy of the A operand of the bf16 GEMM at `instruction`, left
+  /// at scratch offset 0 when its thunk ends: the GEMM right after it that
+  /// reads the same bytes as its B (the backward's dW after dX, both reading
+  /// dY) takes the copy instead of casting again.
+  struct Bf16Operand {
+    size_t instruction = SIZE_MAX;
+    Range src{0, 0};
+    int64_t rows = 0, last = 0, pitch = 0, paddedRows = 0;
+    size_t bytes = 0;
+  };
+  Bf16Operand lastGemmA;
+  /// `loss` instructions that read a fused cross-entropy's loss value from
+  /// where that kernel put it (by instruction index).
+  std::map<size_t, const float *> lossFrom;
+  /// Device memory a binder needs for the whole run (freed with the backend).
+  void *bindAllocation(size_t bytes);
+  /// How many times each fusion applied (listed in the banner).
+  std::map<std::string, int> fusions;
   /// Op names sent to the host fallback (copy in, CPU kernel, copy out).
   std::set<std::string> hostOps;
   std::unique_ptr<ExecEnv> hostEnv; ///< the CPU binders' view of the host arena
@@ -134,6 +157,7 @@ private:
   uint8_t *arenaPtr = nullptr;
   size_t scratchBytes = 0, commScratchBytes = 0;
   void *scratchPtr = nullptr, *commScratchPtr = nullptr;
+  std::vector<void *> bindAllocations;
   size_t freeAtStart = 0, freeAfterPrepare = 0, totalMem = 0;
   std::string deviceName;
   int smMajor = 0, smMinor = 0;

@@ -144,6 +144,53 @@ const Instruction *fusableGelu(OpContext &c, CudaBackend &b) {
   return &g;
 }
 
+/// The next instruction, if it only adds this GEMM's output (exactly its
+/// bytes, scale 1) into a float buffer of the same size that no operand
+/// overlaps, and no later instruction reads the output before rewriting it:
+/// the GEMM can add into that buffer itself (beta = 1; the gradient of a
+/// weight, accumulated over micro-batches).
+const Instruction *fusableAccumulate(OpContext &c, CudaBackend &b) {
+  const auto &prog = b.rank.program;
+  const size_t i = c.inst.index + 1;
+  if (!b.fuse || i >= prog.size())
+    return nullptr;
+  const Instruction &acc = prog[i];
+  if (acc.op != "accumulate" || acc.in.size() != 1 || acc.out.size() != 1)
+    return nullptr;
+  auto scale = acc.json.find("scale");
+  if (scale != acc.json.end() && (!scale->is_number() || scale->get<double>() != 1.0))
+    return nullptr;
+  const Range out = b.rangeOf(c.inst.out[0]), src = b.rangeOf(acc.in[0]);
+  if (src.begin != out.begin || src.end != out.end)
+    return nullptr;
+  TensorRef dst = b.arena().tensor(acc.out[0]), o = c.out(0);
+  if (dst.dtype != DType::F32 || o.dtype != DType::F32 || dst.numel != o.numel)
+    return nullptr;
+  for (int64_t id : c.inst.in)
+    if (overlap(b, id, acc.out[0]))
+      return nullptr;
+  if (b.rangeOf(acc.out[0]).overlaps(out))
+    return nullptr;
+  for (size_t j = i + 1; j < prog.size(); ++j) {
+    const Instruction &later = prog[j];
+    // What it may read: everything it names but its outputs (touches lists
+    // the inputs, the outputs, then the buffers control and communication
+    // instructions name).
+    const std::vector<Range> named = b.touches(later);
+    for (size_t r = 0; r < named.size(); ++r) {
+      const bool isOut = r >= later.in.size() && r < later.in.size() + later.out.size();
+      if (!isOut && named[r].overlaps(out))
+        return nullptr;
+    }
+    for (int64_t id : later.out) {
+      const Range w = b.rangeOf(id);
+      if (w.begin <= out.begin && w.end >= out.end)
+        return &acc; // rewritten whole before anything reads it
+    }
+  }
+  return &acc;
+}
+
 Thunk bindMatmul(OpContext &c, CudaBackend &b) {
   validate(c);
   TensorRef a = c.in(0), bm = c.in(1), o = c.out(0);
@@ -225,6 +272,19 @@ Thunk bindMatmul(OpContext &c, CudaBackend &b) {
       d.N = Np;
     }
   }
+  // dY's bf16 copy from the GEMM just before (dX), when this one (dW) reads
+  // the same bytes as B with the same layout.
+  const Range bSrc = b.rangeOf(c.inst.in[1]);
+  const CudaBackend::Bf16Operand &prevA = b.lastGemmA;
+  const bool reuseB = d.bf16 && calls.size() == 1 && prevA.instruction + 1 == c.inst.index &&
+                      prevA.src.begin == bSrc.begin && prevA.src.end == bSrc.end &&
+                      prevA.rows == bRows && prevA.last == bLast && prevA.pitch == bPitch &&
+                      prevA.paddedRows == bRowsP && b.fuse;
+  // Fold a following `accumulate` of the output into the GEMM (beta = 1).
+  const Instruction *acc = calls.size() == 1 && d.batch == 1 && Np == N && !bias
+                               ? fusableAccumulate(c, b)
+                               : nullptr;
+  float *accInto = acc ? b.arena().tensor(acc->out[0]).as<float>() : nullptr;
   // Alignment from the actual pointers (bf16 copies live in the scratch at
   // 256-byte aligned offsets; per-call offsets may lower it).
   auto lowest = [&](const void *base, int64_t elems, int64_t Call::*field) {
@@ -236,13 +296,14 @@ Thunk bindMatmul(OpContext &c, CudaBackend &b) {
   const void *aBase = d.bf16 ? nullptr : a.data, *bBase = d.bf16 ? nullptr : bm.data;
   d.alignA = lowest(aBase, (int64_t)es, &Call::aOff);
   d.alignB = lowest(bBase, (int64_t)es, &Call::bOff);
-  d.alignC = lowest(o.data, 4, &Call::cOff);
+  d.alignC = lowest(accInto ? static_cast<void *>(accInto) : o.data, 4, &Call::cOff);
   d.alignBias = bias ? alignmentOf(bias) : 256;
 
   // GELU epilogue: C = gelu(A B + bias) into the gelu's output, the
   // pre-activation (which gelu_grad reads) into aux.
-  const Instruction *g = calls.size() == 1 && d.batch == 1 && N % 8 == 0 ? fusableGelu(c, b)
-                                                                          : nullptr;
+  const Instruction *g = calls.size() == 1 && d.batch == 1 && N % 8 == 0 && !acc
+                             ? fusableGelu(c, b)
+                             : nullptr;
   std::shared_ptr<Lt::Gemm> gemm;
   float *geluOut = nullptr;
   if (g) {
@@ -254,6 +315,7 @@ Thunk bindMatmul(OpContext &c, CudaBackend &b) {
     if (gemm) {
       geluOut = y.as<float>();
       b.fusedAway.insert(g->index);
+      ++b.fusions["GELU epilogues"];
     }
   }
   const bool padC = Np != N; // only a single bf16 GEMM, never with the GELU epilogue
@@ -273,36 +335,53 @@ Thunk bindMatmul(OpContext &c, CudaBackend &b) {
   const size_t bBytes = d.bf16 ? round256((size_t)(bRowsP * bPitch) * 2) : 0;
   const size_t cBytes = padC ? round256((size_t)(gemmM * Np) * 4) : 0;
   const size_t biasBytes = padBias ? round256((size_t)Np * 4) : 0;
+  // Scratch layout: A's copy at 0 and B's after it; a reused B stays where
+  // the previous GEMM left it (at 0) and A goes after it.
+  const size_t aAt = reuseB ? prevA.bytes : 0, bAt = reuseB ? 0 : aBytes;
+  const size_t cAt = std::max(aAt + aBytes, bAt + bBytes), biasAt = cAt + cBytes;
   if (d.bf16)
-    b.reserveScratch(aBytes + bBytes + cBytes + biasBytes);
+    b.reserveScratch(biasAt + biasBytes);
+  b.lastGemmA = {};
+  if (d.bf16 && aAt == 0 && calls.size() == 1)
+    b.lastGemmA = {c.inst.index, b.rangeOf(c.inst.in[0]), aRows, aLast, aPitch, aRowsP, aBytes};
+  if (acc) {
+    b.fusedAway.insert(acc->index);
+    ++b.fusions["accumulates into GEMMs"];
+  }
+  if (reuseB)
+    ++b.fusions["bf16 operand casts reused"];
+  const size_t accIndex = acc ? acc->index : 0;
   CudaBackend *bp = &b;
   const float *A = a.as<float>(), *B = bm.as<float>();
-  float *C = o.as<float>();
+  float *C = accInto ? accInto : o.as<float>();
   const bool bf16 = d.bf16;
   return [=] {
     const void *Ad = A, *Bd = B;
     float *Cd = C;
     const float *biasD = bias;
     char *scratch = static_cast<char *>(bp->scratch());
+    if (accInto)
+      bp->enter(accIndex); // the accumulate's waits: the GEMM now writes its bytes
     if (bf16) {
-      auto *sa = reinterpret_cast<__nv_bfloat16 *>(scratch);
-      auto *sb = reinterpret_cast<__nv_bfloat16 *>(scratch + aBytes);
+      auto *sa = reinterpret_cast<__nv_bfloat16 *>(scratch + aAt);
+      auto *sb = reinterpret_cast<__nv_bfloat16 *>(scratch + bAt);
       castToBf16Pitched(bp->compute, A, sa, aRows, aLast, aPitch);
-      castToBf16Pitched(bp->compute, B, sb, bRows, bLast, bPitch);
+      if (!reuseB)
+        castToBf16Pitched(bp->compute, B, sb, bRows, bLast, bPitch);
       if (aRowsP > aRows)
         checkCuda(cudaMemsetAsync(sa + aRows * aPitch, 0, (size_t)((aRowsP - aRows) * aPitch) * 2,
                                   bp->compute),
                   "cudaMemsetAsync (padded GEMM operand)");
-      if (bRowsP > bRows)
+      if (bRowsP > bRows && !reuseB)
         checkCuda(cudaMemsetAsync(sb + bRows * bPitch, 0, (size_t)((bRowsP - bRows) * bPitch) * 2,
                                   bp->compute),
                   "cudaMemsetAsync (padded GEMM operand)");
       Ad = sa;
       Bd = sb;
       if (padC)
-        Cd = reinterpret_cast<float *>(scratch + aBytes + bBytes);
+        Cd = reinterpret_cast<float *>(scratch + cAt);
       if (padBias) {
-        float *pb = reinterpret_cast<float *>(scratch + aBytes + bBytes + cBytes);
+        float *pb = reinterpret_cast<float *>(scratch + biasAt);
         checkCuda(cudaMemcpyAsync(pb, bias, (size_t)N * 4, cudaMemcpyDeviceToDevice, bp->compute),
                   "cudaMemcpyAsync (padded bias)");
         checkCuda(cudaMemsetAsync(pb + N, 0, (size_t)(Np - N) * 4, bp->compute),
@@ -316,7 +395,7 @@ Thunk bindMatmul(OpContext &c, CudaBackend &b) {
       if (geluOut)
         bp->lt->run(*gemm, bp->compute, pa, pb, geluOut, biasD, C);
       else
-        bp->lt->run(*gemm, bp->compute, pa, pb, Cd + cl.cOff, biasD, nullptr);
+        bp->lt->run(*gemm, bp->compute, pa, pb, Cd + cl.cOff, biasD, nullptr, accInto != nullptr);
     }
     if (padC)
       copyRowsF32(bp->compute, Cd, Np, C, gemmM, N);
@@ -490,11 +569,15 @@ Thunk bindAttention(OpContext &c, CudaBackend &b) {
   bool causal = c.boolean("causal", true);
   CudaBackend *bp = &b;
   MaskView mask = *mv;
-  if (b.bf16() && flashAttentionSupported(s.D, s.Dv, mask))
-    return [bp, q, k, v, o, s, scale, causal] {
+  if (b.bf16() && flashAttentionSupported(s.D, s.Dv, mask)) {
+    const bool staged = b.stagedAttention;
+    if (staged)
+      b.reserveScratch(flashAttentionScratchBytes(s.BH, s.Tq, s.Tk));
+    return [bp, q, k, v, o, s, scale, causal, staged] {
       flashAttention(bp->compute, q.as<float>(), k.as<float>(), v.as<float>(), o.as<float>(), s.BH,
-                     s.Tq, s.Tk, scale, causal);
+                     s.Tq, s.Tk, scale, causal, staged ? bp->scratch() : nullptr);
     };
+  }
   return [bp, q, k, v, o, s, mask, scale, causal] {
     attention(bp->compute, q.as<float>(), k.as<float>(), v.as<float>(), mask, o.as<float>(), s.BH,
               s.Tq, s.Tk, s.D, s.Dv, scale, causal);
@@ -517,12 +600,16 @@ Thunk bindAttentionGrad(OpContext &c, CudaBackend &b) {
   b.reserveScratch(attentionGradScratchBytes(s.BH, s.Tq));
   CudaBackend *bp = &b;
   MaskView mask = *mv;
-  if (b.bf16() && flashAttentionSupported(s.D, s.Dv, mask))
-    return [bp, dO, q, k, v, dq, dk, dv, s, scale, causal] {
+  if (b.bf16() && flashAttentionSupported(s.D, s.Dv, mask)) {
+    const bool staged = b.stagedAttention;
+    if (staged)
+      b.reserveScratch(flashAttentionGradScratchBytes(s.BH, s.Tq, s.Tk));
+    return [bp, dO, q, k, v, dq, dk, dv, s, scale, causal, staged] {
       flashAttentionGrad(bp->compute, dO.as<float>(), q.as<float>(), k.as<float>(), v.as<float>(),
                          dq.as<float>(), dk.as<float>(), dv.as<float>(), s.BH, s.Tq, s.Tk, scale,
-                         causal, bp->scratch());
+                         causal, bp->scratch(), staged);
     };
+  }
   return [bp, dO, q, k, v, dq, dk, dv, s, mask, scale, causal] {
     attentionGrad(bp->compute, dO.as<float>(), q.as<float>(), k.as<float>(), v.as<float>(), mask,
                   dq.as<float>(), dk.as<float>(), dv.as<float>(), s.BH, s.Tq, s.Tk, s.D, s.Dv,
@@ -563,8 +650,11 @@ Reduction reductionOf(OpContext &c) {
 
 /// A cross_entropy_grad of the same logits and targets that only `loss`
 /// instructions separate from this cross_entropy, whose dloss is a constant
-/// and whose dlogits overlaps nothing read or written in between: the
-/// forward kernel can write the gradient in the same pass over the logits.
+/// and whose dlogits overlaps nothing read or written in between but the
+/// loss value itself: the forward kernel can write the gradient in the same
+/// pass over the logits. (The arena often puts dlogits where the loss value
+/// was, since only those `loss` instructions read it: then the fused kernel
+/// writes the value to a scalar of its own that they read instead.)
 const Instruction *fusableGrad(OpContext &c, CudaBackend &b) {
   const auto &prog = b.rank.program;
   if (!b.fuse)
@@ -580,13 +670,18 @@ const Instruction *fusableGrad(OpContext &c, CudaBackend &b) {
     if (b.rank.buffer(g.in[0]).kind != BufferKind::Constant)
       return nullptr;
     const int64_t dl = g.out[0];
-    for (int64_t id : {c.inst.in[0], c.inst.in[1], c.inst.out[0], g.in[0]})
+    for (int64_t id : {c.inst.in[0], c.inst.in[1], g.in[0]})
       if (overlap(b, id, dl))
         return nullptr;
+    const Range y = b.rangeOf(c.inst.out[0]);
+    if (y.overlaps(b.rangeOf(dl)) && reductionOf(c) == Reduction::None)
+      return nullptr; // per-row losses: no scalar to move
     for (size_t j = c.inst.index + 1; j < i; ++j)
-      for (const Range &r : b.touches(prog[j]))
-        if (r.overlaps(b.rangeOf(dl)))
+      for (int64_t id : prog[j].in) {
+        const Range r = b.rangeOf(id);
+        if (r.overlaps(b.rangeOf(dl)) && !(r.begin == y.begin && r.end == y.end))
           return nullptr;
+      }
     return &g;
   }
   return nullptr;
@@ -600,17 +695,24 @@ Thunk bindCrossEntropy(OpContext &c, CudaBackend &b) {
   const Reduction red = reductionOf(c);
   float *dlogits = nullptr;
   const float *dloss = nullptr;
+  float *out = y.as<float>();
   if (const Instruction *g = fusableGrad(c, b)) {
     dlogits = b.arena().tensor(g->out[0]).as<float>();
     dloss = b.arena().tensor(g->in[0]).as<float>();
     b.fusedAway.insert(g->index);
+    ++b.fusions["cross-entropy gradients"];
+    if (overlap(b, c.inst.out[0], g->out[0])) {
+      out = static_cast<float *>(b.bindAllocation(sizeof(float)));
+      for (size_t j = c.inst.index + 1; j < g->index; ++j)
+        b.lossFrom[j] = out;
+    }
   }
   b.reserveScratch(crossEntropyScratchBytes(rows));
   CudaBackend *bp = &b;
   int index = (int)c.inst.index;
-  return [bp, logits, t, y, V, rows, ignore, red, dlogits, dloss, index] {
+  return [bp, logits, t, out, V, rows, ignore, red, dlogits, dloss, index] {
     crossEntropy(bp->compute, logits.as<float>(), t.data, t.dtype == DType::I32, rows, V, ignore,
-                 red, y.as<float>(), dlogits, dloss, bp->scratch(), bp->devError, index);
+                 red, out, dlogits, dloss, bp->scratch(), bp->devError, index);
   };
 }
 
@@ -816,6 +918,8 @@ Thunk bindZero(OpContext &c, CudaBackend &b) {
 
 Thunk bindAccumulate(OpContext &c, CudaBackend &b) {
   validate(c);
+  if (b.fusedAway.count(c.inst.index))
+    return [] {}; // the GEMM before it added into the destination (beta = 1)
   float scale = (float)c.field("scale", 1.0);
   std::vector<std::pair<TensorRef, TensorRef>> pairs;
   for (size_t i = 0; i < c.numIn(); ++i)
@@ -832,7 +936,9 @@ Thunk bindLoss(OpContext &c, CudaBackend &b) {
   TensorRef l = c.in(0);
   double scale = c.field("scale", 1.0);
   CudaBackend *bp = &b;
-  return [bp, l, scale] { accumulateLoss(bp->compute, l.as<float>(), scale, bp->lossAcc); };
+  auto moved = b.lossFrom.find(c.inst.index);
+  const float *value = moved != b.lossFrom.end() ? moved->second : l.as<float>();
+  return [bp, value, scale] { accumulateLoss(bp->compute, value, scale, bp->lossAcc); };
 }
 
 Thunk bindAdamW(OpContext &c, CudaBackend &b) {

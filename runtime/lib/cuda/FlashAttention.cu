@@ -15,6 +15,14 @@
 // like the A operand of the next product (P V, P^T dO, dS K, dS^T Q), so
 // probabilities go from one mma to the next without touching shared memory.
 //
+// Operands reach shared memory one of two ways. Staged (the default): one
+// pass first casts q, k, v (and dO) to bf16 copies in the scratch, row-major
+// [BH, T, 64] and transposed [BH, 64, Tp] (Tp = T rounded up to 64, zero past
+// T), so every tile is 16-byte copies, and a transposed tile (the B operand of
+// P V, P^T dO, dS^T Q, dS K) is rows of the transposed copy. Per tile (kept
+// for comparison, `staged` false): each tile is cast from the float32 tensor
+// on its way in, and transposed tiles are scattered element by element.
+//
 // Backward, as in Attention.cu (the plan's attention_grad gets dout, q, k, v
 // only): (1) the forward again, keeping per query row the log-sum-exp (base 2)
 // and delta = dO . O; (2) per key tile, dV = P^T dO and dK = scale dS^T Q;
@@ -101,6 +109,83 @@ __device__ void loadRowsT(__nv_bfloat16 *dst, const float *src, int64_t r0, int6
   }
 }
 
+/// A float32 [BH, T, 64] tensor read tile by tile, cast on the way in.
+struct F32Tiles {
+  const float *p;
+  int64_t T;
+  /// Rows [r0, r0 + 64) of head bh into dst[64][kPitch].
+  __device__ void rows(__nv_bfloat16 *dst, int64_t bh, int64_t r0) const {
+    loadRows(dst, p + bh * T * kD, r0, T);
+  }
+  /// The same rows transposed into dst[64 (d)][kPitch].
+  __device__ void cols(__nv_bfloat16 *dst, int64_t bh, int64_t r0) const {
+    loadRowsT(dst, p + bh * T * kD, r0, T);
+  }
+};
+
+/// The same tensor staged by stageKernel: bf16 rows [BH, T, 64] and
+/// transposed cols [BH, 64, Tp]; tiles are 16-byte copies.
+struct Bf16Tiles {
+  const __nv_bfloat16 *r, *c;
+  int64_t T, Tp;
+  __device__ void rows(__nv_bfloat16 *dst, int64_t bh, int64_t r0) const {
+    const __nv_bfloat16 *src = r + bh * T * kD;
+    for (int idx = threadIdx.x; idx < kBlock * kD / 8; idx += kThreads) {
+      const int rr = idx >> 3, c8 = (idx & 7) * 8;
+      const int64_t row = r0 + rr;
+      const uint4 v = row < T ? *reinterpret_cast<const uint4 *>(src + row * kD + c8)
+                              : make_uint4(0u, 0u, 0u, 0u);
+      *reinterpret_cast<uint4 *>(dst + rr * kPitch + c8) = v;
+    }
+  }
+  __device__ void cols(__nv_bfloat16 *dst, int64_t bh, int64_t r0) const {
+    const __nv_bfloat16 *src = c + bh * kD * Tp + r0; // r0 + 64 <= Tp
+    for (int idx = threadIdx.x; idx < kBlock * kD / 8; idx += kThreads) {
+      const int d = idx >> 3, c8 = (idx & 7) * 8;
+      *reinterpret_cast<uint4 *>(dst + d * kPitch + c8) =
+          *reinterpret_cast<const uint4 *>(src + d * Tp + c8);
+    }
+  }
+};
+
+/// One 64-row tile of x [BH, T, 64] into its bf16 copies: rows [BH, T, 64]
+/// and cols [BH, 64, Tp] (columns past T zero).
+__global__ void __launch_bounds__(kThreads)
+    stageKernel(const float *__restrict__ x, int64_t T, int64_t Tp,
+                __nv_bfloat16 *__restrict__ rows, __nv_bfloat16 *__restrict__ cols) {
+  __shared__ __align__(16) __nv_bfloat16 tile[kBlock * kPitch];
+  const int64_t bh = blockIdx.y, r0 = (int64_t)blockIdx.x * kBlock;
+  const float *src = x + bh * T * kD;
+  for (int idx = threadIdx.x; idx < kBlock * kD / 4; idx += kThreads) {
+    const int r = idx >> 4, c = (idx & 15) * 4;
+    const int64_t row = r0 + r;
+    const float4 v = row < T ? *reinterpret_cast<const float4 *>(src + row * kD + c)
+                             : make_float4(0.f, 0.f, 0.f, 0.f);
+    uint2 u;
+    u.x = pack2(v.x, v.y);
+    u.y = pack2(v.z, v.w);
+    *reinterpret_cast<uint2 *>(tile + r * kPitch + c) = u;
+    if (row < T)
+      *reinterpret_cast<uint2 *>(rows + (bh * T + row) * kD + c) = u;
+  }
+  __syncthreads();
+  // cols[bh][d][r0 + c8 .. + 8) from tile column d: a warp reads 32
+  // neighbouring d (conflict-free) and writes 32 rows of cols.
+  for (int idx = threadIdx.x; idx < kBlock * kD / 8; idx += kThreads) {
+    const int d = idx & (kD - 1), c8 = (idx >> 6) * 8;
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      __nv_bfloat162 two;
+      two.x = tile[(c8 + 2 * i) * kPitch + d];
+      two.y = tile[(c8 + 2 * i + 1) * kPitch + d];
+      w[i] = *reinterpret_cast<uint32_t *>(&two);
+    }
+    *reinterpret_cast<uint4 *>(cols + (bh * kD + d) * Tp + r0 + c8) =
+        make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
 /// A fragments of rows [16 w, 16 w + 16) of a [64][kPitch] tile, all 4 k-steps.
 __device__ __forceinline__ void loadA(uint32_t a[4][4], const __nv_bfloat16 *tile, int w) {
   const int lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
@@ -166,20 +251,18 @@ __device__ __forceinline__ int64_t keyEnd(const Geo &g, int64_t q0) {
 /// The forward (STATS = false: o) or the backward's first pass (STATS = true:
 /// lse2 = the base-2 log-sum-exp of the scaled scores, +inf for a row that
 /// sees no key, and delta = dO . O per query row).
-template <bool STATS>
+template <bool STATS, class Tiles>
 __global__ void __launch_bounds__(kThreads)
-    flashForwardKernel(const float *__restrict__ q, const float *__restrict__ k,
-                       const float *__restrict__ v, Geo g, float *__restrict__ o,
+    flashForwardKernel(Tiles q, Tiles k, Tiles v, Geo g, float *__restrict__ o,
                        const float *__restrict__ dO, float *__restrict__ lse2,
                        float *__restrict__ delta) {
   __shared__ __align__(16) __nv_bfloat16 kS[kBlock * kPitch];
   __shared__ __align__(16) __nv_bfloat16 vT[kD * kPitch];
   const int64_t bh = blockIdx.y, q0 = (int64_t)blockIdx.x * kBlock;
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
-  const float *qb = q + bh * g.Tq * kD, *kb = k + bh * g.Tk * kD, *vb = v + bh * g.Tk * kD;
 
   uint32_t qa[4][4];
-  loadRows(kS, qb, q0, g.Tq); // the query tile passes through kS once
+  q.rows(kS, bh, q0); // the query tile passes through kS once
   __syncthreads();
   loadA(qa, kS, w);
   const int64_t row[2] = {q0 + 16 * w + gq, q0 + 16 * w + gq + 8};
@@ -193,8 +276,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t kEnd = keyEnd(g, q0);
   for (int64_t k0 = 0; k0 < kEnd; k0 += kBlock) {
     __syncthreads();
-    loadRows(kS, kb, k0, g.Tk);
-    loadRowsT(vT, vb, k0, g.Tk);
+    k.rows(kS, bh, k0);
+    v.cols(vT, bh, k0);
     __syncthreads();
     float s[8][4];
     zero(s);
@@ -266,11 +349,11 @@ __global__ void __launch_bounds__(kThreads)
 
 /// Pass 2: per key tile, dV = P^T dO and dK = scale dS^T Q over the query
 /// tiles that see it (dS = P (dP - delta), dP = dO V^T).
+template <class Tiles>
 __global__ void __launch_bounds__(kThreads)
-    flashKeyKernel(const float *__restrict__ q, const float *__restrict__ k,
-                   const float *__restrict__ v, const float *__restrict__ dO,
-                   const float *__restrict__ lse2, const float *__restrict__ delta, Geo g,
-                   float scale, float *__restrict__ dk, float *__restrict__ dv) {
+    flashKeyKernel(Tiles q, Tiles k, Tiles v, Tiles dO, const float *__restrict__ lse2,
+                   const float *__restrict__ delta, Geo g, float scale, float *__restrict__ dk,
+                   float *__restrict__ dv) {
   __shared__ __align__(16) __nv_bfloat16 qS[kBlock * kPitch];
   __shared__ __align__(16) __nv_bfloat16 qT[kD * kPitch];
   __shared__ __align__(16) __nv_bfloat16 doS[kBlock * kPitch];
@@ -278,12 +361,10 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float lseS[kBlock], deltaS[kBlock];
   const int64_t bh = blockIdx.y, k0 = (int64_t)blockIdx.x * kBlock;
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
-  const float *qb = q + bh * g.Tq * kD, *kb = k + bh * g.Tk * kD, *vb = v + bh * g.Tk * kD;
-  const float *dob = dO + bh * g.Tq * kD;
 
   uint32_t ka[4][4], va[4][4];
-  loadRows(qS, kb, k0, g.Tk); // this block's keys and values pass through once
-  loadRows(doS, vb, k0, g.Tk);
+  k.rows(qS, bh, k0); // this block's keys and values pass through once
+  v.rows(doS, bh, k0);
   __syncthreads();
   loadA(ka, qS, w);
   loadA(va, doS, w);
@@ -299,10 +380,10 @@ __global__ void __launch_bounds__(kThreads)
   }
   for (int64_t q0 = qStart; q0 < g.Tq; q0 += kBlock) {
     __syncthreads();
-    loadRows(qS, qb, q0, g.Tq);
-    loadRowsT(qT, qb, q0, g.Tq);
-    loadRows(doS, dob, q0, g.Tq);
-    loadRowsT(doT, dob, q0, g.Tq);
+    q.rows(qS, bh, q0);
+    q.cols(qT, bh, q0);
+    dO.rows(doS, bh, q0);
+    dO.cols(doT, bh, q0);
     if (threadIdx.x < kBlock) {
       const int64_t r = q0 + threadIdx.x;
       lseS[threadIdx.x] = r < g.Tq ? lse2[bh * g.Tq + r] : INFINITY;
@@ -344,21 +425,20 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 /// Pass 3: per query tile, dQ = scale dS K over the key tiles it sees.
+template <class Tiles>
 __global__ void __launch_bounds__(kThreads)
-    flashQueryKernel(const float *__restrict__ q, const float *__restrict__ k,
-                     const float *__restrict__ v, const float *__restrict__ dO,
-                     const float *__restrict__ lse2, const float *__restrict__ delta, Geo g,
-                     float scale, float *__restrict__ dq) {
+    flashQueryKernel(Tiles q, Tiles k, Tiles v, Tiles dO, const float *__restrict__ lse2,
+                     const float *__restrict__ delta, Geo g, float scale,
+                     float *__restrict__ dq) {
   __shared__ __align__(16) __nv_bfloat16 kS[kBlock * kPitch];
   __shared__ __align__(16) __nv_bfloat16 kT[kD * kPitch];
   __shared__ __align__(16) __nv_bfloat16 vS[kBlock * kPitch];
   const int64_t bh = blockIdx.y, q0 = (int64_t)blockIdx.x * kBlock;
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
-  const float *qb = q + bh * g.Tq * kD, *kb = k + bh * g.Tk * kD, *vb = v + bh * g.Tk * kD;
 
   uint32_t qa[4][4], da[4][4];
-  loadRows(kS, qb, q0, g.Tq); // the query and dO tiles pass through once
-  loadRows(vS, dO + bh * g.Tq * kD, q0, g.Tq);
+  q.rows(kS, bh, q0); // the query and dO tiles pass through once
+  dO.rows(vS, bh, q0);
   __syncthreads();
   loadA(qa, kS, w);
   loadA(da, vS, w);
@@ -375,9 +455,9 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t kEnd = keyEnd(g, q0);
   for (int64_t k0 = 0; k0 < kEnd; k0 += kBlock) {
     __syncthreads();
-    loadRows(kS, kb, k0, g.Tk);
-    loadRowsT(kT, kb, k0, g.Tk);
-    loadRows(vS, vb, k0, g.Tk);
+    k.rows(kS, bh, k0);
+    k.cols(kT, bh, k0);
+    v.rows(vS, bh, k0);
     __syncthreads();
     float p[8][4], ds[8][4];
     zero(p);
@@ -413,29 +493,82 @@ Geo geo(int64_t Tq, int64_t Tk, float scale, bool causal) {
   return {Tq, Tk, scale * kLog2e, causal, Tk - Tq};
 }
 
+int64_t roundUp64(int64_t n) { return (n + kBlock - 1) / kBlock * kBlock; }
+
+/// Bytes of one tensor's staged copies (rows and cols), 256-byte aligned.
+size_t stagedBytes(int64_t BH, int64_t T) {
+  const size_t b = (size_t)(BH * T * kD + BH * kD * roundUp64(T)) * 2;
+  return (b + 255) / 256 * 256;
+}
+
+/// Casts x into its staged copies at `at` (advanced past them).
+Bf16Tiles stage(cudaStream_t st, const float *x, int64_t BH, int64_t T, char *&at) {
+  const int64_t Tp = roundUp64(T);
+  auto *rows = reinterpret_cast<__nv_bfloat16 *>(at);
+  auto *cols = rows + BH * T * kD;
+  at += stagedBytes(BH, T);
+  if (T > 0) {
+    dim3 grid((unsigned)(Tp / kBlock), (unsigned)BH);
+    stageKernel<<<grid, kThreads, 0, st>>>(x, T, Tp, rows, cols);
+  }
+  return {rows, cols, T, Tp};
+}
+
+template <class Tiles>
+void launchForward(cudaStream_t st, Tiles q, Tiles k, Tiles v, float *o, int64_t BH, Geo g) {
+  dim3 grid((unsigned)((g.Tq + kBlock - 1) / kBlock), (unsigned)BH);
+  flashForwardKernel<false><<<grid, kThreads, 0, st>>>(q, k, v, g, o, nullptr, nullptr, nullptr);
+}
+
+template <class Tiles>
+void launchBackward(cudaStream_t st, Tiles q, Tiles k, Tiles v, Tiles dOt, const float *dO,
+                    float *dq, float *dk, float *dv, int64_t BH, Geo g, float scale, float *lse2,
+                    float *delta) {
+  dim3 qGrid((unsigned)((g.Tq + kBlock - 1) / kBlock), (unsigned)BH);
+  dim3 kGrid((unsigned)((g.Tk + kBlock - 1) / kBlock), (unsigned)BH);
+  flashForwardKernel<true><<<qGrid, kThreads, 0, st>>>(q, k, v, g, nullptr, dO, lse2, delta);
+  flashKeyKernel<<<kGrid, kThreads, 0, st>>>(q, k, v, dOt, lse2, delta, g, scale, dk, dv);
+  flashQueryKernel<<<qGrid, kThreads, 0, st>>>(q, k, v, dOt, lse2, delta, g, scale, dq);
+}
+
 } // namespace
 
 bool flashAttentionSupported(int64_t D, int64_t Dv, const MaskView &mask) {
   return D == kD && Dv == kD && !mask.data;
 }
 
+size_t flashAttentionScratchBytes(int64_t BH, int64_t Tq, int64_t Tk) {
+  return stagedBytes(BH, Tq) + 2 * stagedBytes(BH, Tk);
+}
+
+size_t flashAttentionGradScratchBytes(int64_t BH, int64_t Tq, int64_t Tk) {
+  const size_t stats = ((size_t)(2 * BH * Tq) * sizeof(float) + 255) / 256 * 256;
+  return stats + 2 * stagedBytes(BH, Tq) + 2 * stagedBytes(BH, Tk);
+}
+
 void flashAttention(cudaStream_t st, const float *q, const float *k, const float *v, float *o,
-                    int64_t BH, int64_t Tq, int64_t Tk, float scale, bool causal) {
+                    int64_t BH, int64_t Tq, int64_t Tk, float scale, bool causal, void *scratch) {
   if (BH == 0 || Tq == 0)
     return;
   if (Tk == 0) {
     cudaMemsetAsync(o, 0, (size_t)(BH * Tq * kD) * sizeof(float), st);
     return;
   }
-  dim3 grid((unsigned)((Tq + kBlock - 1) / kBlock), (unsigned)BH);
-  flashForwardKernel<false><<<grid, kThreads, 0, st>>>(q, k, v, geo(Tq, Tk, scale, causal), o,
-                                                       nullptr, nullptr, nullptr);
+  const Geo g = geo(Tq, Tk, scale, causal);
+  if (scratch) {
+    char *at = static_cast<char *>(scratch);
+    Bf16Tiles qs = stage(st, q, BH, Tq, at), ks = stage(st, k, BH, Tk, at),
+              vs = stage(st, v, BH, Tk, at);
+    launchForward(st, qs, ks, vs, o, BH, g);
+  } else {
+    launchForward(st, F32Tiles{q, Tq}, F32Tiles{k, Tk}, F32Tiles{v, Tk}, o, BH, g);
+  }
   reportLaunch("flashAttention");
 }
 
 void flashAttentionGrad(cudaStream_t st, const float *dO, const float *q, const float *k,
                         const float *v, float *dq, float *dk, float *dv, int64_t BH, int64_t Tq,
-                        int64_t Tk, float scale, bool causal, void *scratch) {
+                        int64_t Tk, float scale, bool causal, void *scratch, bool staged) {
   if (BH == 0)
     return;
   if (Tq == 0 || Tk == 0) {
@@ -446,11 +579,16 @@ void flashAttentionGrad(cudaStream_t st, const float *dO, const float *q, const 
   }
   const Geo g = geo(Tq, Tk, scale, causal);
   float *lse2 = static_cast<float *>(scratch), *delta = lse2 + BH * Tq;
-  dim3 qGrid((unsigned)((Tq + kBlock - 1) / kBlock), (unsigned)BH);
-  dim3 kGrid((unsigned)((Tk + kBlock - 1) / kBlock), (unsigned)BH);
-  flashForwardKernel<true><<<qGrid, kThreads, 0, st>>>(q, k, v, g, nullptr, dO, lse2, delta);
-  flashKeyKernel<<<kGrid, kThreads, 0, st>>>(q, k, v, dO, lse2, delta, g, scale, dk, dv);
-  flashQueryKernel<<<qGrid, kThreads, 0, st>>>(q, k, v, dO, lse2, delta, g, scale, dq);
+  if (staged) {
+    char *at = static_cast<char *>(scratch) +
+               ((size_t)(2 * BH * Tq) * sizeof(float) + 255) / 256 * 256;
+    Bf16Tiles qs = stage(st, q, BH, Tq, at), ks = stage(st, k, BH, Tk, at),
+              vs = stage(st, v, BH, Tk, at), ds = stage(st, dO, BH, Tq, at);
+    launchBackward(st, qs, ks, vs, ds, dO, dq, dk, dv, BH, g, scale, lse2, delta);
+  } else {
+    launchBackward(st, F32Tiles{q, Tq}, F32Tiles{k, Tk}, F32Tiles{v, Tk}, F32Tiles{dO, Tq}, dO,
+                   dq, dk, dv, BH, g, scale, lse2, delta);
+  }
   reportLaunch("flashAttentionGrad");
 }
 

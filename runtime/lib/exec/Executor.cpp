@@ -133,6 +133,11 @@ std::vector<std::pair<std::string, double>> Executor::profile() const {
   return out;
 }
 
+void Executor::resetProfile() {
+  for (BoundInstruction &b : program)
+    b.totalMs = 0;
+}
+
 std::vector<std::pair<std::string, double>> Executor::profileByShape(size_t top) const {
   // Same op on the same input shapes and attributes: one line (a GPT's
   // twelve layers fold into one line per GEMM of a layer).

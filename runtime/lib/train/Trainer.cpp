@@ -211,6 +211,14 @@ void Trainer::run() {
     st.lr = schedule.at(s);
     auto t0 = clock::now();
     executor->runStep();
+    const bool another = s + 1 < opts.steps && !(opts.stopAtStep && s + 1 >= *opts.stopAtStep);
+    if (s == startStep && another) {
+      executor->resetProfile();
+      profileFirst = s + 1;
+    } else if (profileFirst < 0) {
+      profileFirst = s;
+    }
+    profileLast = s;
     double loss = st.loss;
     activity::set("the step-end all-reduce of the loss (waiting for the other ranks)");
     comm.allreduceSum(&loss, 1, "step loss");
@@ -289,15 +297,17 @@ void Trainer::printProfile() const {
   double total = 0;
   for (auto &[op, ms] : prof)
     total += ms;
-  log << "pipemesh-run: time per op on rank 0 (all steps, " << total << " ms):\n";
+  log << "pipemesh-run: time per op on rank 0 (steps " << profileFirst + 1 << "-" << profileLast + 1
+      << (profileFirst > startStep ? ", the first left out: its one-time costs" : "") << "; "
+      << total << " ms):\n";
   for (auto &[op, ms] : prof) {
     char line[128];
     std::snprintf(line, sizeof line, "  %-20s %10.2f ms  %5.1f%%\n", op.c_str(), ms,
                   total > 0 ? 100.0 * ms / total : 0.0);
     log << line;
   }
-  log << "pipemesh-run: the 15 largest by op, input shapes and attributes:\n";
-  for (auto &[kind, ms] : executor->profileByShape(15)) {
+  log << "pipemesh-run: the 25 largest by op, input shapes and attributes:\n";
+  for (auto &[kind, ms] : executor->profileByShape(25)) {
     char line[64];
     std::snprintf(line, sizeof line, "  %10.2f ms  %5.1f%%  ", ms, total > 0 ? 100.0 * ms / total : 0.0);
     log << line << kind << "\n";

@@ -394,11 +394,25 @@ TEST(CudaAttention, TensorCoreBf16MatchesCpu) {
                               a.causal);
     Dev<float> dQ(q), dK(k), dV(v), dDO(dO), dOut(o.size()), dDq(q.size()), dDk(k.size()),
         dDv(v.size());
-    Dev<uint8_t> scratch(attentionGradScratchBytes(a.BH, a.Tq));
+    // Per tile first (tiles cast on their way into shared memory), then
+    // staged (bf16 copies made once): the same roundings of the same values,
+    // so the same bits.
+    Dev<uint8_t> tileScratch(attentionGradScratchBytes(a.BH, a.Tq));
     flashAttention(st(), dQ.p, dK.p, dV.p, dOut.p, a.BH, a.Tq, a.Tk, scale, a.causal);
+    flashAttentionGrad(st(), dDO.p, dQ.p, dK.p, dV.p, dDq.p, dDk.p, dDv.p, a.BH, a.Tq, a.Tk, scale,
+                       a.causal, tileScratch.p, /*staged=*/false);
+    VecF to = dOut.get(), tq = dDq.get(), tk = dDk.get(), tv = dDv.get();
+    Dev<uint8_t> fwdScratch(flashAttentionScratchBytes(a.BH, a.Tq, a.Tk));
+    Dev<uint8_t> scratch(flashAttentionGradScratchBytes(a.BH, a.Tq, a.Tk));
+    flashAttention(st(), dQ.p, dK.p, dV.p, dOut.p, a.BH, a.Tq, a.Tk, scale, a.causal,
+                   fwdScratch.p);
     flashAttentionGrad(st(), dDO.p, dQ.p, dK.p, dV.p, dDq.p, dDk.p, dDv.p, a.BH, a.Tq, a.Tk, scale,
                        a.causal, scratch.p);
     VecF go = dOut.get(), gq = dDq.get(), gk = dDk.get(), gv = dDv.get();
+    EXPECT_EQ(0, std::memcmp(to.data(), go.data(), go.size() * sizeof(float))) << "o";
+    EXPECT_EQ(0, std::memcmp(tq.data(), gq.data(), gq.size() * sizeof(float))) << "dq";
+    EXPECT_EQ(0, std::memcmp(tk.data(), gk.data(), gk.size() * sizeof(float))) << "dk";
+    EXPECT_EQ(0, std::memcmp(tv.data(), gv.data(), gv.size() * sizeof(float))) << "dv";
     SCOPED_TRACE(testing::Message()
                  << "BH=" << a.BH << " Tq=" << a.Tq << " Tk=" << a.Tk << " causal=" << a.causal);
     std::printf("  tensor-core attention BH=%lld Tq=%lld Tk=%lld causal=%d: rel err o %.2e "

@@ -7,6 +7,8 @@ PIPEMESH_OPT is set, else make_test_plan.py's hand-made tiny model) trains
   - fp32: every step's loss within 1e-4 relative of the CPU run, grad_norm too;
   - deterministic: a second fp32 CUDA run gives bit-identical losses;
   - bf16 matmul operands: losses within 2e-2 relative (bf16 has 8 mantissa bits);
+  - bf16 without the runtime's fusions within 1e-4, and with the attention's operands
+    cast per tile instead of staged: bit-identical;
 and the same for a GPT with an odd vocabulary and heads of 64 (the bf16 mode's padded
 GEMMs and tensor-core attention).
 Without a CUDA device (or without the CUDA backend in the build) it prints
@@ -83,15 +85,40 @@ def make_odd_plan(d):
     return path
 
 
-def train(d, plan, name, *extra):
+def train(d, plan, name, *extra, env=None):
     log = os.path.join(d, name + ".jsonl")
     r = common.run([plan, "--steps", STEPS, "--lr", "1e-3", "--grad-clip", "1.0",
-                    "--log-json", log] + list(extra), timeout=600)
+                    "--log-json", log] + list(extra), timeout=600, env=env)
     if r.returncode != 0:
         print(f"run {name} failed:\n{r.stdout}\n{r.stderr}")
         sys.exit(1)
-    print(r.stdout.strip().splitlines()[1] if name == "cuda-fp32" else "", end="")
+    print(r.stdout.strip().splitlines()[1] if name in ("cuda-fp32", "odd-cuda-bf16") else "",
+          end="")
     return common.read_log(log)
+
+
+def compare_variants(d, plan, tag, base, failures):
+    """The bf16 run against the same run without the runtime's fusions (GELU epilogue,
+    gradient accumulation into the GEMM, dY's bf16 copy shared by dX and dW, the fused
+    cross-entropy gradient: the same sums up to fp32 rounding order, so within 1e-4,
+    where the bf16-vs-cpu check allows 2e-2), and without the staged attention operands
+    (the same roundings of the same values: bit-identical)."""
+    unfused = train(d, plan, tag + "-bf16-unfused", "--backend", "cuda", "--precision", "bf16",
+                    env={"PIPEMESH_CUDA_FUSE": "0"})
+    per_tile = train(d, plan, tag + "-bf16-per-tile", "--backend", "cuda", "--precision", "bf16",
+                     env={"PIPEMESH_CUDA_STAGED_ATTENTION": "0"})
+    worst = max(rel(u["loss"], b["loss"]) for u, b in zip(unfused, base))
+    same = all(p["loss"] == b["loss"] and p["grad_norm"] == b["grad_norm"]
+               for p, b in zip(per_tile, base))
+    print(f"{tag}: bf16 with and without the fusions: max rel {worst:.2e}; staged and per-tile "
+          f"attention: {'identical' if same else 'DIFFERENT'}")
+    for s in range(STEPS):
+        if rel(unfused[s]["loss"], base[s]["loss"]) > 1e-4:
+            failures.append(f"{tag} step {s}: bf16 loss {base[s]['loss']} with the fusions, "
+                            f"{unfused[s]['loss']} without")
+        if per_tile[s]["loss"] != base[s]["loss"] or per_tile[s]["grad_norm"] != base[s]["grad_norm"]:
+            failures.append(f"{tag} step {s}: staged attention {base[s]['loss']} vs per tile "
+                            f"{per_tile[s]['loss']} (must be identical)")
 
 
 def rel(a, b):
@@ -121,6 +148,7 @@ def main():
                 failures.append(f"step {s}: two deterministic cuda runs differ: {g} vs {again[s]['loss']}")
             if rel(h, c) > 2e-2:
                 failures.append(f"step {s}: bf16 loss {h} vs cpu {c}")
+        compare_variants(d, plan, "gpt", bf16, failures)
         odd = make_odd_plan(d)
         if odd:
             oc = train(d, odd, "odd-cpu")
@@ -133,6 +161,7 @@ def main():
                     failures.append(f"odd step {s}: fp32 loss {of[s]['loss']} vs cpu {oc[s]['loss']}")
                 if rel(ob[s]["loss"], oc[s]["loss"]) > 2e-2:
                     failures.append(f"odd step {s}: bf16 loss {ob[s]['loss']} vs cpu {oc[s]['loss']}")
+            compare_variants(d, odd, "odd", ob, failures)
         else:
             print("no plan with an odd vocabulary (needs PIPEMESH_OPT or PIPEMESH_CUDA_TEST_PLAN_ODD)")
         # Every op the hand-made plans use (the "zoo": comparisons, where,

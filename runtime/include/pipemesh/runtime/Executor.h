@@ -108,6 +108,9 @@ public:
   std::vector<std::pair<std::string, double>> profile() const;
   /// The same per op, input shapes and attributes: the `top` largest.
   std::vector<std::pair<std::string, double>> profileByShape(size_t top) const;
+  /// Forgets the times so far (--profile leaves out the first step, whose
+  /// times include one-time costs: lazy kernel loading, first touches).
+  void resetProfile();
   /// Op names the executor knows (kernel and control instructions).
   static std::vector<std::string> knownOps();
 

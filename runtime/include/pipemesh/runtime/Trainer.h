@@ -92,6 +92,8 @@ private:
   std::unique_ptr<Executor> executor;
   LrSchedule schedule;
   int64_t startStep = 0;
+  /// Steps (0-based, inclusive) whose times --profile reports.
+  int64_t profileFirst = -1, profileLast = -1;
   uint64_t rngState = 0;
   std::string resumedFrom;
 };

@@ -160,12 +160,20 @@ void attentionInit();
 /// The bf16 mode's attention: bf16 mma.sync operands, fp32 softmax and
 /// accumulators; head dim 64 (q, k and v), no additive mask.
 bool flashAttentionSupported(int64_t D, int64_t Dv, const MaskView &mask);
+/// Scratch of the staged kernels: q, k, v (and dO) cast once to bf16 copies,
+/// row-major and transposed, that every tile copies from.
+size_t flashAttentionScratchBytes(int64_t BH, int64_t Tq, int64_t Tk);
+size_t flashAttentionGradScratchBytes(int64_t BH, int64_t Tq, int64_t Tk);
+/// scratch: flashAttentionScratchBytes, staged; null: each tile is cast from
+/// the float32 tensors on its way into shared memory (the first version).
 void flashAttention(cudaStream_t st, const float *q, const float *k, const float *v, float *o,
-                    int64_t BH, int64_t Tq, int64_t Tk, float scale, bool causal);
-/// Scratch: attentionGradScratchBytes(BH, Tq). Deterministic (no atomics).
+                    int64_t BH, int64_t Tq, int64_t Tk, float scale, bool causal,
+                    void *scratch = nullptr);
+/// Scratch: flashAttentionGradScratchBytes (staged) or
+/// attentionGradScratchBytes(BH, Tq) (per tile). Deterministic (no atomics).
 void flashAttentionGrad(cudaStream_t st, const float *dO, const float *q, const float *k,
                         const float *v, float *dq, float *dk, float *dv, int64_t BH, int64_t Tq,
-                        int64_t Tk, float scale, bool causal, void *scratch);
+                        int64_t Tk, float scale, bool causal, void *scratch, bool staged = true);
 
 // --- optimizer ---------------------------------------------------------------------
 /// One tensor of the multi-tensor AdamW (device-resident table).
