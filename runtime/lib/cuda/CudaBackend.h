@@ -74,9 +74,10 @@ public:
   bool bf16() const { return opts.precision == "bf16"; }
   /// Fusions disabled with PIPEMESH_CUDA_FUSE=0.
   bool fuse = true;
-  /// The bf16 attention kernels read staged bf16 copies of their operands
-  /// (FlashAttention.cu); PIPEMESH_CUDA_STAGED_ATTENTION=0 casts per tile.
-  bool stagedAttention = true;
+  /// The bf16 mode's attention kernels (FlashAttention.cu): operands staged
+  /// as bf16 copies (PIPEMESH_CUDA_STAGED_ATTENTION=0: cast per tile), blocks
+  /// of 128 rows (PIPEMESH_CUDA_ATTENTION_ROWS=64: 64).
+  FlashOptions flash;
 
   /// Shared compute scratch: binders reserve, thunks read scratch() at run
   /// time (allocated in prepare, after every instruction is bound).

@@ -570,12 +570,12 @@ Thunk bindAttention(OpContext &c, CudaBackend &b) {
   CudaBackend *bp = &b;
   MaskView mask = *mv;
   if (b.bf16() && flashAttentionSupported(s.D, s.Dv, mask)) {
-    const bool staged = b.stagedAttention;
-    if (staged)
+    const FlashOptions fo = b.flash;
+    if (fo.staged)
       b.reserveScratch(flashAttentionScratchBytes(s.BH, s.Tq, s.Tk));
-    return [bp, q, k, v, o, s, scale, causal, staged] {
+    return [bp, q, k, v, o, s, scale, causal, fo] {
       flashAttention(bp->compute, q.as<float>(), k.as<float>(), v.as<float>(), o.as<float>(), s.BH,
-                     s.Tq, s.Tk, scale, causal, staged ? bp->scratch() : nullptr);
+                     s.Tq, s.Tk, scale, causal, bp->scratch(), fo);
     };
   }
   return [bp, q, k, v, o, s, mask, scale, causal] {
@@ -601,13 +601,13 @@ Thunk bindAttentionGrad(OpContext &c, CudaBackend &b) {
   CudaBackend *bp = &b;
   MaskView mask = *mv;
   if (b.bf16() && flashAttentionSupported(s.D, s.Dv, mask)) {
-    const bool staged = b.stagedAttention;
-    if (staged)
+    const FlashOptions fo = b.flash;
+    if (fo.staged)
       b.reserveScratch(flashAttentionGradScratchBytes(s.BH, s.Tq, s.Tk));
-    return [bp, dO, q, k, v, dq, dk, dv, s, scale, causal, staged] {
+    return [bp, dO, q, k, v, dq, dk, dv, s, scale, causal, fo] {
       flashAttentionGrad(bp->compute, dO.as<float>(), q.as<float>(), k.as<float>(), v.as<float>(),
                          dq.as<float>(), dk.as<float>(), dv.as<float>(), s.BH, s.Tq, s.Tk, scale,
-                         causal, bp->scratch(), staged);
+                         causal, bp->scratch(), fo);
     };
   }
   return [bp, dO, q, k, v, dq, dk, dv, s, mask, scale, causal] {

@@ -48,9 +48,9 @@ namespace pipemesh::rt::cuda {
 namespace {
 
 constexpr int kD = 64;         ///< head dim (q, k and v)
-constexpr int kBlock = 64;     ///< rows a block owns, and rows per streamed tile
+constexpr int kTile = 64;      ///< rows per streamed tile (and per shared-memory tile)
 constexpr int kPitch = kD + 8; ///< bf16 row pitch in shared memory: rows 4 banks apart
-constexpr int kThreads = 128;  ///< 4 warps, 16 rows each
+constexpr int kStageThreads = 128;
 constexpr float kLog2e = 1.4426950408889634f;
 
 struct Geo {
@@ -62,6 +62,19 @@ struct Geo {
 
 __device__ __forceinline__ bool visible(const Geo &g, int64_t i, int64_t j) {
   return j < g.Tk && i < g.Tq && (!g.causal || j <= i + g.off);
+}
+
+/// Whether queries [q0, ...) against keys [k0, k0 + nk) need the per-element
+/// visibility test: some key is past the causal diagonal of the first query
+/// (q0 is the first of a warp's 16 rows or of a 64-row tile), or (for the
+/// forward, whose normalizer would count them) some key is past Tk. Query
+/// rows past Tq need no test anywhere: their tiles' rows are zero, their
+/// results are not stored, and the backward's statistics for them (lse
+/// +inf, delta 0) make their probabilities 0; keys past Tk are zero rows, so
+/// the backward's products with them add nothing to a stored result.
+__device__ __forceinline__ bool edgeTile(const Geo &g, int64_t q0, int64_t k0, int nk,
+                                         bool forward) {
+  return (g.causal && k0 + nk - 1 > q0 + g.off) || (forward && k0 + nk > g.Tk);
 }
 
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
@@ -83,7 +96,7 @@ __device__ __forceinline__ uint32_t ld32(const __nv_bfloat16 *p) {
 /// Rows [r0, r0 + 64) of a float [T, 64] matrix as bf16 into dst[64][kPitch]
 /// (rows past T zero).
 __device__ void loadRows(__nv_bfloat16 *dst, const float *src, int64_t r0, int64_t T) {
-  for (int idx = threadIdx.x; idx < kBlock * kD / 4; idx += kThreads) {
+  for (int idx = threadIdx.x; idx < kTile * kD / 4; idx += blockDim.x) {
     const int r = idx >> 4, c = (idx & 15) * 4;
     const int64_t row = r0 + r;
     float4 v = row < T ? *reinterpret_cast<const float4 *>(src + row * kD + c)
@@ -97,7 +110,7 @@ __device__ void loadRows(__nv_bfloat16 *dst, const float *src, int64_t r0, int64
 
 /// The same rows transposed: dst[d][r] = src[r0 + r][d].
 __device__ void loadRowsT(__nv_bfloat16 *dst, const float *src, int64_t r0, int64_t T) {
-  for (int idx = threadIdx.x; idx < kBlock * kD / 4; idx += kThreads) {
+  for (int idx = threadIdx.x; idx < kTile * kD / 4; idx += blockDim.x) {
     const int r = idx >> 4, c = (idx & 15) * 4;
     const int64_t row = r0 + r;
     float4 v = row < T ? *reinterpret_cast<const float4 *>(src + row * kD + c)
@@ -130,7 +143,7 @@ struct Bf16Tiles {
   int64_t T, Tp;
   __device__ void rows(__nv_bfloat16 *dst, int64_t bh, int64_t r0) const {
     const __nv_bfloat16 *src = r + bh * T * kD;
-    for (int idx = threadIdx.x; idx < kBlock * kD / 8; idx += kThreads) {
+    for (int idx = threadIdx.x; idx < kTile * kD / 8; idx += blockDim.x) {
       const int rr = idx >> 3, c8 = (idx & 7) * 8;
       const int64_t row = r0 + rr;
       const uint4 v = row < T ? *reinterpret_cast<const uint4 *>(src + row * kD + c8)
@@ -140,7 +153,7 @@ struct Bf16Tiles {
   }
   __device__ void cols(__nv_bfloat16 *dst, int64_t bh, int64_t r0) const {
     const __nv_bfloat16 *src = c + bh * kD * Tp + r0; // r0 + 64 <= Tp
-    for (int idx = threadIdx.x; idx < kBlock * kD / 8; idx += kThreads) {
+    for (int idx = threadIdx.x; idx < kTile * kD / 8; idx += blockDim.x) {
       const int d = idx >> 3, c8 = (idx & 7) * 8;
       *reinterpret_cast<uint4 *>(dst + d * kPitch + c8) =
           *reinterpret_cast<const uint4 *>(src + d * Tp + c8);
@@ -150,13 +163,13 @@ struct Bf16Tiles {
 
 /// One 64-row tile of x [BH, T, 64] into its bf16 copies: rows [BH, T, 64]
 /// and cols [BH, 64, Tp] (columns past T zero).
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kStageThreads)
     stageKernel(const float *__restrict__ x, int64_t T, int64_t Tp,
                 __nv_bfloat16 *__restrict__ rows, __nv_bfloat16 *__restrict__ cols) {
-  __shared__ __align__(16) __nv_bfloat16 tile[kBlock * kPitch];
-  const int64_t bh = blockIdx.y, r0 = (int64_t)blockIdx.x * kBlock;
+  __shared__ __align__(16) __nv_bfloat16 tile[kTile * kPitch];
+  const int64_t bh = blockIdx.y, r0 = (int64_t)blockIdx.x * kTile;
   const float *src = x + bh * T * kD;
-  for (int idx = threadIdx.x; idx < kBlock * kD / 4; idx += kThreads) {
+  for (int idx = threadIdx.x; idx < kTile * kD / 4; idx += blockDim.x) {
     const int r = idx >> 4, c = (idx & 15) * 4;
     const int64_t row = r0 + r;
     const float4 v = row < T ? *reinterpret_cast<const float4 *>(src + row * kD + c)
@@ -171,7 +184,7 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   // cols[bh][d][r0 + c8 .. + 8) from tile column d: a warp reads 32
   // neighbouring d (conflict-free) and writes 32 rows of cols.
-  for (int idx = threadIdx.x; idx < kBlock * kD / 8; idx += kThreads) {
+  for (int idx = threadIdx.x; idx < kTile * kD / 8; idx += blockDim.x) {
     const int d = idx & (kD - 1), c8 = (idx >> 6) * 8;
     uint32_t w[4];
 #pragma unroll
@@ -240,32 +253,48 @@ __device__ __forceinline__ float quadMax(float x) {
   return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
 }
 
-/// Keys any query row in [q0, q0 + 64) can see: [0, end).
-__device__ __forceinline__ int64_t keyEnd(const Geo &g, int64_t q0) {
+/// Keys any query row in [q0, q0 + rows) can see: [0, end).
+__device__ __forceinline__ int64_t keyEnd(const Geo &g, int64_t q0, int rows) {
   if (!g.causal)
     return g.Tk;
-  const int64_t end = (q0 + kBlock < g.Tq ? q0 + kBlock : g.Tq) - 1 + g.off + 1;
+  const int64_t end = (q0 + rows < g.Tq ? q0 + rows : g.Tq) - 1 + g.off + 1;
   return end < 0 ? 0 : (end < g.Tk ? end : g.Tk);
+}
+
+/// A fragments of the block's own rows [r0, r0 + 16 WARPS) of src: 64 rows
+/// at a time through buf, each warp taking its 16.
+template <int WARPS, class Tiles>
+__device__ void loadOwnRows(uint32_t a[4][4], __nv_bfloat16 *buf, const Tiles &src, int64_t bh,
+                            int64_t r0) {
+  const int w = threadIdx.x >> 5;
+#pragma unroll
+  for (int part = 0; part < WARPS / 4; ++part) {
+    if (part)
+      __syncthreads();
+    src.rows(buf, bh, r0 + part * kTile);
+    __syncthreads();
+    if (w / 4 == part)
+      loadA(a, buf, w % 4);
+  }
 }
 
 /// The forward (STATS = false: o) or the backward's first pass (STATS = true:
 /// lse2 = the base-2 log-sum-exp of the scaled scores, +inf for a row that
 /// sees no key, and delta = dO . O per query row).
-template <bool STATS, class Tiles>
-__global__ void __launch_bounds__(kThreads)
+template <int WARPS, bool STATS, class Tiles>
+__global__ void __launch_bounds__(WARPS * 32)
     flashForwardKernel(Tiles q, Tiles k, Tiles v, Geo g, float *__restrict__ o,
                        const float *__restrict__ dO, float *__restrict__ lse2,
                        float *__restrict__ delta) {
-  __shared__ __align__(16) __nv_bfloat16 kS[kBlock * kPitch];
+  __shared__ __align__(16) __nv_bfloat16 kS[kTile * kPitch];
   __shared__ __align__(16) __nv_bfloat16 vT[kD * kPitch];
-  const int64_t bh = blockIdx.y, q0 = (int64_t)blockIdx.x * kBlock;
+  const int64_t bh = blockIdx.y, q0 = (int64_t)blockIdx.x * (16 * WARPS);
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
 
   uint32_t qa[4][4];
-  q.rows(kS, bh, q0); // the query tile passes through kS once
-  __syncthreads();
-  loadA(qa, kS, w);
-  const int64_t row[2] = {q0 + 16 * w + gq, q0 + 16 * w + gq + 8};
+  loadOwnRows<WARPS>(qa, kS, q, bh, q0); // the query rows pass through kS once
+  const int64_t qw = q0 + 16 * w; // this warp's first row
+  const int64_t row[2] = {qw + gq, qw + gq + 8};
 
   float acc[8][4];
   zero(acc);
@@ -273,8 +302,8 @@ __global__ void __launch_bounds__(kThreads)
   // running sum (its 16 columns; the quad's shares are added at the end, and
   // each rescaling is the row's, so the shares rescale like the whole).
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-  const int64_t kEnd = keyEnd(g, q0);
-  for (int64_t k0 = 0; k0 < kEnd; k0 += kBlock) {
+  const int64_t kEnd = keyEnd(g, q0, 16 * WARPS);
+  for (int64_t k0 = 0; k0 < kEnd; k0 += kTile) {
     __syncthreads();
     k.rows(kS, bh, k0);
     v.cols(vT, bh, k0);
@@ -283,15 +312,25 @@ __global__ void __launch_bounds__(kThreads)
     zero(s);
     mmaRows(s, qa, kS);
     float mx[2] = {-INFINITY, -INFINITY};
+    if (edgeTile(g, qw, k0, kTile, true)) {
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
+      for (int j = 0; j < 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int h = e >> 1;
-        const int64_t key = k0 + 8 * j + 2 * t + (e & 1);
-        s[j][e] = visible(g, row[h], key) ? s[j][e] * g.scale2 : -INFINITY;
-        mx[h] = fmaxf(mx[h], s[j][e]);
-      }
+        for (int e = 0; e < 4; ++e) {
+          const int h = e >> 1;
+          const int64_t key = k0 + 8 * j + 2 * t + (e & 1);
+          s[j][e] = visible(g, row[h], key) ? s[j][e] * g.scale2 : -INFINITY;
+          mx[h] = fmaxf(mx[h], s[j][e]);
+        }
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[j][e] *= g.scale2;
+          mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
+        }
+    }
     float alpha[2], base[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -349,26 +388,24 @@ __global__ void __launch_bounds__(kThreads)
 
 /// Pass 2: per key tile, dV = P^T dO and dK = scale dS^T Q over the query
 /// tiles that see it (dS = P (dP - delta), dP = dO V^T).
-template <class Tiles>
-__global__ void __launch_bounds__(kThreads)
+template <int WARPS, class Tiles>
+__global__ void __launch_bounds__(WARPS * 32)
     flashKeyKernel(Tiles q, Tiles k, Tiles v, Tiles dO, const float *__restrict__ lse2,
                    const float *__restrict__ delta, Geo g, float scale, float *__restrict__ dk,
                    float *__restrict__ dv) {
-  __shared__ __align__(16) __nv_bfloat16 qS[kBlock * kPitch];
+  __shared__ __align__(16) __nv_bfloat16 qS[kTile * kPitch];
   __shared__ __align__(16) __nv_bfloat16 qT[kD * kPitch];
-  __shared__ __align__(16) __nv_bfloat16 doS[kBlock * kPitch];
+  __shared__ __align__(16) __nv_bfloat16 doS[kTile * kPitch];
   __shared__ __align__(16) __nv_bfloat16 doT[kD * kPitch];
-  __shared__ float lseS[kBlock], deltaS[kBlock];
-  const int64_t bh = blockIdx.y, k0 = (int64_t)blockIdx.x * kBlock;
+  __shared__ float lseS[kTile], deltaS[kTile];
+  const int64_t bh = blockIdx.y, k0 = (int64_t)blockIdx.x * (16 * WARPS);
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
 
   uint32_t ka[4][4], va[4][4];
-  k.rows(qS, bh, k0); // this block's keys and values pass through once
-  v.rows(doS, bh, k0);
-  __syncthreads();
-  loadA(ka, qS, w);
-  loadA(va, doS, w);
-  const int64_t key[2] = {k0 + 16 * w + gq, k0 + 16 * w + gq + 8};
+  loadOwnRows<WARPS>(ka, qS, k, bh, k0); // this block's keys and values pass through once
+  loadOwnRows<WARPS>(va, doS, v, bh, k0);
+  const int64_t kw = k0 + 16 * w; // this warp's first key
+  const int64_t key[2] = {kw + gq, kw + gq + 8};
 
   float dkAcc[8][4], dvAcc[8][4];
   zero(dkAcc);
@@ -376,15 +413,15 @@ __global__ void __launch_bounds__(kThreads)
   int64_t qStart = 0;
   if (g.causal) {
     const int64_t first = k0 - g.off; // the first query that sees key k0
-    qStart = first <= 0 ? 0 : first / kBlock * kBlock;
+    qStart = first <= 0 ? 0 : first / kTile * kTile;
   }
-  for (int64_t q0 = qStart; q0 < g.Tq; q0 += kBlock) {
+  for (int64_t q0 = qStart; q0 < g.Tq; q0 += kTile) {
     __syncthreads();
     q.rows(qS, bh, q0);
     q.cols(qT, bh, q0);
     dO.rows(doS, bh, q0);
     dO.cols(doT, bh, q0);
-    if (threadIdx.x < kBlock) {
+    if (threadIdx.x < kTile) {
       const int64_t r = q0 + threadIdx.x;
       lseS[threadIdx.x] = r < g.Tq ? lse2[bh * g.Tq + r] : INFINITY;
       deltaS[threadIdx.x] = r < g.Tq ? delta[bh * g.Tq + r] : 0.f;
@@ -395,12 +432,14 @@ __global__ void __launch_bounds__(kThreads)
     zero(ds);
     mmaRows(p, ka, qS);   // scores, transposed: [key][query]
     mmaRows(ds, va, doS); // dP^T = V dO^T
+    const bool edge = edgeTile(g, q0, kw, 16, false);
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int h = e >> 1, qi = 8 * j + 2 * t + (e & 1);
-        p[j][e] = visible(g, q0 + qi, key[h]) ? exp2f(p[j][e] * g.scale2 - lseS[qi]) : 0.f;
+        p[j][e] = !edge || visible(g, q0 + qi, key[h]) ? exp2f(p[j][e] * g.scale2 - lseS[qi])
+                                                       : 0.f;
         ds[j][e] = p[j][e] * (ds[j][e] - deltaS[qi]);
       }
     uint32_t a[4][4];
@@ -425,24 +464,22 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 /// Pass 3: per query tile, dQ = scale dS K over the key tiles it sees.
-template <class Tiles>
-__global__ void __launch_bounds__(kThreads)
+template <int WARPS, class Tiles>
+__global__ void __launch_bounds__(WARPS * 32)
     flashQueryKernel(Tiles q, Tiles k, Tiles v, Tiles dO, const float *__restrict__ lse2,
                      const float *__restrict__ delta, Geo g, float scale,
                      float *__restrict__ dq) {
-  __shared__ __align__(16) __nv_bfloat16 kS[kBlock * kPitch];
+  __shared__ __align__(16) __nv_bfloat16 kS[kTile * kPitch];
   __shared__ __align__(16) __nv_bfloat16 kT[kD * kPitch];
-  __shared__ __align__(16) __nv_bfloat16 vS[kBlock * kPitch];
-  const int64_t bh = blockIdx.y, q0 = (int64_t)blockIdx.x * kBlock;
+  __shared__ __align__(16) __nv_bfloat16 vS[kTile * kPitch];
+  const int64_t bh = blockIdx.y, q0 = (int64_t)blockIdx.x * (16 * WARPS);
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
 
   uint32_t qa[4][4], da[4][4];
-  q.rows(kS, bh, q0); // the query and dO tiles pass through once
-  dO.rows(vS, bh, q0);
-  __syncthreads();
-  loadA(qa, kS, w);
-  loadA(da, vS, w);
-  const int64_t row[2] = {q0 + 16 * w + gq, q0 + 16 * w + gq + 8};
+  loadOwnRows<WARPS>(qa, kS, q, bh, q0); // the query and dO rows pass through once
+  loadOwnRows<WARPS>(da, vS, dO, bh, q0);
+  const int64_t qw = q0 + 16 * w; // this warp's first row
+  const int64_t row[2] = {qw + gq, qw + gq + 8};
   float lse[2], dl[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -452,8 +489,8 @@ __global__ void __launch_bounds__(kThreads)
 
   float dqAcc[8][4];
   zero(dqAcc);
-  const int64_t kEnd = keyEnd(g, q0);
-  for (int64_t k0 = 0; k0 < kEnd; k0 += kBlock) {
+  const int64_t kEnd = keyEnd(g, q0, 16 * WARPS);
+  for (int64_t k0 = 0; k0 < kEnd; k0 += kTile) {
     __syncthreads();
     k.rows(kS, bh, k0);
     k.cols(kT, bh, k0);
@@ -464,13 +501,14 @@ __global__ void __launch_bounds__(kThreads)
     zero(ds);
     mmaRows(p, qa, kS);  // S = Q K^T
     mmaRows(ds, da, vS); // dP = dO V^T
+    const bool edge = edgeTile(g, qw, k0, kTile, false);
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int h = e >> 1;
         const int64_t keyIdx = k0 + 8 * j + 2 * t + (e & 1);
-        p[j][e] = visible(g, row[h], keyIdx) ? exp2f(p[j][e] * g.scale2 - lse[h]) : 0.f;
+        p[j][e] = !edge || visible(g, row[h], keyIdx) ? exp2f(p[j][e] * g.scale2 - lse[h]) : 0.f;
         ds[j][e] = p[j][e] * (ds[j][e] - dl[h]);
       }
     uint32_t a[4][4];
@@ -493,7 +531,7 @@ Geo geo(int64_t Tq, int64_t Tk, float scale, bool causal) {
   return {Tq, Tk, scale * kLog2e, causal, Tk - Tq};
 }
 
-int64_t roundUp64(int64_t n) { return (n + kBlock - 1) / kBlock * kBlock; }
+int64_t roundUp64(int64_t n) { return (n + kTile - 1) / kTile * kTile; }
 
 /// Bytes of one tensor's staged copies (rows and cols), 256-byte aligned.
 size_t stagedBytes(int64_t BH, int64_t T) {
@@ -508,27 +546,50 @@ Bf16Tiles stage(cudaStream_t st, const float *x, int64_t BH, int64_t T, char *&a
   auto *cols = rows + BH * T * kD;
   at += stagedBytes(BH, T);
   if (T > 0) {
-    dim3 grid((unsigned)(Tp / kBlock), (unsigned)BH);
-    stageKernel<<<grid, kThreads, 0, st>>>(x, T, Tp, rows, cols);
+    dim3 grid((unsigned)(Tp / kTile), (unsigned)BH);
+    stageKernel<<<grid, kStageThreads, 0, st>>>(x, T, Tp, rows, cols);
   }
   return {rows, cols, T, Tp};
 }
 
-template <class Tiles>
+template <int WARPS, class Tiles>
 void launchForward(cudaStream_t st, Tiles q, Tiles k, Tiles v, float *o, int64_t BH, Geo g) {
-  dim3 grid((unsigned)((g.Tq + kBlock - 1) / kBlock), (unsigned)BH);
-  flashForwardKernel<false><<<grid, kThreads, 0, st>>>(q, k, v, g, o, nullptr, nullptr, nullptr);
+  dim3 grid((unsigned)((g.Tq + 16 * WARPS - 1) / (16 * WARPS)), (unsigned)BH);
+  flashForwardKernel<WARPS, false>
+      <<<grid, WARPS * 32, 0, st>>>(q, k, v, g, o, nullptr, nullptr, nullptr);
 }
 
-template <class Tiles>
+template <int WARPS, class Tiles>
 void launchBackward(cudaStream_t st, Tiles q, Tiles k, Tiles v, Tiles dOt, const float *dO,
                     float *dq, float *dk, float *dv, int64_t BH, Geo g, float scale, float *lse2,
                     float *delta) {
-  dim3 qGrid((unsigned)((g.Tq + kBlock - 1) / kBlock), (unsigned)BH);
-  dim3 kGrid((unsigned)((g.Tk + kBlock - 1) / kBlock), (unsigned)BH);
-  flashForwardKernel<true><<<qGrid, kThreads, 0, st>>>(q, k, v, g, nullptr, dO, lse2, delta);
-  flashKeyKernel<<<kGrid, kThreads, 0, st>>>(q, k, v, dOt, lse2, delta, g, scale, dk, dv);
-  flashQueryKernel<<<qGrid, kThreads, 0, st>>>(q, k, v, dOt, lse2, delta, g, scale, dq);
+  constexpr int rows = 16 * WARPS;
+  dim3 qGrid((unsigned)((g.Tq + rows - 1) / rows), (unsigned)BH);
+  dim3 kGrid((unsigned)((g.Tk + rows - 1) / rows), (unsigned)BH);
+  flashForwardKernel<WARPS, true>
+      <<<qGrid, WARPS * 32, 0, st>>>(q, k, v, g, nullptr, dO, lse2, delta);
+  flashKeyKernel<WARPS><<<kGrid, WARPS * 32, 0, st>>>(q, k, v, dOt, lse2, delta, g, scale, dk, dv);
+  flashQueryKernel<WARPS><<<qGrid, WARPS * 32, 0, st>>>(q, k, v, dOt, lse2, delta, g, scale, dq);
+}
+
+/// The kernels at the block size the options name (64 or 128 rows).
+template <class Tiles>
+void forward(const FlashOptions &opt, cudaStream_t st, Tiles q, Tiles k, Tiles v, float *o,
+             int64_t BH, Geo g) {
+  if (opt.blockRows == 64)
+    launchForward<4>(st, q, k, v, o, BH, g);
+  else
+    launchForward<8>(st, q, k, v, o, BH, g);
+}
+
+template <class Tiles>
+void backward(const FlashOptions &opt, cudaStream_t st, Tiles q, Tiles k, Tiles v, Tiles dOt,
+              const float *dO, float *dq, float *dk, float *dv, int64_t BH, Geo g, float scale,
+              float *lse2, float *delta) {
+  if (opt.blockRows == 64)
+    launchBackward<4>(st, q, k, v, dOt, dO, dq, dk, dv, BH, g, scale, lse2, delta);
+  else
+    launchBackward<8>(st, q, k, v, dOt, dO, dq, dk, dv, BH, g, scale, lse2, delta);
 }
 
 } // namespace
@@ -547,7 +608,8 @@ size_t flashAttentionGradScratchBytes(int64_t BH, int64_t Tq, int64_t Tk) {
 }
 
 void flashAttention(cudaStream_t st, const float *q, const float *k, const float *v, float *o,
-                    int64_t BH, int64_t Tq, int64_t Tk, float scale, bool causal, void *scratch) {
+                    int64_t BH, int64_t Tq, int64_t Tk, float scale, bool causal, void *scratch,
+                    FlashOptions opt) {
   if (BH == 0 || Tq == 0)
     return;
   if (Tk == 0) {
@@ -555,20 +617,21 @@ void flashAttention(cudaStream_t st, const float *q, const float *k, const float
     return;
   }
   const Geo g = geo(Tq, Tk, scale, causal);
-  if (scratch) {
+  if (opt.staged) {
     char *at = static_cast<char *>(scratch);
     Bf16Tiles qs = stage(st, q, BH, Tq, at), ks = stage(st, k, BH, Tk, at),
               vs = stage(st, v, BH, Tk, at);
-    launchForward(st, qs, ks, vs, o, BH, g);
+    forward(opt, st, qs, ks, vs, o, BH, g);
   } else {
-    launchForward(st, F32Tiles{q, Tq}, F32Tiles{k, Tk}, F32Tiles{v, Tk}, o, BH, g);
+    forward(opt, st, F32Tiles{q, Tq}, F32Tiles{k, Tk}, F32Tiles{v, Tk}, o, BH, g);
   }
   reportLaunch("flashAttention");
 }
 
 void flashAttentionGrad(cudaStream_t st, const float *dO, const float *q, const float *k,
                         const float *v, float *dq, float *dk, float *dv, int64_t BH, int64_t Tq,
-                        int64_t Tk, float scale, bool causal, void *scratch, bool staged) {
+                        int64_t Tk, float scale, bool causal, void *scratch,
+                        FlashOptions opt) {
   if (BH == 0)
     return;
   if (Tq == 0 || Tk == 0) {
@@ -579,15 +642,15 @@ void flashAttentionGrad(cudaStream_t st, const float *dO, const float *q, const 
   }
   const Geo g = geo(Tq, Tk, scale, causal);
   float *lse2 = static_cast<float *>(scratch), *delta = lse2 + BH * Tq;
-  if (staged) {
+  if (opt.staged) {
     char *at = static_cast<char *>(scratch) +
                ((size_t)(2 * BH * Tq) * sizeof(float) + 255) / 256 * 256;
     Bf16Tiles qs = stage(st, q, BH, Tq, at), ks = stage(st, k, BH, Tk, at),
               vs = stage(st, v, BH, Tk, at), ds = stage(st, dO, BH, Tq, at);
-    launchBackward(st, qs, ks, vs, ds, dO, dq, dk, dv, BH, g, scale, lse2, delta);
+    backward(opt, st, qs, ks, vs, ds, dO, dq, dk, dv, BH, g, scale, lse2, delta);
   } else {
-    launchBackward(st, F32Tiles{q, Tq}, F32Tiles{k, Tk}, F32Tiles{v, Tk}, F32Tiles{dO, Tq}, dO,
-                   dq, dk, dv, BH, g, scale, lse2, delta);
+    backward(opt, st, F32Tiles{q, Tq}, F32Tiles{k, Tk}, F32Tiles{v, Tk}, F32Tiles{dO, Tq}, dO,
+             dq, dk, dv, BH, g, scale, lse2, delta);
   }
   reportLaunch("flashAttentionGrad");
 }

@@ -180,11 +180,13 @@ int main(int argc, char **argv) {
     // Attention: B=16, 12 or 16 heads of 64, T=1024, causal; the fp32 CUDA-core
     // kernels (fp32 mode) and the tensor-core ones (bf16 mode).
     first = true;
-    // kind 0: fp32 CUDA cores; 1: tensor cores, tiles cast per tile; 2: tensor
-    // cores, operands staged as bf16 once (the bf16 mode's default).
-    for (int kindNo : {0, 1, 2})
+    // kind 0: fp32 CUDA cores; then the tensor-core kernels: 1 as first
+    // written (tiles cast per tile, 64-row blocks), 2 staged operands, 3
+    // staged with 128-row blocks (the bf16 mode's default).
+    for (int kindNo : {0, 1, 2, 3})
       for (int64_t H : {12, 16}) {
-        const bool tc = kindNo > 0, staged = kindNo == 2;
+        const bool tc = kindNo > 0;
+        const FlashOptions fo{kindNo >= 2, kindNo == 3 ? 128 : 64};
         const int64_t BH = 16 * H, T = 1024, D = 64;
         float *q = randomDevice(BH * T * D, 3), *k = randomDevice(BH * T * D, 4),
               *v = randomDevice(BH * T * D, 5), *o = randomDevice(BH * T * D, 6),
@@ -196,14 +198,14 @@ int main(int argc, char **argv) {
                   "cudaMalloc");
         double fwd = medianMs([&] {
           if (tc)
-            flashAttention(nullptr, q, k, v, o, BH, T, T, 0.125f, true, staged ? scratch : nullptr);
+            flashAttention(nullptr, q, k, v, o, BH, T, T, 0.125f, true, scratch, fo);
           else
             attention(nullptr, q, k, v, {}, o, BH, T, T, D, D, 0.125f, true);
         });
         double bwd = medianMs([&] {
           if (tc)
             flashAttentionGrad(nullptr, o, q, k, v, dq, dk, dv, BH, T, T, 0.125f, true, scratch,
-                               staged);
+                               fo);
           else
             attentionGrad(nullptr, o, q, k, v, {}, dq, dk, dv, BH, T, T, D, D, 0.125f, true,
                           scratch);
@@ -213,8 +215,10 @@ int main(int argc, char **argv) {
         // the backward does 2.5x the forward's products (5 GEMMs against 2), plus
         // here a recomputed forward (the plan keeps no statistics): 3.5x.
         double fl = 2.0 * BH * T * T * D; // = 4 * BH * T^2 * D / 2
-        const char *kind = !tc ? "fp32 CUDA cores" : staged ? "bf16 tc, staged" : "bf16 tc, per tile";
-        std::printf("attention  H=%-3lld %-17s fwd %8.3f ms (%6.1f TFLOP/s)  bwd %8.3f ms "
+        const char *kinds[] = {"fp32 CUDA cores", "bf16 tc per tile 64", "bf16 tc staged 64",
+                               "bf16 tc staged 128"};
+        const char *kind = kinds[kindNo];
+        std::printf("attention  H=%-3lld %-19s fwd %8.3f ms (%6.1f TFLOP/s)  bwd %8.3f ms "
                     "(%6.1f TFLOP/s)\n",
                     (long long)H, kind, fwd, fl / (fwd * 1e-3) / 1e12, bwd,
                     3.5 * fl / (bwd * 1e-3) / 1e12);

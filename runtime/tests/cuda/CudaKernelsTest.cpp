@@ -23,6 +23,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -394,25 +395,32 @@ TEST(CudaAttention, TensorCoreBf16MatchesCpu) {
                               a.causal);
     Dev<float> dQ(q), dK(k), dV(v), dDO(dO), dOut(o.size()), dDq(q.size()), dDk(k.size()),
         dDv(v.size());
-    // Per tile first (tiles cast on their way into shared memory), then
-    // staged (bf16 copies made once): the same roundings of the same values,
-    // so the same bits.
-    Dev<uint8_t> tileScratch(attentionGradScratchBytes(a.BH, a.Tq));
-    flashAttention(st(), dQ.p, dK.p, dV.p, dOut.p, a.BH, a.Tq, a.Tk, scale, a.causal);
-    flashAttentionGrad(st(), dDO.p, dQ.p, dK.p, dV.p, dDq.p, dDk.p, dDv.p, a.BH, a.Tq, a.Tk, scale,
-                       a.causal, tileScratch.p, /*staged=*/false);
-    VecF to = dOut.get(), tq = dDq.get(), tk = dDk.get(), tv = dDv.get();
+    // The default (staged operands, 128-row blocks) against the CPU; every
+    // other choice (operands cast per tile, 64-row blocks) must give the same
+    // bits: the same roundings of the same values, each row's tiles in the
+    // same order (a larger block only adds fully masked tiles, which add 0).
     Dev<uint8_t> fwdScratch(flashAttentionScratchBytes(a.BH, a.Tq, a.Tk));
-    Dev<uint8_t> scratch(flashAttentionGradScratchBytes(a.BH, a.Tq, a.Tk));
-    flashAttention(st(), dQ.p, dK.p, dV.p, dOut.p, a.BH, a.Tq, a.Tk, scale, a.causal,
-                   fwdScratch.p);
-    flashAttentionGrad(st(), dDO.p, dQ.p, dK.p, dV.p, dDq.p, dDk.p, dDv.p, a.BH, a.Tq, a.Tk, scale,
-                       a.causal, scratch.p);
-    VecF go = dOut.get(), gq = dDq.get(), gk = dDk.get(), gv = dDv.get();
-    EXPECT_EQ(0, std::memcmp(to.data(), go.data(), go.size() * sizeof(float))) << "o";
-    EXPECT_EQ(0, std::memcmp(tq.data(), gq.data(), gq.size() * sizeof(float))) << "dq";
-    EXPECT_EQ(0, std::memcmp(tk.data(), gk.data(), gk.size() * sizeof(float))) << "dk";
-    EXPECT_EQ(0, std::memcmp(tv.data(), gv.data(), gv.size() * sizeof(float))) << "dv";
+    Dev<uint8_t> scratch(std::max(flashAttentionGradScratchBytes(a.BH, a.Tq, a.Tk),
+                                  attentionGradScratchBytes(a.BH, a.Tq)));
+    auto runFlash = [&](FlashOptions fo) {
+      flashAttention(st(), dQ.p, dK.p, dV.p, dOut.p, a.BH, a.Tq, a.Tk, scale, a.causal,
+                     fwdScratch.p, fo);
+      flashAttentionGrad(st(), dDO.p, dQ.p, dK.p, dV.p, dDq.p, dDk.p, dDv.p, a.BH, a.Tq, a.Tk,
+                         scale, a.causal, scratch.p, fo);
+      return std::array<VecF, 4>{dOut.get(), dDq.get(), dDk.get(), dDv.get()};
+    };
+    const auto def = runFlash(FlashOptions{});
+    const char *names[] = {"o", "dq", "dk", "dv"};
+    for (FlashOptions fo : {FlashOptions{false, 64}, FlashOptions{false, 128},
+                            FlashOptions{true, 64}}) {
+      const auto other = runFlash(fo);
+      for (int i = 0; i < 4; ++i)
+        EXPECT_EQ(0, std::memcmp(def[i].data(), other[i].data(), def[i].size() * sizeof(float)))
+            << "staged=" << fo.staged << " rows=" << fo.blockRows << ": "
+            << names[i] << " differs from the default";
+    }
+    runFlash(FlashOptions{}); // the buffers hold the default's results again
+    VecF go = def[0], gq = def[1], gk = def[2], gv = def[3];
     SCOPED_TRACE(testing::Message()
                  << "BH=" << a.BH << " Tq=" << a.Tq << " Tk=" << a.Tk << " causal=" << a.causal);
     std::printf("  tensor-core attention BH=%lld Tq=%lld Tk=%lld causal=%d: rel err o %.2e "

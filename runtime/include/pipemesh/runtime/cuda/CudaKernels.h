@@ -164,16 +164,25 @@ bool flashAttentionSupported(int64_t D, int64_t Dv, const MaskView &mask);
 /// row-major and transposed, that every tile copies from.
 size_t flashAttentionScratchBytes(int64_t BH, int64_t Tq, int64_t Tk);
 size_t flashAttentionGradScratchBytes(int64_t BH, int64_t Tq, int64_t Tk);
-/// scratch: flashAttentionScratchBytes, staged; null: each tile is cast from
-/// the float32 tensors on its way into shared memory (the first version).
+/// How the tensor-core attention runs; every choice gives the same bits.
+struct FlashOptions {
+  /// Operands staged once as bf16 copies in the scratch; false: each tile is
+  /// cast from the float32 tensors on its way into shared memory.
+  bool staged = true;
+  /// Rows a block owns: 128 (8 warps) or 64 (4 warps: half the rows that
+  /// share each streamed tile).
+  int blockRows = 128;
+};
+/// Scratch: flashAttentionScratchBytes when staged, else none (may be null).
 void flashAttention(cudaStream_t st, const float *q, const float *k, const float *v, float *o,
-                    int64_t BH, int64_t Tq, int64_t Tk, float scale, bool causal,
-                    void *scratch = nullptr);
-/// Scratch: flashAttentionGradScratchBytes (staged) or
-/// attentionGradScratchBytes(BH, Tq) (per tile). Deterministic (no atomics).
+                    int64_t BH, int64_t Tq, int64_t Tk, float scale, bool causal, void *scratch,
+                    FlashOptions opt = {});
+/// Scratch: flashAttentionGradScratchBytes when staged, else
+/// attentionGradScratchBytes(BH, Tq). Deterministic (no atomics).
 void flashAttentionGrad(cudaStream_t st, const float *dO, const float *q, const float *k,
                         const float *v, float *dq, float *dk, float *dv, int64_t BH, int64_t Tq,
-                        int64_t Tk, float scale, bool causal, void *scratch, bool staged = true);
+                        int64_t Tk, float scale, bool causal, void *scratch,
+                        FlashOptions opt = {});
 
 // --- optimizer ---------------------------------------------------------------------
 /// One tensor of the multi-tensor AdamW (device-resident table).
