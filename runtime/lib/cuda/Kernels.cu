@@ -945,8 +945,11 @@ void embeddingGrad(cudaStream_t st, const float *dy, const void *ids, bool ids32
   if (n > 0)
     embeddingScatterKernel<<<gridFor(n), kThreads, 0, st>>>(ids, ids32, n, V, offsets, rank,
                                                             order);
-  const int threads = (int)std::min<int64_t>(kThreads, ((C + 31) / 32) * 32);
-  embeddingGatherKernel<<<(unsigned)std::min<int64_t>(V, 65535), std::max(32, threads), 0, st>>>(
+  // Each block walks many vocabulary rows (most of a GPT-2 vocabulary's 50257
+  // rows take no token of a batch: a block per row spent ~1 ms launching
+  // blocks that only wrote zeros).
+  const int threads = (int)std::min<int64_t>(256, ((C + 31) / 32) * 32);
+  embeddingGatherKernel<<<(unsigned)std::min<int64_t>(V, 2048), std::max(32, threads), 0, st>>>(
       dy, offsets, order, V, C, dtable);
   check(cudaGetLastError(), "embeddingGrad");
 }
