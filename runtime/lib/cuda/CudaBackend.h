@@ -97,8 +97,8 @@ public:
   std::set<size_t> fusedAway;
   /// The bf16 copy of the A operand of the bf16 GEMM at `instruction`, left
   /// at scratch offset 0 when its thunk ends: the GEMM right after it that
-  /// reads the same bytes as its B (the backward's dW after dX, both reading
-  /// dY) takes the copy instead of casting again.
+  /// reads the same bytes as its A or B (the backward's dW after dX, both
+  /// reading dY) takes the copy instead of casting again.
   struct Bf16Operand {
     size_t instruction = SIZE_MAX;
     Range src{0, 0};

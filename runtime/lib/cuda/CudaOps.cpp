@@ -273,13 +273,17 @@ Thunk bindMatmul(OpContext &c, CudaBackend &b) {
     }
   }
   // dY's bf16 copy from the GEMM just before (dX), when this one (dW) reads
-  // the same bytes as B with the same layout.
-  const Range bSrc = b.rangeOf(c.inst.in[1]);
+  // the same bytes with the same layout: as B (a layer's dW = X^T dY), or as
+  // A (the tied head's dW = dlogits^T X).
   const CudaBackend::Bf16Operand &prevA = b.lastGemmA;
-  const bool reuseB = d.bf16 && calls.size() == 1 && prevA.instruction + 1 == c.inst.index &&
-                      prevA.src.begin == bSrc.begin && prevA.src.end == bSrc.end &&
-                      prevA.rows == bRows && prevA.last == bLast && prevA.pitch == bPitch &&
-                      prevA.paddedRows == bRowsP && b.fuse;
+  auto sameAsPrevA = [&](int64_t id, int64_t rows, int64_t last, int64_t pitch, int64_t padded) {
+    const Range src = b.rangeOf(id);
+    return d.bf16 && b.fuse && calls.size() == 1 && prevA.instruction + 1 == c.inst.index &&
+           prevA.src.begin == src.begin && prevA.src.end == src.end && prevA.rows == rows &&
+           prevA.last == last && prevA.pitch == pitch && prevA.paddedRows == padded;
+  };
+  const bool reuseB = sameAsPrevA(c.inst.in[1], bRows, bLast, bPitch, bRowsP);
+  const bool reuseA = !reuseB && sameAsPrevA(c.inst.in[0], aRows, aLast, aPitch, aRowsP);
   // Fold a following `accumulate` of the output into the GEMM (beta = 1).
   const Instruction *acc = calls.size() == 1 && d.batch == 1 && Np == N && !bias
                                ? fusableAccumulate(c, b)
@@ -348,7 +352,7 @@ Thunk bindMatmul(OpContext &c, CudaBackend &b) {
     b.fusedAway.insert(acc->index);
     ++b.fusions["accumulates into GEMMs"];
   }
-  if (reuseB)
+  if (reuseA || reuseB)
     ++b.fusions["bf16 operand casts reused"];
   const size_t accIndex = acc ? acc->index : 0;
   CudaBackend *bp = &b;
@@ -365,10 +369,11 @@ Thunk bindMatmul(OpContext &c, CudaBackend &b) {
     if (bf16) {
       auto *sa = reinterpret_cast<__nv_bfloat16 *>(scratch + aAt);
       auto *sb = reinterpret_cast<__nv_bfloat16 *>(scratch + bAt);
-      castToBf16Pitched(bp->compute, A, sa, aRows, aLast, aPitch);
+      if (!reuseA)
+        castToBf16Pitched(bp->compute, A, sa, aRows, aLast, aPitch);
       if (!reuseB)
         castToBf16Pitched(bp->compute, B, sb, bRows, bLast, bPitch);
-      if (aRowsP > aRows)
+      if (aRowsP > aRows && !reuseA)
         checkCuda(cudaMemsetAsync(sa + aRows * aPitch, 0, (size_t)((aRowsP - aRows) * aPitch) * 2,
                                   bp->compute),
                   "cudaMemsetAsync (padded GEMM operand)");
