@@ -22,7 +22,7 @@
 # default the H100/H200 SXM datasheet's 989 / 67), SKIP_BUILD=1 (use BUILD_DIR
 # as is), MODELS ("124M 350M"), BUNDLE (above), SANITIZER_S (time for compute-sanitizer,
 # default 90; 0 skips it), RACECHECK=0 (no racecheck of the attention tests), TORCH=0 (no
-# PyTorch baseline).
+# PyTorch baseline), GPU_OUT (the output folder instead of bench/out/gpu).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -37,7 +37,7 @@ PEAK_BF16=${PEAK_BF16:-989}
 PEAK_FP32=${PEAK_FP32:-67}
 MODELS=${MODELS:-"124M 350M"}
 SANITIZER_S=${SANITIZER_S:-90}
-OUT=bench/out/gpu
+OUT=${GPU_OUT:-bench/out/gpu}
 mkdir -p "$OUT"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
@@ -155,52 +155,8 @@ PYEOF
   fi
 done
 
-# --- 5. profile and sanitizer -------------------------------------------------------------------------
-for m in $MODELS; do
-  stamp "per-op profile of GPT-2 $m (--profile synchronizes after every op; steps 2-3)"
-  timeout 90 "$BIN/pipemesh-run" "$WORK/gpt2-$m.plan" --backend cuda --precision bf16 --steps 3 \
-    --profile > "$OUT/gpu-profile-$m.txt" 2>&1 || FAILED+=("profile $m")
-  grep "fused:" "$OUT/gpu-profile-$m.txt" | sed 's/.*backend/backend/'
-  tail -50 "$OUT/gpu-profile-$m.txt"
-done
-m=${MODELS%% *}
-stamp "GPT-2 $m with --deterministic off (cuBLASLt may split K)"
-timeout 90 "$BIN/pipemesh-run" "$WORK/gpt2-$m.plan" --backend cuda --precision bf16 --steps 4 \
-  --deterministic off --log-json "$OUT/gpu-train-$m-nondet.jsonl" > "$OUT/gpu-train-$m-nondet.txt" 2>&1 \
-  || FAILED+=("GPT-2 $m --deterministic off")
-grep "^step" "$OUT/gpu-train-$m-nondet.txt"
-# What the runtime's fusions and the staged attention are worth: the same
-# steps without them (ablation-*.jsonl, in the summary).
-for ab in "fuse PIPEMESH_CUDA_FUSE=0" "staged PIPEMESH_CUDA_STAGED_ATTENTION=0" \
-          "rows PIPEMESH_CUDA_ATTENTION_ROWS=64"; do
-  set -- $ab
-  stamp "GPT-2 $m with $2"
-  env "$2" timeout 90 "$BIN/pipemesh-run" "$WORK/gpt2-$m.plan" --backend cuda --precision bf16 \
-    --steps 4 --log-json "$OUT/gpu-ablation-$1-$m.jsonl" > "$OUT/gpu-ablation-$1-$m.txt" 2>&1 \
-    || FAILED+=("GPT-2 $m with $2")
-  grep "^step" "$OUT/gpu-ablation-$1-$m.txt"
-done
-if [[ $SANITIZER_S != 0 ]] && command -v compute-sanitizer >/dev/null 2>&1; then
-  stamp "compute-sanitizer memcheck over the kernel tests (at most $SANITIZER_S s)"
-  timeout "$SANITIZER_S" compute-sanitizer --tool memcheck --error-exitcode 3 \
-    "$BIN/pipemesh-cuda-kernels-test" > "$OUT/gpu-sanitizer.txt" 2>&1
-  rc=$?
-  tail -8 "$OUT/gpu-sanitizer.txt"
-  case $rc in 0) echo "sanitizer: clean";; 124) echo "sanitizer: stopped at the time limit";;
-    *) echo "sanitizer: exit $rc"; FAILED+=("compute-sanitizer");; esac
-fi
-if [[ $SANITIZER_S != 0 && ${RACECHECK:-1} != 0 ]] && command -v compute-sanitizer >/dev/null 2>&1; then
-  stamp "compute-sanitizer racecheck over the attention kernels' tests (shared-memory tiles)"
-  timeout "$SANITIZER_S" compute-sanitizer --tool racecheck --error-exitcode 3 \
-    "$BIN/pipemesh-cuda-kernels-test" --gtest_filter='CudaAttention.*' > "$OUT/gpu-racecheck.txt" 2>&1
-  rc=$?
-  tail -4 "$OUT/gpu-racecheck.txt"
-  case $rc in 0) echo "racecheck: clean";; 124) echo "racecheck: stopped at the time limit";;
-    *) echo "racecheck: exit $rc"; FAILED+=("racecheck");; esac
-fi
-
-# --- summary ------------------------------------------------------------------------------------
-stamp "summary"
+# --- summary (written before the sanitizers and again after them) -------------------------------
+summarize() {
 $PY - "$OUT" "$WORK" "$PEAK_BF16" "$(IFS=';'; echo "${FAILED[*]:-}")" $MODELS <<'PYEOF'
 import json, os, re, sys
 out, work, peak, failed, models = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4], sys.argv[5:]
@@ -217,6 +173,9 @@ lines = [f"device: {k['device']}  (peak bf16 {peak:.0f} TFLOP/s)",
 for g in k["gemms"]:
     if g["type"] == "bf16":
         lines.append(f"  {g['model']:<10} {g['gemm']:<14} {g['tflops']:10.1f} {g['percent_of_peak']:6.1f}%")
+lines += ["", "attention (B=16, heads of 64, T=1024, causal)   fwd ms   bwd ms"]
+for a in k["attention"]:
+    lines.append(f"  {a['kernels']:<22} {a['heads']:>3} heads    {a['fwd_ms']:8.3f} {a['bwd_ms']:8.3f}")
 lines += ["", "training (B=16, T=1024)             ms/step      tok/s    MFU  planned MiB  in use MiB"]
 for m in models:
     try:
@@ -265,5 +224,55 @@ json.dump(res, open(os.path.join(out, "gpu.json"), "w"), indent=1)
 open(os.path.join(out, "gpu.txt"), "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PYEOF
+}
+
+# --- 5. profile and sanitizer -------------------------------------------------------------------------
+for m in $MODELS; do
+  stamp "per-op profile of GPT-2 $m (--profile synchronizes after every op; steps 2-3)"
+  timeout 90 "$BIN/pipemesh-run" "$WORK/gpt2-$m.plan" --backend cuda --precision bf16 --steps 3 \
+    --profile > "$OUT/gpu-profile-$m.txt" 2>&1 || FAILED+=("profile $m")
+  grep "fused:" "$OUT/gpu-profile-$m.txt" | sed 's/.*backend/backend/'
+  tail -50 "$OUT/gpu-profile-$m.txt"
+done
+m=${MODELS%% *}
+stamp "GPT-2 $m with --deterministic off (cuBLASLt may split K)"
+timeout 90 "$BIN/pipemesh-run" "$WORK/gpt2-$m.plan" --backend cuda --precision bf16 --steps 4 \
+  --deterministic off --log-json "$OUT/gpu-train-$m-nondet.jsonl" > "$OUT/gpu-train-$m-nondet.txt" 2>&1 \
+  || FAILED+=("GPT-2 $m --deterministic off")
+grep "^step" "$OUT/gpu-train-$m-nondet.txt"
+# What the runtime's fusions and the staged attention are worth: the same
+# steps without them (ablation-*.jsonl, in the summary).
+for ab in "fuse PIPEMESH_CUDA_FUSE=0" "staged PIPEMESH_CUDA_STAGED_ATTENTION=0" \
+          "rows PIPEMESH_CUDA_ATTENTION_ROWS=64"; do
+  set -- $ab
+  stamp "GPT-2 $m with $2"
+  env "$2" timeout 90 "$BIN/pipemesh-run" "$WORK/gpt2-$m.plan" --backend cuda --precision bf16 \
+    --steps 4 --log-json "$OUT/gpu-ablation-$1-$m.jsonl" > "$OUT/gpu-ablation-$1-$m.txt" 2>&1 \
+    || FAILED+=("GPT-2 $m with $2")
+  grep "^step" "$OUT/gpu-ablation-$1-$m.txt"
+done
+stamp "summary (before the sanitizers)"
+summarize > /dev/null
+if [[ $SANITIZER_S != 0 ]] && command -v compute-sanitizer >/dev/null 2>&1; then
+  stamp "compute-sanitizer memcheck over the kernel tests (at most $SANITIZER_S s)"
+  timeout "$SANITIZER_S" compute-sanitizer --tool memcheck --error-exitcode 3 \
+    "$BIN/pipemesh-cuda-kernels-test" > "$OUT/gpu-sanitizer.txt" 2>&1
+  rc=$?
+  tail -8 "$OUT/gpu-sanitizer.txt"
+  case $rc in 0) echo "sanitizer: clean";; 124) echo "sanitizer: stopped at the time limit";;
+    *) echo "sanitizer: exit $rc"; FAILED+=("compute-sanitizer");; esac
+fi
+if [[ $SANITIZER_S != 0 && ${RACECHECK:-1} != 0 ]] && command -v compute-sanitizer >/dev/null 2>&1; then
+  stamp "compute-sanitizer racecheck over the attention kernels' tests (shared-memory tiles)"
+  timeout "$SANITIZER_S" compute-sanitizer --tool racecheck --error-exitcode 3 \
+    "$BIN/pipemesh-cuda-kernels-test" --gtest_filter='CudaAttention.*' > "$OUT/gpu-racecheck.txt" 2>&1
+  rc=$?
+  tail -4 "$OUT/gpu-racecheck.txt"
+  case $rc in 0) echo "racecheck: clean";; 124) echo "racecheck: stopped at the time limit";;
+    *) echo "racecheck: exit $rc"; FAILED+=("racecheck");; esac
+fi
+
+stamp "summary"
+summarize
 stamp "done: $OUT/gpu.json, $OUT/gpu.txt"
 [[ ${#FAILED[@]} == 0 ]]

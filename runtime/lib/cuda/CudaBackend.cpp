@@ -134,6 +134,7 @@ void *CudaBackend::bindAllocation(size_t bytes) {
   void *p = nullptr;
   checkCuda(cudaMalloc(&p, bytes), "cudaMalloc (a binder's buffer)");
   bindAllocations.push_back(p);
+  bindBytes += bytes;
   return p;
 }
 
@@ -444,9 +445,10 @@ std::string CudaBackend::memoryReport() const {
   const double used = (double)(freeAtStart - std::min(freeAtStart, freeAfterPrepare));
   return concat("device memory on rank ", rank.rank, ": plan arena ", rank.arenaBytes / MiB,
                 " MiB (planned ", rank.arenaBytes, " bytes, allocated exactly); runtime extra ",
-                (kLtWorkspace + scratchBytes + commScratchBytes) / MiB,
+                (kLtWorkspace + scratchBytes + commScratchBytes + bindBytes) / MiB,
                 " MiB (cuBLASLt workspace 32, kernel scratch ", scratchBytes / MiB,
                 ", collective packing ", commScratchBytes / MiB,
+                ", kept across instructions (attention statistics) ", bindBytes / MiB,
                 "); measured in use after start-up ", used / MiB,
                 " MiB (arena + extra + NCCL + cuBLASLt's own) of ", totalMem / MiB, " MiB");
 }

@@ -111,6 +111,16 @@ public:
   std::map<size_t, const float *> lossFrom;
   /// Device memory a binder needs for the whole run (freed with the backend).
   void *bindAllocation(size_t bytes);
+  size_t bindBytes = 0;
+  /// What the bf16 attention's forwards keep for their gradients (row
+  /// statistics and a copy of the output, FlashSaved), by the gradient's
+  /// instruction index; slots are shared by pairs whose spans do not overlap.
+  struct AttentionSlot {
+    float *base;
+    size_t bytes, freeAfter;
+  };
+  std::vector<AttentionSlot> attentionSlots;
+  std::map<size_t, FlashSaved> attentionSaved;
   /// How many times each fusion applied (listed in the banner).
   std::map<std::string, int> fusions;
   /// Op names sent to the host fallback (copy in, CPU kernel, copy out).

@@ -560,6 +560,47 @@ std::optional<MaskView> maskView(const TensorRef *m, const AttnDims &s) {
   return std::nullopt;
 }
 
+/// The attention_grad that will read this attention's q, k and v: the first
+/// later attention or attention_grad of the same three buffers, if it is the
+/// gradient with the same attributes (a recomputed forward pairs itself).
+const Instruction *pairedGrad(OpContext &c, CudaBackend &b) {
+  const auto &prog = b.rank.program;
+  const auto &in = c.inst.in;
+  if (!b.fuse || in.size() != 3)
+    return nullptr;
+  for (size_t j = c.inst.index + 1; j < prog.size(); ++j) {
+    const Instruction &g = prog[j];
+    if (g.op == "attention" && g.in.size() >= 3 && g.in[0] == in[0] && g.in[1] == in[1] &&
+        g.in[2] == in[2])
+      return nullptr;
+    if (g.op == "attention_grad" && g.in.size() == 4 && g.in[1] == in[0] && g.in[2] == in[1] &&
+        g.in[3] == in[2])
+      return g.attrs == c.inst.attrs ? &g : nullptr;
+  }
+  return nullptr;
+}
+
+/// Space for what the forward at `from` keeps for the gradient at `to`: a
+/// slot whose last pair ended before `from`, or a new one.
+FlashSaved savedSlot(CudaBackend &b, size_t from, size_t to, int64_t BH, int64_t Tq) {
+  const size_t bytes = FlashSaved::bytes(BH, Tq);
+  CudaBackend::AttentionSlot *slot = nullptr;
+  for (auto &sl : b.attentionSlots)
+    if (sl.freeAfter < from && sl.bytes >= bytes) {
+      slot = &sl;
+      break;
+    }
+  if (!slot) {
+    b.attentionSlots.push_back({static_cast<float *>(b.bindAllocation(bytes)), bytes, 0});
+    slot = &b.attentionSlots.back();
+  }
+  slot->freeAfter = to;
+  FlashSaved saved;
+  saved.o = slot->base;
+  saved.lse2 = slot->base + BH * Tq * 64;
+  return saved;
+}
+
 Thunk bindAttention(OpContext &c, CudaBackend &b) {
   validate(c);
   TensorRef q = c.in(0), k = c.in(1), v = c.in(2), o = c.out(0);
@@ -578,9 +619,15 @@ Thunk bindAttention(OpContext &c, CudaBackend &b) {
     const FlashOptions fo = b.flash;
     if (fo.staged)
       b.reserveScratch(flashAttentionScratchBytes(s.BH, s.Tq, s.Tk));
-    return [bp, q, k, v, o, s, scale, causal, fo] {
+    FlashSaved saved;
+    if (const Instruction *g = pairedGrad(c, b)) {
+      saved = savedSlot(b, c.inst.index, g->index, s.BH, s.Tq);
+      b.attentionSaved[g->index] = saved;
+      ++b.fusions["attention statistics kept for the backward"];
+    }
+    return [bp, q, k, v, o, s, scale, causal, fo, saved] {
       flashAttention(bp->compute, q.as<float>(), k.as<float>(), v.as<float>(), o.as<float>(), s.BH,
-                     s.Tq, s.Tk, scale, causal, bp->scratch(), fo);
+                     s.Tq, s.Tk, scale, causal, bp->scratch(), fo, saved);
     };
   }
   return [bp, q, k, v, o, s, mask, scale, causal] {
@@ -609,10 +656,12 @@ Thunk bindAttentionGrad(OpContext &c, CudaBackend &b) {
     const FlashOptions fo = b.flash;
     if (fo.staged)
       b.reserveScratch(flashAttentionGradScratchBytes(s.BH, s.Tq, s.Tk));
-    return [bp, dO, q, k, v, dq, dk, dv, s, scale, causal, fo] {
+    auto kept = b.attentionSaved.find(c.inst.index);
+    const FlashSaved saved = kept != b.attentionSaved.end() ? kept->second : FlashSaved{};
+    return [bp, dO, q, k, v, dq, dk, dv, s, scale, causal, fo, saved] {
       flashAttentionGrad(bp->compute, dO.as<float>(), q.as<float>(), k.as<float>(), v.as<float>(),
                          dq.as<float>(), dk.as<float>(), dv.as<float>(), s.BH, s.Tq, s.Tk, scale,
-                         causal, bp->scratch(), fo);
+                         causal, bp->scratch(), fo, saved);
     };
   }
   return [bp, dO, q, k, v, dq, dk, dv, s, mask, scale, causal] {

@@ -278,14 +278,16 @@ __device__ void loadOwnRows(uint32_t a[4][4], __nv_bfloat16 *buf, const Tiles &s
   }
 }
 
-/// The forward (STATS = false: o) or the backward's first pass (STATS = true:
-/// lse2 = the base-2 log-sum-exp of the scaled scores, +inf for a row that
-/// sees no key, and delta = dO . O per query row).
+/// The forward (STATS = false: o; and, when lse2 and oSaved are given, the
+/// row statistics and a copy of o that the backward reads instead of running
+/// this pass again) or the backward's first pass (STATS = true: lse2 = the
+/// base-2 log-sum-exp of the scaled scores, +inf for a row that sees no key,
+/// and delta = dO . O per query row).
 template <int WARPS, bool STATS, class Tiles>
 __global__ void __launch_bounds__(WARPS * 32)
     flashForwardKernel(Tiles q, Tiles k, Tiles v, Geo g, float *__restrict__ o,
                        const float *__restrict__ dO, float *__restrict__ lse2,
-                       float *__restrict__ delta) {
+                       float *__restrict__ delta, float *__restrict__ oSaved) {
   __shared__ __align__(16) __nv_bfloat16 kS[kTile * kPitch];
   __shared__ __align__(16) __nv_bfloat16 vT[kD * kPitch];
   const int64_t bh = blockIdx.y, q0 = (int64_t)blockIdx.x * (16 * WARPS);
@@ -366,6 +368,15 @@ __global__ void __launch_bounds__(WARPS * 32)
         for (int j = 0; j < 8; ++j)
           *reinterpret_cast<float2 *>(orow + 8 * j + 2 * t) =
               make_float2(acc[j][2 * h] * inv, acc[j][2 * h + 1] * inv);
+        if (oSaved) {
+          float *srow = oSaved + (bh * g.Tq + r) * kD;
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+            *reinterpret_cast<float2 *>(srow + 8 * j + 2 * t) =
+                make_float2(acc[j][2 * h] * inv, acc[j][2 * h + 1] * inv);
+          if (t == 0)
+            lse2[bh * g.Tq + r] = L > 0.f ? m[h] + log2f(L) : INFINITY;
+        }
       }
     } else {
       float dsum = 0.f;
@@ -384,6 +395,24 @@ __global__ void __launch_bounds__(WARPS * 32)
       }
     }
   }
+}
+
+/// The backward's first pass when the forward saved its statistics:
+/// delta[r] = dO[r] . O[r], one warp per row.
+__global__ void deltaKernel(const float *__restrict__ dO, const float *__restrict__ o,
+                            int64_t rows, float *__restrict__ delta) {
+  const int64_t r = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (r >= rows)
+    return;
+  const float2 a = *reinterpret_cast<const float2 *>(dO + r * kD + 2 * lane);
+  const float2 b = *reinterpret_cast<const float2 *>(o + r * kD + 2 * lane);
+  float sum = a.x * b.x + a.y * b.y;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1)
+    sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  if (lane == 0)
+    delta[r] = sum;
 }
 
 /// Pass 2: per key tile, dV = P^T dO and dK = scale dS^T Q over the query
@@ -553,43 +582,53 @@ Bf16Tiles stage(cudaStream_t st, const float *x, int64_t BH, int64_t T, char *&a
 }
 
 template <int WARPS, class Tiles>
-void launchForward(cudaStream_t st, Tiles q, Tiles k, Tiles v, float *o, int64_t BH, Geo g) {
+void launchForward(cudaStream_t st, Tiles q, Tiles k, Tiles v, float *o, int64_t BH, Geo g,
+                   const FlashSaved &saved) {
   dim3 grid((unsigned)((g.Tq + 16 * WARPS - 1) / (16 * WARPS)), (unsigned)BH);
   flashForwardKernel<WARPS, false>
-      <<<grid, WARPS * 32, 0, st>>>(q, k, v, g, o, nullptr, nullptr, nullptr);
+      <<<grid, WARPS * 32, 0, st>>>(q, k, v, g, o, nullptr, saved.lse2, nullptr, saved.o);
 }
 
+/// lse2 and delta: the scratch's; saved (when the forward kept them): lse2
+/// and o from there, the first pass reduced to delta = dO . O.
 template <int WARPS, class Tiles>
 void launchBackward(cudaStream_t st, Tiles q, Tiles k, Tiles v, Tiles dOt, const float *dO,
                     float *dq, float *dk, float *dv, int64_t BH, Geo g, float scale, float *lse2,
-                    float *delta) {
+                    float *delta, const FlashSaved &saved) {
   constexpr int rows = 16 * WARPS;
   dim3 qGrid((unsigned)((g.Tq + rows - 1) / rows), (unsigned)BH);
   dim3 kGrid((unsigned)((g.Tk + rows - 1) / rows), (unsigned)BH);
-  flashForwardKernel<WARPS, true>
-      <<<qGrid, WARPS * 32, 0, st>>>(q, k, v, g, nullptr, dO, lse2, delta);
-  flashKeyKernel<WARPS><<<kGrid, WARPS * 32, 0, st>>>(q, k, v, dOt, lse2, delta, g, scale, dk, dv);
-  flashQueryKernel<WARPS><<<qGrid, WARPS * 32, 0, st>>>(q, k, v, dOt, lse2, delta, g, scale, dq);
+  const float *lse = lse2;
+  if (saved.lse2) {
+    const int64_t n = BH * g.Tq;
+    deltaKernel<<<(unsigned)((n + 7) / 8), 256, 0, st>>>(dO, saved.o, n, delta);
+    lse = saved.lse2;
+  } else {
+    flashForwardKernel<WARPS, true>
+        <<<qGrid, WARPS * 32, 0, st>>>(q, k, v, g, nullptr, dO, lse2, delta, nullptr);
+  }
+  flashKeyKernel<WARPS><<<kGrid, WARPS * 32, 0, st>>>(q, k, v, dOt, lse, delta, g, scale, dk, dv);
+  flashQueryKernel<WARPS><<<qGrid, WARPS * 32, 0, st>>>(q, k, v, dOt, lse, delta, g, scale, dq);
 }
 
 /// The kernels at the block size the options name (64 or 128 rows).
 template <class Tiles>
 void forward(const FlashOptions &opt, cudaStream_t st, Tiles q, Tiles k, Tiles v, float *o,
-             int64_t BH, Geo g) {
+             int64_t BH, Geo g, const FlashSaved &saved) {
   if (opt.blockRows == 64)
-    launchForward<4>(st, q, k, v, o, BH, g);
+    launchForward<4>(st, q, k, v, o, BH, g, saved);
   else
-    launchForward<8>(st, q, k, v, o, BH, g);
+    launchForward<8>(st, q, k, v, o, BH, g, saved);
 }
 
 template <class Tiles>
 void backward(const FlashOptions &opt, cudaStream_t st, Tiles q, Tiles k, Tiles v, Tiles dOt,
               const float *dO, float *dq, float *dk, float *dv, int64_t BH, Geo g, float scale,
-              float *lse2, float *delta) {
+              float *lse2, float *delta, const FlashSaved &saved) {
   if (opt.blockRows == 64)
-    launchBackward<4>(st, q, k, v, dOt, dO, dq, dk, dv, BH, g, scale, lse2, delta);
+    launchBackward<4>(st, q, k, v, dOt, dO, dq, dk, dv, BH, g, scale, lse2, delta, saved);
   else
-    launchBackward<8>(st, q, k, v, dOt, dO, dq, dk, dv, BH, g, scale, lse2, delta);
+    launchBackward<8>(st, q, k, v, dOt, dO, dq, dk, dv, BH, g, scale, lse2, delta, saved);
 }
 
 } // namespace
@@ -609,7 +648,7 @@ size_t flashAttentionGradScratchBytes(int64_t BH, int64_t Tq, int64_t Tk) {
 
 void flashAttention(cudaStream_t st, const float *q, const float *k, const float *v, float *o,
                     int64_t BH, int64_t Tq, int64_t Tk, float scale, bool causal, void *scratch,
-                    FlashOptions opt) {
+                    FlashOptions opt, FlashSaved saved) {
   if (BH == 0 || Tq == 0)
     return;
   if (Tk == 0) {
@@ -621,9 +660,9 @@ void flashAttention(cudaStream_t st, const float *q, const float *k, const float
     char *at = static_cast<char *>(scratch);
     Bf16Tiles qs = stage(st, q, BH, Tq, at), ks = stage(st, k, BH, Tk, at),
               vs = stage(st, v, BH, Tk, at);
-    forward(opt, st, qs, ks, vs, o, BH, g);
+    forward(opt, st, qs, ks, vs, o, BH, g, saved);
   } else {
-    forward(opt, st, F32Tiles{q, Tq}, F32Tiles{k, Tk}, F32Tiles{v, Tk}, o, BH, g);
+    forward(opt, st, F32Tiles{q, Tq}, F32Tiles{k, Tk}, F32Tiles{v, Tk}, o, BH, g, saved);
   }
   reportLaunch("flashAttention");
 }
@@ -631,7 +670,7 @@ void flashAttention(cudaStream_t st, const float *q, const float *k, const float
 void flashAttentionGrad(cudaStream_t st, const float *dO, const float *q, const float *k,
                         const float *v, float *dq, float *dk, float *dv, int64_t BH, int64_t Tq,
                         int64_t Tk, float scale, bool causal, void *scratch,
-                        FlashOptions opt) {
+                        FlashOptions opt, FlashSaved saved) {
   if (BH == 0)
     return;
   if (Tq == 0 || Tk == 0) {
@@ -647,10 +686,10 @@ void flashAttentionGrad(cudaStream_t st, const float *dO, const float *q, const 
                ((size_t)(2 * BH * Tq) * sizeof(float) + 255) / 256 * 256;
     Bf16Tiles qs = stage(st, q, BH, Tq, at), ks = stage(st, k, BH, Tk, at),
               vs = stage(st, v, BH, Tk, at), ds = stage(st, dO, BH, Tq, at);
-    backward(opt, st, qs, ks, vs, ds, dO, dq, dk, dv, BH, g, scale, lse2, delta);
+    backward(opt, st, qs, ks, vs, ds, dO, dq, dk, dv, BH, g, scale, lse2, delta, saved);
   } else {
     backward(opt, st, F32Tiles{q, Tq}, F32Tiles{k, Tk}, F32Tiles{v, Tk}, F32Tiles{dO, Tq}, dO,
-             dq, dk, dv, BH, g, scale, lse2, delta);
+             dq, dk, dv, BH, g, scale, lse2, delta, saved);
   }
   reportLaunch("flashAttentionGrad");
 }

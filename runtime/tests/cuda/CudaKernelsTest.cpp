@@ -437,6 +437,29 @@ TEST(CudaAttention, TensorCoreBf16MatchesCpu) {
                        a.causal, scratch.p);
     VecF again = dDk.get();
     EXPECT_EQ(0, std::memcmp(gk.data(), again.data(), gk.size() * sizeof(float)));
+
+    // The forward keeping its statistics and output for the backward (which
+    // then skips its first pass): the same output bits, and gradients that
+    // differ only by delta's summation order (its own kernel, one warp per row).
+    Dev<float> kept(FlashSaved::bytes(a.BH, a.Tq) / sizeof(float));
+    FlashSaved saved;
+    saved.o = kept.p;
+    saved.lse2 = kept.p + a.BH * a.Tq * 64;
+    flashAttention(st(), dQ.p, dK.p, dV.p, dOut.p, a.BH, a.Tq, a.Tk, scale, a.causal, fwdScratch.p,
+                   FlashOptions{}, saved);
+    VecF so = dOut.get();
+    EXPECT_EQ(0, std::memcmp(so.data(), go.data(), go.size() * sizeof(float))) << "o with saving";
+    EXPECT_EQ(0, std::memcmp(kept.get().data(), go.data(), go.size() * sizeof(float)))
+        << "the kept copy of o";
+    flashAttentionGrad(st(), dDO.p, dQ.p, dK.p, dV.p, dDq.p, dDk.p, dDv.p, a.BH, a.Tq, a.Tk, scale,
+                       a.causal, scratch.p, FlashOptions{}, saved);
+    VecF sq = dDq.get(), sk = dDk.get(), sv = dDv.get();
+    EXPECT_REL(sq, gq, 1e-4);
+    EXPECT_REL(sk, gk, 1e-4);
+    EXPECT_REL(sv, gv, 1e-4);
+    EXPECT_REL(sq, dq, 2e-2);
+    EXPECT_REL(sk, dk, 2e-2);
+    EXPECT_REL(sv, dv, 2e-2);
   }
 }
 

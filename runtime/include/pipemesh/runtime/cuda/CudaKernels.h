@@ -173,16 +173,26 @@ struct FlashOptions {
   /// share each streamed tile).
   int blockRows = 128;
 };
+/// What a forward keeps for its backward: the base-2 log-sum-exp of each
+/// query row [BH, Tq] and a copy of the output [BH, Tq, 64]. With them the
+/// backward's first pass (the forward again) is one product per row
+/// (delta = dO . O). Both null: nothing kept.
+struct FlashSaved {
+  float *lse2 = nullptr;
+  float *o = nullptr;
+  static size_t bytes(int64_t BH, int64_t Tq) { return (size_t)(BH * Tq * 65) * sizeof(float); }
+};
 /// Scratch: flashAttentionScratchBytes when staged, else none (may be null).
 void flashAttention(cudaStream_t st, const float *q, const float *k, const float *v, float *o,
                     int64_t BH, int64_t Tq, int64_t Tk, float scale, bool causal, void *scratch,
-                    FlashOptions opt = {});
+                    FlashOptions opt = {}, FlashSaved saved = {});
 /// Scratch: flashAttentionGradScratchBytes when staged, else
-/// attentionGradScratchBytes(BH, Tq). Deterministic (no atomics).
+/// attentionGradScratchBytes(BH, Tq). saved: what the forward of the same q,
+/// k, v kept. Deterministic (no atomics).
 void flashAttentionGrad(cudaStream_t st, const float *dO, const float *q, const float *k,
                         const float *v, float *dq, float *dk, float *dv, int64_t BH, int64_t Tq,
                         int64_t Tk, float scale, bool causal, void *scratch,
-                        FlashOptions opt = {});
+                        FlashOptions opt = {}, FlashSaved saved = {});
 
 // --- optimizer ---------------------------------------------------------------------
 /// One tensor of the multi-tensor AdamW (device-resident table).
