@@ -1,6 +1,8 @@
 //===- CudaBackend.cpp - device, memory, streams, NCCL, step end -----------===//
 #include "CudaBackend.h"
 
+#include <cstdio>
+
 #include "pipemesh/runtime/Communicator.h"
 #include "pipemesh/runtime/cuda/CudaBackend.h"
 
@@ -84,6 +86,9 @@ CudaBackend::CudaBackend(const Plan &plan, const RankPlan &rank, Arena &host, Co
     checkCuda(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking), "cudaStreamCreate");
   lt = std::make_unique<Lt>(kLtWorkspace, opts.deterministic);
   attentionInit();
+  if (opts.profile)
+    for (cudaEvent_t *e : {&profileStart, &profileEnd})
+      checkCuda(cudaEventCreate(e), "cudaEventCreate");
 
   // The plan's arena: one allocation of exactly arena_bytes (cudaMalloc
   // aligns to 256 bytes, more than the plan's 64).
@@ -128,6 +133,20 @@ CudaBackend::~CudaBackend() {
   for (cudaStream_t s : {compute, up, down, dpStream, tiedStream})
     if (s)
       cudaStreamDestroy(s);
+  for (cudaEvent_t e : {profileStart, profileEnd})
+    if (e)
+      cudaEventDestroy(e);
+}
+
+std::string CudaBackend::profileReport() const {
+  std::string out;
+  for (const auto &[what, ms] : profiled) {
+    char line[160];
+    std::snprintf(line, sizeof line, "  of which %-32s %10.2f ms (device time, events)\n",
+                  what.c_str(), ms);
+    out += line;
+  }
+  return out;
 }
 
 void *CudaBackend::bindAllocation(size_t bytes) {

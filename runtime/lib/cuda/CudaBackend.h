@@ -60,6 +60,28 @@ public:
   void prepare(ExecEnv &env) override;
   void finishStep(ExecEnv &env) override;
   std::string memoryReport() const override;
+  std::string profileReport() const override;
+  void resetProfile() override { profiled.clear(); }
+
+  /// --profile: device time of parts of instructions by what they are
+  /// ("bf16 operand casts"), measured with events around them.
+  std::map<std::string, double> profiled;
+  /// Runs `work` on the compute stream; with --profile, adds its device time
+  /// to profiled[what].
+  template <class F> void timed(const char *what, F &&work) {
+    if (!opts.profile) {
+      work();
+      return;
+    }
+    checkCuda(cudaEventRecord(profileStart, compute), "cudaEventRecord");
+    work();
+    checkCuda(cudaEventRecord(profileEnd, compute), "cudaEventRecord");
+    checkCuda(cudaEventSynchronize(profileEnd), "cudaEventSynchronize");
+    float ms = 0;
+    checkCuda(cudaEventElapsedTime(&ms, profileStart, profileEnd), "cudaEventElapsedTime");
+    profiled[what] += ms;
+  }
+  cudaEvent_t profileStart = nullptr, profileEnd = nullptr;
 
   // --- for the binders (CudaOps.cpp) -------------------------------------------
   const Plan &plan;

@@ -369,18 +369,20 @@ Thunk bindMatmul(OpContext &c, CudaBackend &b) {
     if (bf16) {
       auto *sa = reinterpret_cast<__nv_bfloat16 *>(scratch + aAt);
       auto *sb = reinterpret_cast<__nv_bfloat16 *>(scratch + bAt);
-      if (!reuseA)
-        castToBf16Pitched(bp->compute, A, sa, aRows, aLast, aPitch);
-      if (!reuseB)
-        castToBf16Pitched(bp->compute, B, sb, bRows, bLast, bPitch);
-      if (aRowsP > aRows && !reuseA)
-        checkCuda(cudaMemsetAsync(sa + aRows * aPitch, 0, (size_t)((aRowsP - aRows) * aPitch) * 2,
-                                  bp->compute),
-                  "cudaMemsetAsync (padded GEMM operand)");
-      if (bRowsP > bRows && !reuseB)
-        checkCuda(cudaMemsetAsync(sb + bRows * bPitch, 0, (size_t)((bRowsP - bRows) * bPitch) * 2,
-                                  bp->compute),
-                  "cudaMemsetAsync (padded GEMM operand)");
+      bp->timed("matmul: bf16 operand casts", [&] {
+        if (!reuseA)
+          castToBf16Pitched(bp->compute, A, sa, aRows, aLast, aPitch);
+        if (!reuseB)
+          castToBf16Pitched(bp->compute, B, sb, bRows, bLast, bPitch);
+        if (aRowsP > aRows && !reuseA)
+          checkCuda(cudaMemsetAsync(sa + aRows * aPitch, 0,
+                                    (size_t)((aRowsP - aRows) * aPitch) * 2, bp->compute),
+                    "cudaMemsetAsync (padded GEMM operand)");
+        if (bRowsP > bRows && !reuseB)
+          checkCuda(cudaMemsetAsync(sb + bRows * bPitch, 0,
+                                    (size_t)((bRowsP - bRows) * bPitch) * 2, bp->compute),
+                    "cudaMemsetAsync (padded GEMM operand)");
+      });
       Ad = sa;
       Bd = sb;
       if (padC)
@@ -403,7 +405,7 @@ Thunk bindMatmul(OpContext &c, CudaBackend &b) {
         bp->lt->run(*gemm, bp->compute, pa, pb, Cd + cl.cOff, biasD, nullptr, accInto != nullptr);
     }
     if (padC)
-      copyRowsF32(bp->compute, Cd, Np, C, gemmM, N);
+      bp->timed("matmul: padded output copies", [&] { copyRowsF32(bp->compute, Cd, Np, C, gemmM, N); });
   };
 }
 

@@ -214,6 +214,8 @@ void Trainer::run() {
     const bool another = s + 1 < opts.steps && !(opts.stopAtStep && s + 1 >= *opts.stopAtStep);
     if (s == startStep && another) {
       executor->resetProfile();
+      if (backend)
+        backend->resetProfile();
       profileFirst = s + 1;
     } else if (profileFirst < 0) {
       profileFirst = s;
@@ -306,6 +308,8 @@ void Trainer::printProfile() const {
                   total > 0 ? 100.0 * ms / total : 0.0);
     log << line;
   }
+  if (backend)
+    log << backend->profileReport();
   log << "pipemesh-run: the 25 largest by op, input shapes and attributes:\n";
   for (auto &[kind, ms] : executor->profileByShape(25)) {
     char line[64];

@@ -66,6 +66,12 @@ public:
   virtual void finishStep(ExecEnv &env) = 0;
   /// Planned versus actual memory, for the banner.
   virtual std::string memoryReport() const = 0;
+  /// --profile: lines on parts of ops the per-op times cannot separate (a
+  /// device backend's operand casts inside its GEMMs); empty by default.
+  virtual std::string profileReport() const { return ""; }
+  /// --profile: forget what profileReport counted so far (with the executor's
+  /// times, after the first step).
+  virtual void resetProfile() {}
 };
 
 using BackendFactory = std::function<std::unique_ptr<ComputeBackend>(
