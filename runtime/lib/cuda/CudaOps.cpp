@@ -759,8 +759,13 @@ Thunk bindCrossEntropy(OpContext &c, CudaBackend &b) {
     ++b.fusions["cross-entropy gradients"];
     if (overlap(b, c.inst.out[0], g->out[0])) {
       out = static_cast<float *>(b.bindAllocation(sizeof(float)));
-      for (size_t j = c.inst.index + 1; j < g->index; ++j)
-        b.lossFrom[j] = out;
+      const Range yr = b.rangeOf(c.inst.out[0]);
+      for (size_t j = c.inst.index + 1; j < g->index; ++j) {
+        const Instruction &l = b.rank.program[j];
+        const Range r = l.in.empty() ? Range{0, 0} : b.rangeOf(l.in[0]);
+        if (l.op == "loss" && r.begin == yr.begin && r.end == yr.end)
+          b.lossFrom[j] = out;
+      }
     }
   }
   b.reserveScratch(crossEntropyScratchBytes(rows));
