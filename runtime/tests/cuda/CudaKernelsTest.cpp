@@ -256,6 +256,20 @@ TEST(CudaKernels, BinaryBroadcastAndTranspose) {
   binaryF32(st(), BinaryOp::Add, s, dA.p, dB.p, dO.p);
   EXPECT_REL(dO.get(), want, 0.0);
 
+  // Dense operands: four floats at a time (n % 4 == 0), else one by one.
+  for (const int64_t n : {4000, 4001}) {
+    VecF x = randomVec(n, freshSeed()), y = randomVec(n, freshSeed()), z(n);
+    for (int64_t i = 0; i < n; ++i)
+      z[i] = x[i] * y[i];
+    Strided dense;
+    dense.rank = 1;
+    dense.shape[0] = n;
+    dense.stride[0][0] = dense.stride[1][0] = dense.stride[2][0] = 1;
+    Dev<float> dx(x), dy(y), dz(z.size());
+    binaryF32(st(), BinaryOp::Mul, dense, dx.p, dy.p, dz.p);
+    EXPECT_REL(dz.get(), z, 0.0) << " n=" << n;
+  }
+
   // [B, T, H, D] -> [B, H, T, D]; D = 64 copies 16-byte words, 10 8-byte ones, 7 floats.
   for (const int64_t D : {10, 64, 7}) {
     const int64_t H = 4;
