@@ -93,32 +93,52 @@ __device__ __forceinline__ uint32_t ld32(const __nv_bfloat16 *p) {
   return *reinterpret_cast<const uint32_t *>(p);
 }
 
+// The tile loaders take the block's thread count as a template argument: the
+// loops unroll, and every load is issued before the first store (a loop over
+// blockDim.x ran one load at a time and made every kernel half again slower).
+
 /// Rows [r0, r0 + 64) of a float [T, 64] matrix as bf16 into dst[64][kPitch]
 /// (rows past T zero).
+template <int THREADS>
 __device__ void loadRows(__nv_bfloat16 *dst, const float *src, int64_t r0, int64_t T) {
-  for (int idx = threadIdx.x; idx < kTile * kD / 4; idx += blockDim.x) {
-    const int r = idx >> 4, c = (idx & 15) * 4;
+  constexpr int N = kTile * kD / 4 / THREADS;
+  float4 v[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const int idx = threadIdx.x + i * THREADS, r = idx >> 4, c = (idx & 15) * 4;
     const int64_t row = r0 + r;
-    float4 v = row < T ? *reinterpret_cast<const float4 *>(src + row * kD + c)
-                       : make_float4(0.f, 0.f, 0.f, 0.f);
+    v[i] = row < T ? *reinterpret_cast<const float4 *>(src + row * kD + c)
+                   : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const int idx = threadIdx.x + i * THREADS, r = idx >> 4, c = (idx & 15) * 4;
     uint2 u;
-    u.x = pack2(v.x, v.y);
-    u.y = pack2(v.z, v.w);
+    u.x = pack2(v[i].x, v[i].y);
+    u.y = pack2(v[i].z, v[i].w);
     *reinterpret_cast<uint2 *>(dst + r * kPitch + c) = u;
   }
 }
 
 /// The same rows transposed: dst[d][r] = src[r0 + r][d].
+template <int THREADS>
 __device__ void loadRowsT(__nv_bfloat16 *dst, const float *src, int64_t r0, int64_t T) {
-  for (int idx = threadIdx.x; idx < kTile * kD / 4; idx += blockDim.x) {
-    const int r = idx >> 4, c = (idx & 15) * 4;
+  constexpr int N = kTile * kD / 4 / THREADS;
+  float4 v[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const int idx = threadIdx.x + i * THREADS, r = idx >> 4, c = (idx & 15) * 4;
     const int64_t row = r0 + r;
-    float4 v = row < T ? *reinterpret_cast<const float4 *>(src + row * kD + c)
-                       : make_float4(0.f, 0.f, 0.f, 0.f);
-    dst[(c + 0) * kPitch + r] = __float2bfloat16_rn(v.x);
-    dst[(c + 1) * kPitch + r] = __float2bfloat16_rn(v.y);
-    dst[(c + 2) * kPitch + r] = __float2bfloat16_rn(v.z);
-    dst[(c + 3) * kPitch + r] = __float2bfloat16_rn(v.w);
+    v[i] = row < T ? *reinterpret_cast<const float4 *>(src + row * kD + c)
+                   : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const int idx = threadIdx.x + i * THREADS, r = idx >> 4, c = (idx & 15) * 4;
+    dst[(c + 0) * kPitch + r] = __float2bfloat16_rn(v[i].x);
+    dst[(c + 1) * kPitch + r] = __float2bfloat16_rn(v[i].y);
+    dst[(c + 2) * kPitch + r] = __float2bfloat16_rn(v[i].z);
+    dst[(c + 3) * kPitch + r] = __float2bfloat16_rn(v[i].w);
   }
 }
 
@@ -127,12 +147,14 @@ struct F32Tiles {
   const float *p;
   int64_t T;
   /// Rows [r0, r0 + 64) of head bh into dst[64][kPitch].
+  template <int THREADS>
   __device__ void rows(__nv_bfloat16 *dst, int64_t bh, int64_t r0) const {
-    loadRows(dst, p + bh * T * kD, r0, T);
+    loadRows<THREADS>(dst, p + bh * T * kD, r0, T);
   }
   /// The same rows transposed into dst[64 (d)][kPitch].
+  template <int THREADS>
   __device__ void cols(__nv_bfloat16 *dst, int64_t bh, int64_t r0) const {
-    loadRowsT(dst, p + bh * T * kD, r0, T);
+    loadRowsT<THREADS>(dst, p + bh * T * kD, r0, T);
   }
 };
 
@@ -141,22 +163,38 @@ struct F32Tiles {
 struct Bf16Tiles {
   const __nv_bfloat16 *r, *c;
   int64_t T, Tp;
+  template <int THREADS>
   __device__ void rows(__nv_bfloat16 *dst, int64_t bh, int64_t r0) const {
+    constexpr int N = kTile * kD / 8 / THREADS;
     const __nv_bfloat16 *src = r + bh * T * kD;
-    for (int idx = threadIdx.x; idx < kTile * kD / 8; idx += blockDim.x) {
-      const int rr = idx >> 3, c8 = (idx & 7) * 8;
+    uint4 v[N];
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const int idx = threadIdx.x + i * THREADS, rr = idx >> 3, c8 = (idx & 7) * 8;
       const int64_t row = r0 + rr;
-      const uint4 v = row < T ? *reinterpret_cast<const uint4 *>(src + row * kD + c8)
-                              : make_uint4(0u, 0u, 0u, 0u);
-      *reinterpret_cast<uint4 *>(dst + rr * kPitch + c8) = v;
+      v[i] = row < T ? *reinterpret_cast<const uint4 *>(src + row * kD + c8)
+                     : make_uint4(0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const int idx = threadIdx.x + i * THREADS, rr = idx >> 3, c8 = (idx & 7) * 8;
+      *reinterpret_cast<uint4 *>(dst + rr * kPitch + c8) = v[i];
     }
   }
+  template <int THREADS>
   __device__ void cols(__nv_bfloat16 *dst, int64_t bh, int64_t r0) const {
+    constexpr int N = kTile * kD / 8 / THREADS;
     const __nv_bfloat16 *src = c + bh * kD * Tp + r0; // r0 + 64 <= Tp
-    for (int idx = threadIdx.x; idx < kTile * kD / 8; idx += blockDim.x) {
-      const int d = idx >> 3, c8 = (idx & 7) * 8;
-      *reinterpret_cast<uint4 *>(dst + d * kPitch + c8) =
-          *reinterpret_cast<const uint4 *>(src + d * Tp + c8);
+    uint4 v[N];
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const int idx = threadIdx.x + i * THREADS, d = idx >> 3, c8 = (idx & 7) * 8;
+      v[i] = *reinterpret_cast<const uint4 *>(src + d * Tp + c8);
+    }
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const int idx = threadIdx.x + i * THREADS, d = idx >> 3, c8 = (idx & 7) * 8;
+      *reinterpret_cast<uint4 *>(dst + d * kPitch + c8) = v[i];
     }
   }
 };
@@ -169,7 +207,8 @@ __global__ void __launch_bounds__(kStageThreads)
   __shared__ __align__(16) __nv_bfloat16 tile[kTile * kPitch];
   const int64_t bh = blockIdx.y, r0 = (int64_t)blockIdx.x * kTile;
   const float *src = x + bh * T * kD;
-  for (int idx = threadIdx.x; idx < kTile * kD / 4; idx += blockDim.x) {
+#pragma unroll
+  for (int idx = threadIdx.x; idx < kTile * kD / 4; idx += kStageThreads) {
     const int r = idx >> 4, c = (idx & 15) * 4;
     const int64_t row = r0 + r;
     const float4 v = row < T ? *reinterpret_cast<const float4 *>(src + row * kD + c)
@@ -184,7 +223,8 @@ __global__ void __launch_bounds__(kStageThreads)
   __syncthreads();
   // cols[bh][d][r0 + c8 .. + 8) from tile column d: a warp reads 32
   // neighbouring d (conflict-free) and writes 32 rows of cols.
-  for (int idx = threadIdx.x; idx < kTile * kD / 8; idx += blockDim.x) {
+#pragma unroll
+  for (int idx = threadIdx.x; idx < kTile * kD / 8; idx += kStageThreads) {
     const int d = idx & (kD - 1), c8 = (idx >> 6) * 8;
     uint32_t w[4];
 #pragma unroll
@@ -271,7 +311,7 @@ __device__ void loadOwnRows(uint32_t a[4][4], __nv_bfloat16 *buf, const Tiles &s
   for (int part = 0; part < WARPS / 4; ++part) {
     if (part)
       __syncthreads();
-    src.rows(buf, bh, r0 + part * kTile);
+    src.template rows<WARPS * 32>(buf, bh, r0 + part * kTile);
     __syncthreads();
     if (w / 4 == part)
       loadA(a, buf, w % 4);
@@ -307,8 +347,8 @@ __global__ void __launch_bounds__(WARPS * 32)
   const int64_t kEnd = keyEnd(g, q0, 16 * WARPS);
   for (int64_t k0 = 0; k0 < kEnd; k0 += kTile) {
     __syncthreads();
-    k.rows(kS, bh, k0);
-    v.cols(vT, bh, k0);
+    k.template rows<WARPS * 32>(kS, bh, k0);
+    v.template cols<WARPS * 32>(vT, bh, k0);
     __syncthreads();
     float s[8][4];
     zero(s);
@@ -446,10 +486,10 @@ __global__ void __launch_bounds__(WARPS * 32)
   }
   for (int64_t q0 = qStart; q0 < g.Tq; q0 += kTile) {
     __syncthreads();
-    q.rows(qS, bh, q0);
-    q.cols(qT, bh, q0);
-    dO.rows(doS, bh, q0);
-    dO.cols(doT, bh, q0);
+    q.template rows<WARPS * 32>(qS, bh, q0);
+    q.template cols<WARPS * 32>(qT, bh, q0);
+    dO.template rows<WARPS * 32>(doS, bh, q0);
+    dO.template cols<WARPS * 32>(doT, bh, q0);
     if (threadIdx.x < kTile) {
       const int64_t r = q0 + threadIdx.x;
       lseS[threadIdx.x] = r < g.Tq ? lse2[bh * g.Tq + r] : INFINITY;
@@ -521,9 +561,9 @@ __global__ void __launch_bounds__(WARPS * 32)
   const int64_t kEnd = keyEnd(g, q0, 16 * WARPS);
   for (int64_t k0 = 0; k0 < kEnd; k0 += kTile) {
     __syncthreads();
-    k.rows(kS, bh, k0);
-    k.cols(kT, bh, k0);
-    v.rows(vS, bh, k0);
+    k.template rows<WARPS * 32>(kS, bh, k0);
+    k.template cols<WARPS * 32>(kT, bh, k0);
+    v.template rows<WARPS * 32>(vS, bh, k0);
     __syncthreads();
     float p[8][4], ds[8][4];
     zero(p);
