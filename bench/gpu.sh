@@ -12,8 +12,8 @@
 #      versus actual device memory; the same models in PyTorch (bench/torch_gpt2.py,
 #      bf16 autocast, flash attention, fused AdamW) as the baseline of the same run;
 #   5. a per-op profile of each model (steps 2-3), 124M without the runtime's fusions,
-#      without the staged attention operands and with 64-row attention blocks (what
-#      each is worth), and compute-sanitizer
+#      with staged attention operands and with 128-row attention blocks (what each
+#      is worth), and compute-sanitizer
 #      over the kernel tests (where the tool runs);
 # and writes bench/out/gpu/gpu.json plus a short table (bench/out/gpu/gpu.txt; bench/out is
 # not tracked). Budget: about 8 minutes on a 16-core H200 machine. Without a GPU it exits 1
@@ -213,8 +213,8 @@ for m in models:
         lines.append(f"  GPT-2 {m:<6} pipemesh --deterministic off {nms:9.1f} ms/step")
     except (OSError, ValueError, IndexError):
         pass
-    for ab, what in (("fuse", "PIPEMESH_CUDA_FUSE=0"), ("staged", "PIPEMESH_CUDA_STAGED_ATTENTION=0"),
-                     ("rows", "PIPEMESH_CUDA_ATTENTION_ROWS=64")):
+    for ab, what in (("fuse", "PIPEMESH_CUDA_FUSE=0"), ("staged", "PIPEMESH_CUDA_STAGED_ATTENTION=1"),
+                     ("rows", "PIPEMESH_CUDA_ATTENTION_ROWS=128")):
         try:
             ab_log = [json.loads(l) for l in open(os.path.join(out, f"gpu-ablation-{ab}-{m}.jsonl"))][1:]
             ams = sorted(r["ms"] for r in ab_log)[len(ab_log) // 2]
@@ -243,10 +243,10 @@ timeout 90 "$BIN/pipemesh-run" "$WORK/gpt2-$m.plan" --backend cuda --precision b
   --deterministic off --log-json "$OUT/gpu-train-$m-nondet.jsonl" > "$OUT/gpu-train-$m-nondet.txt" 2>&1 \
   || FAILED+=("GPT-2 $m --deterministic off")
 grep "^step" "$OUT/gpu-train-$m-nondet.txt"
-# What the runtime's fusions and the staged attention are worth: the same
-# steps without them (ablation-*.jsonl, in the summary).
-for ab in "fuse PIPEMESH_CUDA_FUSE=0" "staged PIPEMESH_CUDA_STAGED_ATTENTION=0" \
-          "rows PIPEMESH_CUDA_ATTENTION_ROWS=64"; do
+# What the runtime's fusions are worth, and the attention's other variants: the
+# same steps with the switch (ablation-*.jsonl, in the summary).
+for ab in "fuse PIPEMESH_CUDA_FUSE=0" "staged PIPEMESH_CUDA_STAGED_ATTENTION=1" \
+          "rows PIPEMESH_CUDA_ATTENTION_ROWS=128"; do
   set -- $ab
   stamp "GPT-2 $m with $2"
   env "$2" timeout 90 "$BIN/pipemesh-run" "$WORK/gpt2-$m.plan" --backend cuda --precision bf16 \

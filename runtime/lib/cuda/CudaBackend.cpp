@@ -66,7 +66,7 @@ CudaBackend::CudaBackend(const Plan &plan, const RankPlan &rank, Arena &host, Co
   if (const char *f = std::getenv("PIPEMESH_CUDA_FUSE"))
     fuse = std::string(f) != "0";
   if (const char *f = std::getenv("PIPEMESH_CUDA_STAGED_ATTENTION"))
-    flash.staged = std::string(f) != "0";
+    flash.staged = std::string(f) == "1";
   if (const char *f = std::getenv("PIPEMESH_CUDA_ATTENTION_ROWS")) {
     if (std::string(f) != "64" && std::string(f) != "128")
       fail("PIPEMESH_CUDA_ATTENTION_ROWS must be 64 or 128, got '", f, "'");

@@ -96,9 +96,9 @@ public:
   bool bf16() const { return opts.precision == "bf16"; }
   /// Fusions disabled with PIPEMESH_CUDA_FUSE=0.
   bool fuse = true;
-  /// The bf16 mode's attention kernels (FlashAttention.cu): operands staged
-  /// as bf16 copies (PIPEMESH_CUDA_STAGED_ATTENTION=0: cast per tile), blocks
-  /// of 128 rows (PIPEMESH_CUDA_ATTENTION_ROWS=64: 64).
+  /// The bf16 mode's attention kernels (FlashAttention.cu): operands cast
+  /// per tile (PIPEMESH_CUDA_STAGED_ATTENTION=1: staged as bf16 copies),
+  /// blocks of 64 rows (PIPEMESH_CUDA_ATTENTION_ROWS=128: 128).
   FlashOptions flash;
 
   /// Shared compute scratch: binders reserve, thunks read scratch() at run

@@ -164,14 +164,18 @@ bool flashAttentionSupported(int64_t D, int64_t Dv, const MaskView &mask);
 /// row-major and transposed, that every tile copies from.
 size_t flashAttentionScratchBytes(int64_t BH, int64_t Tq, int64_t Tk);
 size_t flashAttentionGradScratchBytes(int64_t BH, int64_t Tq, int64_t Tk);
-/// How the tensor-core attention runs; every choice gives the same bits.
+/// How the tensor-core attention runs; every choice gives the same bits. The
+/// defaults are the fastest measured on an H200 (B=16, 12 heads, T=1024:
+/// forward 0.30 ms per tile with 64-row blocks, 0.49 staged, 0.57 staged
+/// with 128-row blocks; the staging pass costs more than the tiles save).
 struct FlashOptions {
-  /// Operands staged once as bf16 copies in the scratch; false: each tile is
-  /// cast from the float32 tensors on its way into shared memory.
-  bool staged = true;
-  /// Rows a block owns: 128 (8 warps) or 64 (4 warps: half the rows that
-  /// share each streamed tile).
-  int blockRows = 128;
+  /// Operands staged once as bf16 copies in the scratch (tiles then are
+  /// 16-byte copies); false: each tile is cast from the float32 tensors on
+  /// its way into shared memory.
+  bool staged = false;
+  /// Rows a block owns: 64 (4 warps) or 128 (8 warps sharing each streamed
+  /// tile: fewer tile loads, fewer blocks in flight).
+  int blockRows = 64;
 };
 /// What a forward keeps for its backward: the base-2 log-sum-exp of each
 /// query row [BH, Tq] and a copy of the output [BH, Tq, 64]. With them the
