@@ -81,6 +81,34 @@ class TrainReference(common.TempDirTest):
         ref = dict(lr=1e-2, grad_clip=0.5, eps=1e-6)
         self.compare("zoo", dict(batch=2, seq=8, microbatches=2), flags, ref, 10, data=data, heads=2)
 
+    def test_profile_leaves_out_the_first_step(self):
+        b, _ = mtp.MODELS["tiny-gpt"](batch=2, seq=16, microbatches=1)
+        plan = self.path("tiny.plan")
+        mtp.write_plan(plan, b.manifest(), b.weights)
+
+        def profile(*flags):
+            out = self.check_ok(common.run([plan, "--profile"] + list(flags))).stdout
+            head = [l for l in out.splitlines() if l.startswith("pipemesh-run: time per op")]
+            self.assertEqual(len(head), 1, out)
+            ops = {}
+            for line in out.splitlines()[out.splitlines().index(head[0]) + 1:]:
+                parts = line.split()  # "  matmul   20.98 ms   44.4%"
+                if len(parts) != 4 or parts[2] != "ms":
+                    break
+                ops[parts[0]] = float(parts[1])
+            total = float(head[0].split(";")[-1].split()[0])
+            self.assertIn("matmul", ops)
+            self.assertAlmostEqual(sum(ops.values()), total, delta=0.05 * len(ops))
+            return head[0], ops
+
+        head, _ = profile("--steps", "3")
+        self.assertIn("(steps 2-3, the first left out", head)
+        head, _ = profile("--steps", "1")
+        self.assertIn("(steps 1-1;", head)
+        # Stopped after the first step: nothing after it to time, so it stays in.
+        head, _ = profile("--steps", "3", "--stop-at-step", "1")
+        self.assertIn("(steps 1-1;", head)
+
 
 if __name__ == "__main__":
     common.main()
