@@ -103,19 +103,27 @@ __device__ __forceinline__ uint32_t ld32(const __nv_bfloat16 *p) {
 // loops unroll, and every load is issued before the first store (a loop over
 // blockDim.x ran one load at a time and made every kernel half again slower).
 
+/// This thread's float4s of rows [r0, r0 + 64) of a float [T, 64] matrix
+/// (rows past T zero): v[i] is float4 number threadIdx.x + i * THREADS.
+template <int THREADS>
+__device__ __forceinline__ void loadFloatTile(float4 (&v)[kTile * kD / 4 / THREADS],
+                                              const float *src, int64_t r0, int64_t T) {
+#pragma unroll
+  for (int i = 0; i < kTile * kD / 4 / THREADS; ++i) {
+    const int idx = threadIdx.x + i * THREADS, r = idx >> 4, c = (idx & 15) * 4;
+    const int64_t row = r0 + r;
+    v[i] = row < T ? *reinterpret_cast<const float4 *>(src + row * kD + c)
+                   : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+}
+
 /// Rows [r0, r0 + 64) of a float [T, 64] matrix as bf16 into dst[64][kPitch]
 /// (rows past T zero).
 template <int THREADS>
 __device__ void loadRows(__nv_bfloat16 *dst, const float *src, int64_t r0, int64_t T) {
   constexpr int N = kTile * kD / 4 / THREADS;
   float4 v[N];
-#pragma unroll
-  for (int i = 0; i < N; ++i) {
-    const int idx = threadIdx.x + i * THREADS, r = idx >> 4, c = (idx & 15) * 4;
-    const int64_t row = r0 + r;
-    v[i] = row < T ? *reinterpret_cast<const float4 *>(src + row * kD + c)
-                   : make_float4(0.f, 0.f, 0.f, 0.f);
-  }
+  loadFloatTile<THREADS>(v, src, r0, T);
 #pragma unroll
   for (int i = 0; i < N; ++i) {
     const int idx = threadIdx.x + i * THREADS, r = idx >> 4, c = (idx & 15) * 4;
@@ -131,13 +139,7 @@ template <int THREADS>
 __device__ void loadRowsT(__nv_bfloat16 *dst, const float *src, int64_t r0, int64_t T) {
   constexpr int N = kTile * kD / 4 / THREADS;
   float4 v[N];
-#pragma unroll
-  for (int i = 0; i < N; ++i) {
-    const int idx = threadIdx.x + i * THREADS, r = idx >> 4, c = (idx & 15) * 4;
-    const int64_t row = r0 + r;
-    v[i] = row < T ? *reinterpret_cast<const float4 *>(src + row * kD + c)
-                   : make_float4(0.f, 0.f, 0.f, 0.f);
-  }
+  loadFloatTile<THREADS>(v, src, r0, T);
 #pragma unroll
   for (int i = 0; i < N; ++i) {
     const int idx = threadIdx.x + i * THREADS, r = idx >> 4, c = (idx & 15) * 4;
