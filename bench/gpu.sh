@@ -101,11 +101,10 @@ else
   BIN=$REPO/$BUILD_DIR/bin
   TEST_PLAN=""
   TEST_PLAN_ODD=""
+  source bench/gpt2_plan.sh
   plan_of() {
-    $PY models/gen_gpt2.py --preset "$1" --shapes-only -o "$WORK/gpt2-$1.onnx" > /dev/null &&
-      "$BIN/pipemesh-opt" "$WORK/gpt2-$1.onnx" \
-        "--pipemesh-compile=batch=16 seq=1024 microbatches=1 shapes-only=true" \
-        -o "$WORK/gpt2-$1.shapes.plan" > /dev/null && echo "$WORK/gpt2-$1.shapes.plan"
+    gpt2_shapes_plan "$1" "$BIN/pipemesh-opt" "$PY" "$WORK/gpt2-$1.shapes.plan" &&
+      echo "$WORK/gpt2-$1.shapes.plan"
   }
 fi
 

@@ -54,11 +54,9 @@ done
 PIPEMESH_OPT=$BUILD/bin/pipemesh-opt $PY runtime/tests/cuda/test_cuda_training.py \
   --write-plans "$T/plans" > /dev/null
 rm -f "$T"/plans/*.onnx*
+source bench/gpt2_plan.sh
 for m in 124M 350M; do
-  $PY models/gen_gpt2.py --preset "$m" --shapes-only -o "$T/gpt2-$m.onnx" > /dev/null
-  "$BUILD/bin/pipemesh-opt" "$T/gpt2-$m.onnx" \
-    "--pipemesh-compile=batch=16 seq=1024 microbatches=1 shapes-only=true" -o "$T/plans/gpt2-$m.shapes.plan"
-  rm "$T/gpt2-$m.onnx"
+  gpt2_shapes_plan "$m" "$BUILD/bin/pipemesh-opt" "$PY" "$T/plans/gpt2-$m.shapes.plan"
 done
 git -C "$REPO" rev-parse --short HEAD > "$T/commit"
 
