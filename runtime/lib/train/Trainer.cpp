@@ -295,6 +295,10 @@ void Trainer::syncToHost() {
 void Trainer::printProfile() const {
   if (comm.rank() != 0)
     return;
+  if (profileLast < 0) {
+    log << "pipemesh-run: --profile: no step ran\n";
+    return;
+  }
   auto prof = executor->profile();
   double total = 0;
   for (auto &[op, ms] : prof)
