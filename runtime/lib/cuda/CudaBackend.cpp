@@ -205,27 +205,10 @@ void CudaBackend::download(Arena &host) {
                 "cudaMemcpy (arena to the host)");
 }
 
-Range CudaBackend::rangeOf(int64_t id) const {
-  const BufferInfo &b = rank.buffer(id);
-  return {b.offset, b.offset + b.bytes};
-}
+Range CudaBackend::rangeOf(int64_t id) const { return bytesOf(rank, id); }
 
 std::vector<Range> CudaBackend::touches(const Instruction &inst) const {
-  std::vector<Range> r;
-  for (int64_t id : inst.in)
-    r.push_back(rangeOf(id));
-  for (int64_t id : inst.out)
-    r.push_back(rangeOf(id));
-  if (auto it = inst.json.find("bufs"); it != inst.json.end() && it->is_array())
-    for (const auto &id : *it)
-      if (id.is_number_integer())
-        r.push_back(rangeOf(id.get<int64_t>()));
-  if (auto it = inst.json.find("params"); it != inst.json.end() && it->is_array())
-    for (const auto &e : *it)
-      for (const char *k : {"param", "grad", "m", "v"})
-        if (e.is_object() && e.contains(k) && e[k].is_number_integer())
-          r.push_back(rangeOf(e[k].get<int64_t>()));
-  return r;
+  return namedBytes(rank, inst);
 }
 
 size_t CudaBackend::newCommEvent(size_t instruction, std::vector<Range> bytes, bool isSend,

@@ -23,6 +23,7 @@
 
 #include "pipemesh/runtime/Backend.h"
 #include "pipemesh/runtime/Executor.h"
+#include "pipemesh/runtime/PlanBytes.h"
 #include "pipemesh/runtime/cuda/CudaKernels.h"
 
 #include <nccl.h>
@@ -41,10 +42,7 @@ inline void checkNccl(ncclResult_t r, const char *what) {
 }
 
 /// A byte range of the arena.
-struct Range {
-  uint64_t begin, end;
-  bool overlaps(const Range &o) const { return begin < o.end && o.begin < end; }
-};
+using Range = ByteRange;
 
 class CudaBackend : public ComputeBackend {
 public:

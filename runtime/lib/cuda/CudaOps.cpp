@@ -171,41 +171,8 @@ const Instruction *fusableAccumulate(OpContext &c, CudaBackend &b) {
       return nullptr;
   if (b.rangeOf(acc.out[0]).overlaps(out))
     return nullptr;
-  // The output's bytes that no later instruction has rewritten yet: none of
-  // them may be read (the arena gives them to later buffers, which are
-  // written before they are read).
-  std::vector<Range> live{out};
-  for (size_t j = i + 1; j < prog.size() && !live.empty(); ++j) {
-    const Instruction &later = prog[j];
-    // What it may read: everything it names but its outputs (touches lists
-    // the inputs, the outputs, then the buffers control and communication
-    // instructions name).
-    const std::vector<Range> named = b.touches(later);
-    for (size_t r = 0; r < named.size(); ++r) {
-      // (an accumulate reads the buffer it adds into)
-      const bool isOut = r >= later.in.size() && r < later.in.size() + later.out.size() &&
-                         later.op != "accumulate";
-      for (const Range &l : live)
-        if (!isOut && named[r].overlaps(l))
-          return nullptr;
-    }
-    for (int64_t id : later.out) {
-      const Range w = b.rangeOf(id);
-      std::vector<Range> rest;
-      for (const Range &l : live) {
-        if (!w.overlaps(l)) {
-          rest.push_back(l);
-          continue;
-        }
-        if (l.begin < w.begin)
-          rest.push_back({l.begin, w.begin});
-        if (w.end < l.end)
-          rest.push_back({w.end, l.end});
-      }
-      live = std::move(rest);
-    }
-  }
-  return &acc;
+  // Nothing later may read the output's bytes before they are rewritten.
+  return deadAfter(b.rank, i, out) ? &acc : nullptr;
 }
 
 Thunk bindMatmul(OpContext &c, CudaBackend &b) {

@@ -47,6 +47,13 @@ const BufferInfo &RankPlan::buffer(int64_t id) const {
   return buffers[it->second];
 }
 
+void RankPlan::indexBuffers() {
+  byId.clear();
+  for (size_t i = 0; i < buffers.size(); ++i)
+    if (!byId.emplace(buffers[i].id, i).second)
+      fail("rank ", rank, ": buffer id ", buffers[i].id, " appears twice");
+}
+
 const RankPlan &Plan::rank(int64_t r) const {
   for (const RankPlan &rp : ranks)
     if (rp.rank == r)

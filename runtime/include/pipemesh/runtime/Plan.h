@@ -82,6 +82,9 @@ struct RankPlan {
   std::vector<Instruction> program;
   /// The buffer with this id; Error when there is none.
   const BufferInfo &buffer(int64_t id) const;
+  /// Indexes `buffers` by id, for a rank plan built in code (the reader
+  /// indexes the plans it reads); Error on a repeated id.
+  void indexBuffers();
 
 private:
   friend struct PlanParser;
