@@ -7,6 +7,7 @@
 // the fusion off for every GPT-2 weight gradient on the H200).
 //
 //===----------------------------------------------------------------------===//
+#include "pipemesh/runtime/Error.h"
 #include "pipemesh/runtime/PlanBytes.h"
 
 #include <gtest/gtest.h>
@@ -97,4 +98,12 @@ TEST(PlanBytes, NamedBytesOrder) {
   EXPECT_EQ(named[0], (ByteRange{0, 40}));
   EXPECT_EQ(named[1], (ByteRange{200, 300}));
   EXPECT_EQ(named[2], (ByteRange{40, 100}));
+}
+
+TEST(PlanBytes, IndexBuffersRefusesARepeatedId) {
+  RankPlan r = planWith({});
+  BufferInfo again;
+  again.id = 3;
+  r.buffers.push_back(again);
+  EXPECT_THROW(r.indexBuffers(), Error);
 }

@@ -616,6 +616,12 @@ size_t stagedBytes(int64_t BH, int64_t T) {
   return (b + 255) / 256 * 256;
 }
 
+/// Bytes of the backward's row statistics (lse2 and delta, [BH, Tq] each) at
+/// the scratch's start, 256-byte aligned: the staged copies follow them.
+size_t statsBytes(int64_t BH, int64_t Tq) {
+  return ((size_t)(2 * BH * Tq) * sizeof(float) + 255) / 256 * 256;
+}
+
 /// Casts x into its staged copies at `at` (advanced past them).
 Bf16Tiles stage(cudaStream_t st, const float *x, int64_t BH, int64_t T, char *&at) {
   const int64_t Tp = roundUp64(T);
@@ -690,8 +696,7 @@ size_t flashAttentionScratchBytes(int64_t BH, int64_t Tq, int64_t Tk) {
 }
 
 size_t flashAttentionGradScratchBytes(int64_t BH, int64_t Tq, int64_t Tk) {
-  const size_t stats = ((size_t)(2 * BH * Tq) * sizeof(float) + 255) / 256 * 256;
-  return stats + 2 * stagedBytes(BH, Tq) + 2 * stagedBytes(BH, Tk);
+  return statsBytes(BH, Tq) + 2 * stagedBytes(BH, Tq) + 2 * stagedBytes(BH, Tk);
 }
 
 void flashAttention(cudaStream_t st, const float *q, const float *k, const float *v, float *o,
@@ -730,8 +735,7 @@ void flashAttentionGrad(cudaStream_t st, const float *dO, const float *q, const 
   const Geo g = geo(Tq, Tk, scale, causal);
   float *lse2 = static_cast<float *>(scratch), *delta = lse2 + BH * Tq;
   if (opt.staged) {
-    char *at = static_cast<char *>(scratch) +
-               ((size_t)(2 * BH * Tq) * sizeof(float) + 255) / 256 * 256;
+    char *at = static_cast<char *>(scratch) + statsBytes(BH, Tq);
     Bf16Tiles qs = stage(st, q, BH, Tq, at), ks = stage(st, k, BH, Tk, at),
               vs = stage(st, v, BH, Tk, at), ds = stage(st, dO, BH, Tq, at);
     backward(opt, st, qs, ks, vs, ds, dO, dq, dk, dv, BH, g, scale, lse2, delta, saved);

@@ -108,6 +108,14 @@ class TrainReference(common.TempDirTest):
         # Stopped after the first step: nothing after it to time, so it stays in.
         head, _ = profile("--steps", "3", "--stop-at-step", "1")
         self.assertIn("(steps 1-1;", head)
+        # Resumed at its last step: no step to time, said so.
+        ckpt = self.path("ckpt")
+        self.check_ok(common.run([plan, "--steps", "2", "--checkpoint-dir", ckpt,
+                                  "--checkpoint-every", "2"]))
+        out = self.check_ok(common.run([plan, "--steps", "2", "--checkpoint-dir", ckpt,
+                                        "--resume", "--profile"])).stdout
+        self.assertIn("--profile: no step ran", out)
+        self.assertNotIn("time per op", out)
 
 
 if __name__ == "__main__":
