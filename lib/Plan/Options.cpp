@@ -133,6 +133,12 @@ bool parseCompileOptions(llvm::StringRef text, CompileOptions &opts, std::string
       opts.memLimit = *bytes;
     } else if (key == "prefetch" && value == "auto") {
       opts.prefetchAuto = true;
+    } else if (key == "activations") {
+      if (value != "f32" && value != "bf16") {
+        why = "activations must be f32 or bf16, got '" + value.str() + "'";
+        return false;
+      }
+      opts.activations = value.str();
     } else if (key == "shapes-only") {
       opts.shapesOnly = value == "true" || value == "1";
     } else if (key == "labels") {

@@ -356,6 +356,7 @@ json::Object PlanBuilder::manifest(std::vector<RankPlan> &ranks, bool replicasEl
                     {"flops_per_step", sh.flopsPerMicrobatch * o.microbatches * o.dp},
                     {"loss", sh.lossMode},
                     {"shapes_only", o.shapesOnly}}},
+      {"activations", o.activations},
       {"parallel", std::move(parallel)},
       {"inputs", std::move(inputs)},
       {"params", std::move(params)},

@@ -87,7 +87,8 @@ bool printPlan(llvm::StringRef path, llvm::raw_ostream &os, std::string &why) {
      << " seq=" << model->getInteger("seq").value_or(0)
      << " vocab=" << model->getInteger("vocab").value_or(0)
      << " params=" << model->getInteger("num_params").value_or(0)
-     << " loss=" << model->getString("loss").value_or("?") << "\n";
+     << " loss=" << model->getString("loss").value_or("?")
+     << " activations=" << m->getString("activations").value_or("f32") << "\n";
   os << "parallel: pp=" << par->getInteger("pp").value_or(0)
      << " dp=" << par->getInteger("dp").value_or(0)
      << " vpp=" << par->getInteger("vpp").value_or(0)

@@ -90,6 +90,7 @@ void RankEmitter::createParamBuffers() {
 int RankEmitter::view(Value v, int of, StringRef name) {
   Buffer b = valueBuffer(v, "activation", name.empty() ? tmpName() : name.str());
   b.aliasOf = of;
+  b.dtype = buffers[root(of)].dtype; // a view stores what its root stores
   return add(std::move(b));
 }
 
@@ -373,6 +374,17 @@ LogicalResult RankEmitter::emitOp(Operation *op, ActionCtx &ctx) {
       i["attrs"] = std::move(attrs);
     // The cost model's work estimate, which pipemesh-sim turns into time.
     cost::OpCost c = cost::opCost(op);
+    // The cost model counts the IR's f32 bytes; bf16 storage moves fewer.
+    double irBytes = 0, storedBytes = 0;
+    for (Value v : op->getOperands())
+      irBytes += (double)cost::typeBytes(v.getType());
+    for (Value v : op->getResults())
+      irBytes += (double)cost::typeBytes(v.getType());
+    for (const json::Array *ids : {i.getArray("in"), i.getArray("out")})
+      for (const json::Value &id : *ids)
+        storedBytes += (double)buffers[*id.getAsInteger()].bytes();
+    if (irBytes > 0 && storedBytes < irBytes)
+      c.bytes *= storedBytes / irBytes;
     i["flops"] = c.flops;
     i["bytes"] = c.bytes;
     emit(std::move(i));

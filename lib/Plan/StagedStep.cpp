@@ -38,6 +38,38 @@ llvm::StringRef StagedStep::paramRoot(Value v) const {
   return "";
 }
 
+Value StagedStep::viewRoot(Value v) {
+  while (auto r = dyn_cast_or_null<pm::ReshapeOp>(v.getDefiningOp()))
+    v = r.getInput();
+  return v;
+}
+
+bool StagedStep::storesBf16(Value v) const {
+  auto t = cast<RankedTensorType>(v.getType());
+  if (!t.getElementType().isF32() || t.getRank() == 0 || scope(v) != ValueScope::Activation)
+    return false;
+  return !gradientParts.count(viewRoot(v));
+}
+
+/// gradientParts: from every accumulate_grad operand back through the ops
+/// that only combine or rearrange gradient pieces (a GEMM, a reduction or a
+/// norm's gradient reads activations: the walk stops there).
+static llvm::DenseSet<Value> findGradientParts(func::FuncOp train) {
+  llvm::DenseSet<Value> parts;
+  llvm::SmallVector<Value> work;
+  train.walk([&](pm::AccumulateGradOp acc) { work.push_back(acc.getGrad()); });
+  while (!work.empty()) {
+    Value root = StagedStep::viewRoot(work.pop_back_val());
+    if (!parts.insert(root).second)
+      continue;
+    Operation *def = root.getDefiningOp();
+    if (def && isa<pm::AddOp, pm::SubOp, pm::SliceGradOp, pm::TransposeOp, pm::ConcatOp>(def))
+      for (Value operand : def->getOperands())
+        work.push_back(operand);
+  }
+  return parts;
+}
+
 int64_t StagedStep::producerRank(Value v) const {
   return rankOf(chunkOf.lookup(v.getDefiningOp()));
 }
@@ -242,6 +274,7 @@ FailureOr<StagedStep> analyzeTrainStep(func::FuncOp train, int64_t pp, int64_t n
   for (Operation &op : entry)
     if (isa<pm::ConstantOp>(op))
       s.constantName[&op] = "const." + std::to_string(k++);
+  s.gradientParts = findGradientParts(train);
   return s;
 }
 

@@ -87,6 +87,22 @@ struct StagedStep {
   ValueScope scope(mlir::Value v) const;
   /// The parameter a Param-scope value reads ("" otherwise).
   llvm::StringRef paramRoot(mlir::Value v) const;
+
+  /// The value a chain of reshapes views (`v` itself when no reshape made
+  /// it): views share their root's buffer, so they share its storage type.
+  static mlir::Value viewRoot(mlir::Value v);
+  /// Roots (viewRoot) of the values that are parts of parameter gradients:
+  /// what accumulate_grad reads, and what reaches it through sums, slices,
+  /// transposes and concatenations (a tied weight's two gradients, a
+  /// position table's slice). With activations=bf16 they keep f32 storage:
+  /// a gradient rounded to 8 bits of mantissa before it is summed over
+  /// micro-batches loses what AdamW's fp32 master weights are there to keep.
+  llvm::DenseSet<mlir::Value> gradientParts;
+  /// activations=bf16: whether `v`'s buffer stores bf16 (computed in f32,
+  /// rounded when stored). Activation-scope f32 tensors of rank >= 1 do,
+  /// except gradientParts; inputs, parameters, constants and scalars (the
+  /// loss) never do.
+  bool storesBf16(mlir::Value v) const;
 };
 
 /// Analyzes @train_step for `pp` pipeline ranks and `numChunks` (= pp * vpp)

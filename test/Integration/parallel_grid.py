@@ -10,6 +10,7 @@ per rank. CI runs a subset (runtime test `compiled_parallel`); this script runs 
     parallel_grid.py --opt build/bin/pipemesh-opt --run build/bin/pipemesh-run \\
         [--pp 1,2,3,4] [--dp 1,2] [--vpp 1,2] [--zero 0,1,2,3] [--microbatches 4]
         [--schedules gpipe,1f1b,interleaved,bfs,zb-h1,zb-h2,elastic:3+1/2+2] [--extra OPTS]
+        [--ref-extra OPTS]
 """
 import argparse
 import itertools
@@ -35,6 +36,8 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--extra", default="", help="more --pipemesh-compile options, e.g. "
                     "'recompute=full'")
+    ap.add_argument("--ref-extra", default="", help="--pipemesh-compile options of the pp=1 dp=1 "
+                    "reference too, e.g. 'activations=bf16'")
     ap.add_argument("--rtol", type=float, default=1e-5)
     args = ap.parse_args()
     ints = lambda s: [int(x) for x in s.split(",")]
@@ -72,7 +75,7 @@ def main():
             return None, "run: " + (r.stdout + r.stderr).strip()[-400:]
         return [json.loads(l)["loss"] for l in open(log)], None
 
-    ref, err = losses(1, 1, 1, "1f1b", 0, extra_opts="")  # the plain one-process plan
+    ref, err = losses(1, 1, 1, "1f1b", 0, extra_opts=args.ref_extra)  # the one-process plan
     if ref is None:
         print("reference failed:", err)
         return 1

@@ -68,6 +68,11 @@ struct CompileOptions {
   /// error naming the rank.
   int64_t memLimit = 0;
   bool shapesOnly = false;
+  /// Storage type of activation buffers: "f32", or "bf16" (computed in f32,
+  /// rounded to bf16 where stored: half the activation memory and half the
+  /// bytes of every pipeline message; parameters, gradients and AdamW state
+  /// stay f32).
+  std::string activations = "f32";
   /// How the model's own `labels` input relates to the tokens: "next" (labels
   /// are the next tokens), "same" (labels = input ids, shifted inside the
   /// model, HuggingFace style) or "auto" (same when the graph slices labels).

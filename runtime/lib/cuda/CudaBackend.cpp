@@ -458,6 +458,12 @@ std::string CudaBackend::memoryReport() const {
 void registerCudaBackend() {
   registerBackend("cuda", [](const Plan &p, const RankPlan &r, Arena &host, Communicator &c,
                              const BackendOptions &o) -> std::unique_ptr<ComputeBackend> {
+    // Its kernels read and write f32 buffers (bf16 is an operand format of
+    // its GEMMs, --precision): bf16 storage is the CPU backend's so far.
+    if (p.model.activations != "f32")
+      fail("backend 'cuda' runs plans with f32 activation buffers; this plan was compiled "
+           "with activations=", p.model.activations,
+           " (compile without it, and use --precision bf16 for bf16 GEMMs)");
     return std::make_unique<CudaBackend>(p, r, host, c, o);
   });
 }

@@ -4,6 +4,7 @@
 #include "OpContext.h"
 
 #include "pipemesh/runtime/Activity.h"
+#include "pipemesh/runtime/Bf16.h"
 #include "pipemesh/runtime/Communicator.h"
 
 #include <algorithm>
@@ -23,8 +24,54 @@ static std::string prefix(const ExecEnv &env, const Instruction &inst) {
   return concat("rank ", env.rank.rank, ", instruction ", inst.index, " (", inst.op, "): ");
 }
 
+/// Instructions that move a buffer's bytes as they are (point-to-point and
+/// collectives, whose async completion outlives the thunk) or only mark it:
+/// never staged.
+static bool movesBytes(const std::string &op) {
+  static const std::set<std::string> ops = {"send",      "recv",           "wait_sends",
+                                            "allreduce", "reduce_scatter", "allgather",
+                                            "free",      "wait_collectives"};
+  return ops.count(op) > 0;
+}
+
+/// The bf16 buffers of an instruction (each once), which the CPU kernels
+/// see as f32 copies.
+static std::vector<int64_t> bf16Buffers(const RankPlan &rank, const Instruction &inst) {
+  std::vector<int64_t> ids;
+  if (movesBytes(inst.op))
+    return ids;
+  for (const std::vector<int64_t> *list : {&inst.in, &inst.out})
+    for (int64_t id : *list)
+      if (id >= 0 && id < (int64_t)rank.buffers.size() && rank.buffer(id).dtype == DType::BF16 &&
+          std::find(ids.begin(), ids.end(), id) == ids.end())
+        ids.push_back(id);
+  return ids;
+}
+
+namespace {
+struct StagedCopy {
+  uint16_t *stored;
+  float *staged;
+  int64_t numel;
+  bool written;
+};
+} // namespace
+
 Executor::Executor(ExecEnv &env) : env(env) {
   const OpTable &table = env.backend ? env.backend->ops() : opTable();
+  // activations=bf16 on the CPU kernels: one staging space for the largest
+  // instruction (instructions run one at a time). A device backend brings
+  // its own handling of storage types.
+  if (!env.backend) {
+    int64_t most = 0;
+    for (const Instruction &inst : env.rank.program) {
+      int64_t n = 0;
+      for (int64_t id : bf16Buffers(env.rank, inst))
+        n += numElements(env.rank.buffer(id).shape);
+      most = std::max(most, n);
+    }
+    bf16Staging.resize((size_t)most);
+  }
   for (const Instruction &inst : env.rank.program) {
     auto it = table.find(inst.op);
     if (it == table.end())
@@ -33,11 +80,34 @@ Executor::Executor(ExecEnv &env) : env(env) {
     OpContext ctx(env, inst);
     BoundInstruction b;
     b.inst = &inst;
+    std::vector<StagedCopy> copies;
+    if (!env.backend) {
+      float *next = bf16Staging.data();
+      for (int64_t id : bf16Buffers(env.rank, inst)) {
+        TensorRef t = env.arena.tensor(id);
+        bool written = std::find(inst.out.begin(), inst.out.end(), id) != inst.out.end();
+        copies.push_back({t.as<uint16_t>(), next, t.numel, written});
+        t.data = next;
+        t.dtype = DType::F32;
+        ctx.staged[id] = t;
+        next += t.numel;
+      }
+    }
     try {
       b.run = it->second(ctx);
     } catch (const Error &e) {
       throw Error(prefix(env, inst) + e.what());
     }
+    if (!copies.empty())
+      // Outputs are widened too: accumulating ops read what they add to.
+      b.run = [run = std::move(b.run), copies = std::move(copies)] {
+        for (const StagedCopy &c : copies)
+          widenBf16(c.stored, c.staged, c.numel);
+        run();
+        for (const StagedCopy &c : copies)
+          if (c.written)
+            roundToBf16(c.staged, c.stored, c.numel);
+      };
     b.cls = ctx.cls;
     b.activity = concat("instruction ", inst.index, " (",
                         ctx.activity.empty() ? inst.op : ctx.activity, ")");

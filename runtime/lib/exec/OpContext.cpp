@@ -6,12 +6,16 @@ namespace pipemesh::rt {
 TensorRef OpContext::in(size_t i) const {
   if (i >= inst.in.size())
     error("expects at least ", i + 1, " inputs, has ", inst.in.size());
+  if (auto it = staged.find(inst.in[i]); it != staged.end())
+    return it->second;
   return env.arena.tensor(inst.in[i]);
 }
 
 TensorRef OpContext::out(size_t i) const {
   if (i >= inst.out.size())
     error("expects at least ", i + 1, " outputs, has ", inst.out.size());
+  if (auto it = staged.find(inst.out[i]); it != staged.end())
+    return it->second;
   return env.arena.tensor(inst.out[i]);
 }
 

@@ -29,6 +29,10 @@ public:
   /// What a failure report says this instruction was doing beyond its op
   /// name ("recv from rank 0, tag 3"); empty: the op name alone.
   std::string activity;
+  /// bf16 buffers this instruction reads and writes as f32 staging copies
+  /// (Executor: widened before the kernel, rounded back after it), by
+  /// buffer id: in() and out() return these instead of the arena's.
+  std::map<int64_t, TensorRef> staged;
 
   size_t numIn() const { return inst.in.size(); }
   size_t numOut() const { return inst.out.size(); }

@@ -1,6 +1,8 @@
 //===- OpUtils.cpp - shape arithmetic and dtype-generic helpers -------------===//
 #include "OpUtils.h"
 
+#include "pipemesh/runtime/Bf16.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -94,6 +96,8 @@ double loadAsDouble(const void *p, DType t, int64_t i) {
     return static_cast<const int32_t *>(p)[i];
   case DType::I1:
     return static_cast<const uint8_t *>(p)[i] ? 1.0 : 0.0;
+  case DType::BF16:
+    return bf16ToFloat(static_cast<const uint16_t *>(p)[i]);
   }
   return 0;
 }
@@ -110,6 +114,8 @@ int64_t loadAsInt(const void *p, DType t, int64_t i) {
     return static_cast<const int32_t *>(p)[i];
   case DType::I1:
     return static_cast<const uint8_t *>(p)[i] ? 1 : 0;
+  case DType::BF16:
+    return (int64_t)bf16ToFloat(static_cast<const uint16_t *>(p)[i]);
   }
   return 0;
 }
@@ -131,6 +137,9 @@ void storeFromDouble(void *p, DType t, int64_t i, double v) {
   case DType::I1:
     static_cast<uint8_t *>(p)[i] = v != 0;
     return;
+  case DType::BF16:
+    static_cast<uint16_t *>(p)[i] = floatToBf16((float)v);
+    return;
   }
 }
 
@@ -151,10 +160,15 @@ void storeFromInt(void *p, DType t, int64_t i, int64_t v) {
   case DType::I1:
     static_cast<uint8_t *>(p)[i] = v != 0;
     return;
+  case DType::BF16:
+    static_cast<uint16_t *>(p)[i] = floatToBf16((float)v);
+    return;
   }
 }
 
-static bool isFloat(DType t) { return t == DType::F32 || t == DType::F64; }
+static bool isFloat(DType t) {
+  return t == DType::F32 || t == DType::F64 || t == DType::BF16;
+}
 
 void convert(const void *src, DType from, void *dst, DType to, int64_t n) {
   if (from == to) {

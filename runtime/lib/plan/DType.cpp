@@ -13,6 +13,8 @@ size_t dtypeSize(DType t) {
     return 8;
   case DType::I1:
     return 1;
+  case DType::BF16:
+    return 2;
   }
   return 0;
 }
@@ -29,12 +31,14 @@ const char *dtypeName(DType t) {
     return "i32";
   case DType::I1:
     return "i1";
+  case DType::BF16:
+    return "bf16";
   }
   return "?";
 }
 
 std::optional<DType> parseDType(const std::string &name) {
-  for (DType t : {DType::F32, DType::F64, DType::I64, DType::I32, DType::I1})
+  for (DType t : {DType::F32, DType::F64, DType::I64, DType::I32, DType::I1, DType::BF16})
     if (name == dtypeName(t))
       return t;
   return std::nullopt;

@@ -153,6 +153,9 @@ struct PlanParser {
     p.model.flopsPerStep =
         model.contains("flops_per_step") ? number(model, "model", "flops_per_step") : 0;
     p.model.loss = stringOr(model, "model", "loss", "");
+    p.model.activations = stringOr(m, "", "activations", "f32");
+    if (p.model.activations != "f32" && p.model.activations != "bf16")
+      bad("activations", "must be f32 or bf16, got '" + p.model.activations + "'");
     if (p.model.batch <= 0 || p.model.seq <= 0 || p.model.vocab <= 0)
       bad("model", "needs positive batch, seq and vocab");
     const auto &par = field(m, "", "parallel");

@@ -36,6 +36,8 @@ const char *safetensorsDType(DType t) {
     return "I32";
   case DType::I1:
     return "BOOL";
+  case DType::BF16:
+    return "BF16";
   }
   return "?";
 }

@@ -149,6 +149,8 @@ void Trainer::banner() {
     log << " zero " << p.parallel.zero;
   if (!p.parallel.schedule.empty())
     log << ", schedule " << p.parallel.schedule;
+  if (p.model.activations != "f32")
+    log << ", activations stored as " << p.model.activations;
   log << ")\n";
   log << "pipemesh-run: " << comm.size() << (comm.size() == 1 ? " rank" : " ranks") << " via "
       << comm.name() << "; rank 0 arena " << rankPlan->arenaBytes << " bytes; backend "

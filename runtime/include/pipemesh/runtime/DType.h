@@ -13,10 +13,12 @@ namespace pipemesh::rt {
 using Dims = std::vector<int64_t>;
 
 /// Element types a plan buffer can hold. i1 is stored as one byte (0 or 1).
-enum class DType { F32, F64, I64, I32, I1 };
+/// bf16 is a storage type (activations=bf16): kernels compute in f32 and
+/// round where they store (pipemesh/runtime/Bf16.h).
+enum class DType { F32, F64, I64, I32, I1, BF16 };
 
 size_t dtypeSize(DType t);
-/// The plan's spelling: "f32", "f64", "i64", "i32", "i1".
+/// The plan's spelling: "f32", "f64", "i64", "i32", "i1", "bf16".
 const char *dtypeName(DType t);
 std::optional<DType> parseDType(const std::string &name);
 

@@ -117,6 +117,9 @@ public:
 private:
   ExecEnv &env;
   std::vector<BoundInstruction> program;
+  /// f32 copies of the bf16 buffers of the instruction running (CPU
+  /// kernels compute in f32): one space, sized for the largest instruction.
+  std::vector<float> bf16Staging;
   StepTimings lastTimings;
   void progressSends();
 };

@@ -106,6 +106,9 @@ struct ModelInfo {
   int64_t batch = 0, seq = 0, vocab = 0, numParams = 0;
   double flopsPerStep = 0;
   std::string loss;
+  /// Storage type of activation buffers (compile option activations=):
+  /// "f32" or "bf16".
+  std::string activations = "f32";
 };
 
 struct ParallelInfo {
