@@ -176,7 +176,7 @@ private:
     Buffer b;
     b.name = std::move(name);
     b.shape.assign(t.getShape().begin(), t.getShape().end());
-    b.dtype = kind == "activation" && sh.opts.activations == "bf16" && step.storesBf16(v)
+    b.dtype = kind == "activation" && step.storesBf16(v)
                   ? "bf16"
                   : detail::dtypeOf(t.getElementType());
     b.kind = kind.str();

@@ -532,6 +532,7 @@ LogicalResult PlanBuilder::run(llvm::raw_ostream &os) {
   if (failed(step))
     return failure();
   sh.step = std::move(*step);
+  sh.step.bf16Activations = sh.opts.activations == "bf16";
   if (failed(classifyInputs(train)) || failed(collectParams()))
     return failure();
   countFlops(train);

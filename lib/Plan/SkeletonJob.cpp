@@ -70,7 +70,7 @@ sim::Job skeletonJob(ModuleOp module, const StagedStep &step, const ScheduleConf
           kept.insert(v);
     int64_t bytes = 0;
     for (Value v : kept)
-      bytes += cost::typeBytes(v.getType());
+      bytes += step.storedBytes(v);
     phases[{c, 0}].keeps = bytes;
   }
 
@@ -168,11 +168,11 @@ sim::Job skeletonJob(ModuleOp module, const StagedStep &step, const ScheduleConf
       } else if (auto s = dyn_cast<pm::SendOp>(op)) {
         Value v = step.channelValue[s.getChannel()];
         prog.instrs.push_back(sim::Instr::send((int32_t)(s.getPeer() * dp), s.getTag(),
-                                               (double)cost::typeBytes(v.getType())));
+                                               (double)step.storedBytes(v)));
       } else if (auto r = dyn_cast<pm::RecvOp>(op)) {
         Value v = step.channelValue[r.getChannel()];
         prog.instrs.push_back(sim::Instr::recv((int32_t)(r.getPeer() * dp), r.getTag(),
-                                               (double)cost::typeBytes(v.getType())));
+                                               (double)step.storedBytes(v)));
       } else if (auto w = dyn_cast<pm::WaitSendsOp>(op)) {
         prog.instrs.push_back(sim::Instr::waitSends((int32_t)w.getKeep()));
       } else if (auto ar = dyn_cast<pm::AllReduceGradsOp>(op)) {

@@ -1,6 +1,7 @@
 //===- StagedStep.cpp - @train_step split into chunks and phases -----------===//
 #include "StagedStep.h"
 
+#include "pipemesh/CostModel/CostModel.h"
 #include "pipemesh/Dialect/PMesh/PMesh.h"
 #include "pipemesh/Transforms/Partition.h"
 
@@ -45,10 +46,17 @@ Value StagedStep::viewRoot(Value v) {
 }
 
 bool StagedStep::storesBf16(Value v) const {
+  if (!bf16Activations)
+    return false;
   auto t = cast<RankedTensorType>(v.getType());
   if (!t.getElementType().isF32() || t.getRank() == 0 || scope(v) != ValueScope::Activation)
     return false;
   return !gradientParts.count(viewRoot(v));
+}
+
+int64_t StagedStep::storedBytes(Value v) const {
+  int64_t bytes = cost::typeBytes(v.getType());
+  return storesBf16(v) ? bytes / 2 : bytes;
 }
 
 /// gradientParts: from every accumulate_grad operand back through the ops

@@ -98,11 +98,16 @@ struct StagedStep {
   /// a gradient rounded to 8 bits of mantissa before it is summed over
   /// micro-batches loses what AdamW's fp32 master weights are there to keep.
   llvm::DenseSet<mlir::Value> gradientParts;
-  /// activations=bf16: whether `v`'s buffer stores bf16 (computed in f32,
-  /// rounded when stored). Activation-scope f32 tensors of rank >= 1 do,
-  /// except gradientParts; inputs, parameters, constants and scalars (the
+  /// activations=bf16 (set by the plan builder from its options).
+  bool bf16Activations = false;
+  /// Whether `v`'s buffer stores bf16 (computed in f32, rounded when
+  /// stored): with bf16Activations, Activation-scope f32 tensors of rank >= 1
+  /// do, except gradientParts; inputs, parameters, constants and scalars (the
   /// loss) never do.
   bool storesBf16(mlir::Value v) const;
+  /// The bytes of `v`'s buffer at its storage type (what the memory planner
+  /// and a pipeline message see; the skeleton simulation's sizes).
+  int64_t storedBytes(mlir::Value v) const;
 };
 
 /// Analyzes @train_step for `pp` pipeline ranks and `numChunks` (= pp * vpp)

@@ -167,7 +167,11 @@ class ActivationsBf16(common.TempDirTest):
         worst = {}
         for name, opts, world, ref_opts, ref_world in (
                 ("pp2", "pp=2 schedule=1f1b recompute=selective", 2, "", 1),
-                ("pp2dp2", "pp=2 dp=2 zero=1 schedule=zb-h1", 4, "dp=2", 2)):
+                ("pp2dp2", "pp=2 dp=2 zero=1 schedule=zb-h1", 4, "dp=2", 2),
+                # the searches' skeleton simulation sizes messages and kept activations
+                # at their storage type too
+                ("pp2dp2auto", "pp=2 dp=2 zero=auto schedule=elastic groups=auto "
+                 "cluster=a100-40g-25gbps", 4, "dp=2", 2)):
             _, want = self.train(self.compile(name + "-ref.plan", "activations=bf16 " + ref_opts),
                                  name + "-ref", ref_world)
             _, got = self.train(self.compile(name + ".plan", "activations=bf16 " + opts), name,
