@@ -50,6 +50,7 @@ MODELS = {  # name: (layers, embd, heads)
 }
 SEQ, VOCAB = 2048, 50257
 GLOBAL_BATCH = 128          # sequences per step = batch * microbatches * dp (--global-batch)
+ACTIVATIONS = "f32"         # storage type of activation buffers (--activations)
 PP = 4                       # pipeline stages for every GPU count; dp = gpus / pp
 NETWORKS = ("a100-40g-25gbps", "a100-40g-100gbps")
 MEM_LIMIT = "40GiB"
@@ -177,6 +178,7 @@ def run_config(opt, simbin, model, gpus, schedule, vpp, extra, label, zero, net=
            f"{f'_b{b}' if b else ''}"
            f"_{schedule}{('_' + label) if label else ''}_z{zero}"
            f"{('_' + net.split('-')[-1]) if net else ''}"
+           f"{'' if ACTIVATIONS == 'f32' else '_' + ACTIVATIONS}"
            .replace("=", "").replace(",", "_"))
     cache = os.path.join(CACHE, key + ".json")
     if os.path.exists(cache):
@@ -185,11 +187,12 @@ def run_config(opt, simbin, model, gpus, schedule, vpp, extra, label, zero, net=
             return rec
     opts = (f"batch={batch} seq={SEQ} pp={pp} dp={dp} vpp={vpp} microbatches={m} "
             f"schedule={schedule} zero={zero} recompute=auto mem-limit={MEM_LIMIT} "
-            f"shapes-only=true {extra}{(' cluster=' + net) if net else ''}"
+            f"shapes-only=true activations={ACTIVATIONS} {extra}{(' cluster=' + net) if net else ''}"
             f"{' prefetch=auto' if zero in (3, 'auto') else ''}").strip()
     rec = {"key": key, "model": model, "gpus": gpus, "schedule": schedule, "label": label,
            "pp": pp, "dp": dp, "vpp": vpp, "batch": batch, "microbatches": m, "zero": zero,
-           "options": opts, "sims": {}, "bin_hash": BIN_HASH, "global_batch": GLOBAL_BATCH}
+           "options": opts, "sims": {}, "bin_hash": BIN_HASH, "global_batch": GLOBAL_BATCH,
+           "activations": ACTIVATIONS}
     plan = os.path.join(WORK, key + ".plan")
     t0 = time.time()
     limit = COMPILE_TIMEOUT["auto" if zero == "auto" else "fixed"]
@@ -335,7 +338,7 @@ def table(rows):
 
 
 def main():
-    global BIN_HASH, GLOBAL_BATCH, LADDER_RECOMPUTE
+    global BIN_HASH, GLOBAL_BATCH, LADDER_RECOMPUTE, ACTIVATIONS
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--jobs", type=int, default=2)
@@ -354,8 +357,12 @@ def main():
     ap.add_argument("--ladder-recompute", type=float, default=LADDER_RECOMPUTE,
                     help="go up a ZeRO level only when the lower one recomputed more than "
                          "this fraction of the step (default %(default)s)")
+    ap.add_argument("--activations", choices=("f32", "bf16"), default=ACTIVATIONS,
+                    help="activations= of every plan (bf16: cached and written apart, "
+                         "sim_paper..._bf16.json / .md)")
     args = ap.parse_args()
     GLOBAL_BATCH = args.global_batch
+    ACTIVATIONS = args.activations
     LADDER_RECOMPUTE = args.ladder_recompute
     opt, simbin = (os.path.join(args.build, "bin", t) for t in ("pipemesh-opt", "pipemesh-sim"))
     BIN_HASH = bin_hash(opt, simbin)
@@ -378,7 +385,8 @@ def main():
     if args.table:
         for f in sorted(os.listdir(CACHE)):
             rec = json.load(open(os.path.join(CACHE, f)))
-            if rec.get("global_batch", 128) == GLOBAL_BATCH:
+            if rec.get("global_batch", 128) == GLOBAL_BATCH and \
+                    rec.get("activations", "f32") == ACTIVATIONS:
                 recs.append(rec)
         if any(r.get("bin_hash") == BIN_HASH for r in recs):
             recs = [r for r in recs if r.get("bin_hash") == BIN_HASH]
@@ -395,7 +403,8 @@ def main():
     for strict in (False, True):
         tables["strict" if strict else "mem_limit"] = rows_for(recs, grid, strict)
     rows = tables["mem_limit"]
-    suffix = "" if GLOBAL_BATCH == 128 else f"_B{GLOBAL_BATCH}"
+    suffix = ("" if GLOBAL_BATCH == 128 else f"_B{GLOBAL_BATCH}") + \
+        ("" if ACTIVATIONS == "f32" else "_" + ACTIVATIONS)
     with open(os.path.join(OUT, f"sim_paper{suffix}.json"), "w") as f:
         json.dump({"setting": {"seq": SEQ, "vocab": VOCAB, "global_batch": GLOBAL_BATCH,
                                "pp": PP, "mem_limit": MEM_LIMIT, "networks": NETWORKS,
