@@ -12,7 +12,8 @@ in f32, parameters, gradients and AdamW state stay f32.
   evaluation-order noise.
 - Parallel equivalence: pp=2 and pp=2 x dp=2 bf16 plans train the pp=1 bf16 losses
   within 1e-5 (oracle 3; pipeline messages carry the bf16 bytes as they are).
-- The arena shrinks, and the CUDA backend refuses such a plan with a message.
+- The arena shrinks; a resumed run is bit-identical; the CUDA backend refuses such a
+  plan with a message.
 Skipped when PIPEMESH_OPT is not set (a runtime-only build).
 """
 import math
@@ -190,6 +191,20 @@ class ActivationsBf16(common.TempDirTest):
         half, full = activation_bytes(single), activation_bytes(f32)
         print(f"\n  activation bytes of the pp=1 plan: f32 {full}, bf16 {half}")
         self.assertLess(half, 0.75 * full)
+
+    def test_resume_is_bit_identical(self):
+        plan = self.compile("r.plan", "activations=bf16 recompute=selective")
+        _, full = self.train(plan, "full")
+        ckpt = self.path("ckpt")
+        self.check_ok(common.run([plan, "--steps", STEPS, "--lr", LR, "--checkpoint-dir", ckpt,
+                                  "--checkpoint-every", 4, "--stop-at-step", 6]))
+        log = self.path("rest.jsonl")
+        r = self.check_ok(common.run([plan, "--steps", STEPS, "--lr", LR, "--checkpoint-dir", ckpt,
+                                      "--resume", "--log-json", log]))
+        self.assertIn("resumed from", r.stdout)
+        rest = common.read_log(log)
+        self.assertEqual([e["step"] for e in rest], list(range(4, STEPS)))
+        self.assertEqual([e["loss"] for e in rest], full[4:])
 
     def test_cuda_backend_refuses(self):
         r = common.run([self.compile("c.plan", "activations=bf16"), "--steps", 1, "--backend",
