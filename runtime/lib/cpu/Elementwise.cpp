@@ -9,6 +9,8 @@
 
 #include "KernelUtil.h"
 
+#include "pipemesh/runtime/Bf16.h"
+
 #include <type_traits>
 
 namespace pipemesh::rt::cpu {
@@ -136,6 +138,18 @@ template <typename From, typename To> void castBuffer(const From *x, To *y, int6
     for (int64_t i = 0; i < n; ++i)
       y[i] = static_cast<To>(x[i]);
   }
+}
+
+void widenBf16Buffer(const uint16_t *x, float *y, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > kCopyGrain)
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = bf16ToFloat(x[i]);
+}
+
+void roundBf16Buffer(const float *x, uint16_t *y, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > kCopyGrain)
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = floatToBf16(x[i]);
 }
 
 template <typename T> void axpy(T alpha, const T *x, T *y, int64_t n) {

@@ -4,7 +4,7 @@
 #include "OpContext.h"
 
 #include "pipemesh/runtime/Activity.h"
-#include "pipemesh/runtime/Bf16.h"
+#include "pipemesh/runtime/CpuKernels.h"
 #include "pipemesh/runtime/Communicator.h"
 
 #include <algorithm>
@@ -53,7 +53,7 @@ struct StagedCopy {
   uint16_t *stored;
   float *staged;
   int64_t numel;
-  bool written;
+  bool read, written;
 };
 } // namespace
 
@@ -86,7 +86,10 @@ Executor::Executor(ExecEnv &env) : env(env) {
       for (int64_t id : bf16Buffers(env.rank, inst)) {
         TensorRef t = env.arena.tensor(id);
         bool written = std::find(inst.out.begin(), inst.out.end(), id) != inst.out.end();
-        copies.push_back({t.as<uint16_t>(), next, t.numel, written});
+        // Kernels write their outputs whole; `accumulate` alone adds to its.
+        bool read = !written || inst.op == "accumulate" ||
+                    std::find(inst.in.begin(), inst.in.end(), id) != inst.in.end();
+        copies.push_back({t.as<uint16_t>(), next, t.numel, read, written});
         t.data = next;
         t.dtype = DType::F32;
         ctx.staged[id] = t;
@@ -99,14 +102,14 @@ Executor::Executor(ExecEnv &env) : env(env) {
       throw Error(prefix(env, inst) + e.what());
     }
     if (!copies.empty())
-      // Outputs are widened too: accumulating ops read what they add to.
       b.run = [run = std::move(b.run), copies = std::move(copies)] {
         for (const StagedCopy &c : copies)
-          widenBf16(c.stored, c.staged, c.numel);
+          if (c.read)
+            cpu::widenBf16Buffer(c.stored, c.staged, c.numel);
         run();
         for (const StagedCopy &c : copies)
           if (c.written)
-            roundToBf16(c.staged, c.stored, c.numel);
+            cpu::roundBf16Buffer(c.staged, c.stored, c.numel);
       };
     b.cls = ctx.cls;
     b.activity = concat("instruction ", inst.index, " (",

@@ -44,6 +44,10 @@ void where(const uint8_t *cond, const Dims &cShape, const T *x, const Dims &xSha
 /// y = static_cast<To>(x); to uint8_t (the storage of i1) it is x != 0.
 /// From/To: float, double, int64_t, int32_t, uint8_t.
 template <typename From, typename To> void castBuffer(const From *x, To *y, int64_t n);
+/// bf16 storage (activations=bf16; pipemesh/runtime/Bf16.h): widening is
+/// exact, rounding is to nearest-even; both over OpenMP threads.
+void widenBf16Buffer(const uint16_t *x, float *y, int64_t n);
+void roundBf16Buffer(const float *x, uint16_t *y, int64_t n);
 /// y += alpha * x (gradient accumulation).
 template <typename T> void axpy(T alpha, const T *x, T *y, int64_t n);
 
