@@ -49,6 +49,7 @@ static std::vector<int64_t> bf16Buffers(const RankPlan &rank, const Instruction 
 }
 
 namespace {
+/// A bf16 buffer an instruction sees as an f32 copy in the staging space.
 struct StagedCopy {
   uint16_t *stored;
   float *staged;
@@ -56,6 +57,40 @@ struct StagedCopy {
   bool read, written;
 };
 } // namespace
+
+/// Points the instruction's bf16 operands at f32 copies laid out from
+/// `space` (ctx.staged) and returns what to widen and round around it.
+static std::vector<StagedCopy> stageBf16(const ExecEnv &env, const Instruction &inst,
+                                         OpContext &ctx, float *space) {
+  std::vector<StagedCopy> copies;
+  for (int64_t id : bf16Buffers(env.rank, inst)) {
+    TensorRef t = env.arena.tensor(id);
+    bool written = std::find(inst.out.begin(), inst.out.end(), id) != inst.out.end();
+    // Kernels write their outputs whole; `accumulate` alone adds to its.
+    bool read = !written || inst.op == "accumulate" ||
+                std::find(inst.in.begin(), inst.in.end(), id) != inst.in.end();
+    copies.push_back({t.as<uint16_t>(), space, t.numel, read, written});
+    t.data = space;
+    t.dtype = DType::F32;
+    ctx.staged[id] = t;
+    space += t.numel;
+  }
+  return copies;
+}
+
+static Thunk withStaging(Thunk run, std::vector<StagedCopy> copies) {
+  if (copies.empty())
+    return run;
+  return [run = std::move(run), copies = std::move(copies)] {
+    for (const StagedCopy &c : copies)
+      if (c.read)
+        cpu::widenBf16Buffer(c.stored, c.staged, c.numel);
+    run();
+    for (const StagedCopy &c : copies)
+      if (c.written)
+        cpu::roundBf16Buffer(c.staged, c.stored, c.numel);
+  };
+}
 
 Executor::Executor(ExecEnv &env) : env(env) {
   const OpTable &table = env.backend ? env.backend->ops() : opTable();
@@ -81,36 +116,14 @@ Executor::Executor(ExecEnv &env) : env(env) {
     BoundInstruction b;
     b.inst = &inst;
     std::vector<StagedCopy> copies;
-    if (!env.backend) {
-      float *next = bf16Staging.data();
-      for (int64_t id : bf16Buffers(env.rank, inst)) {
-        TensorRef t = env.arena.tensor(id);
-        bool written = std::find(inst.out.begin(), inst.out.end(), id) != inst.out.end();
-        // Kernels write their outputs whole; `accumulate` alone adds to its.
-        bool read = !written || inst.op == "accumulate" ||
-                    std::find(inst.in.begin(), inst.in.end(), id) != inst.in.end();
-        copies.push_back({t.as<uint16_t>(), next, t.numel, read, written});
-        t.data = next;
-        t.dtype = DType::F32;
-        ctx.staged[id] = t;
-        next += t.numel;
-      }
-    }
+    if (!env.backend)
+      copies = stageBf16(env, inst, ctx, bf16Staging.data());
     try {
       b.run = it->second(ctx);
     } catch (const Error &e) {
       throw Error(prefix(env, inst) + e.what());
     }
-    if (!copies.empty())
-      b.run = [run = std::move(b.run), copies = std::move(copies)] {
-        for (const StagedCopy &c : copies)
-          if (c.read)
-            cpu::widenBf16Buffer(c.stored, c.staged, c.numel);
-        run();
-        for (const StagedCopy &c : copies)
-          if (c.written)
-            cpu::roundBf16Buffer(c.staged, c.stored, c.numel);
-      };
+    b.run = withStaging(std::move(b.run), std::move(copies));
     b.cls = ctx.cls;
     b.activity = concat("instruction ", inst.index, " (",
                         ctx.activity.empty() ? inst.op : ctx.activity, ")");
