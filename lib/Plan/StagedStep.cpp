@@ -60,8 +60,10 @@ int64_t StagedStep::storedBytes(Value v) const {
 }
 
 /// gradientParts: from every accumulate_grad operand back through the ops
-/// that only combine or rearrange gradient pieces (a GEMM, a reduction or a
-/// norm's gradient reads activations: the walk stops there).
+/// that only combine, scale or rearrange gradient pieces (elementwise ops
+/// whose result has a parameter's shape read operands no larger). A GEMM, a
+/// reduction, an embedding's or a norm's gradient reads activations: the
+/// walk stops there.
 static llvm::DenseSet<Value> findGradientParts(func::FuncOp train) {
   llvm::DenseSet<Value> parts;
   llvm::SmallVector<Value> work;
@@ -71,7 +73,9 @@ static llvm::DenseSet<Value> findGradientParts(func::FuncOp train) {
     if (!parts.insert(root).second)
       continue;
     Operation *def = root.getDefiningOp();
-    if (def && isa<pm::AddOp, pm::SubOp, pm::SliceGradOp, pm::TransposeOp, pm::ConcatOp>(def))
+    if (def && isa<pm::AddOp, pm::SubOp, pm::MulOp, pm::DivOp, pm::NegOp, pm::CastOp,
+                   pm::SliceGradOp, pm::SliceOp, pm::TransposeOp, pm::ConcatOp, pm::SplitOp,
+                   pm::BroadcastOp>(def))
       for (Value operand : def->getOperands())
         work.push_back(operand);
   }
