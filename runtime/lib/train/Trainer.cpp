@@ -153,7 +153,10 @@ void Trainer::banner() {
     log << ", activations stored as " << p.model.activations;
   log << ")\n";
   log << "pipemesh-run: " << comm.size() << (comm.size() == 1 ? " rank" : " ranks") << " via "
-      << comm.name() << "; rank 0 arena " << rankPlan->arenaBytes << " bytes; backend "
+      << comm.name() << "; rank 0 arena " << rankPlan->arenaBytes << " bytes";
+  if (executor->stagingBytes())
+    log << " (+ " << executor->stagingBytes() << " bytes of f32 staging for its bf16 buffers)";
+  log << "; backend "
       << (backend ? backend->name() : std::string("cpu"));
   if (comm.size() > 1)
     log << "; --comm-timeout " << comm.timeoutSeconds << " s";

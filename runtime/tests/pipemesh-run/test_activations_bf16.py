@@ -131,6 +131,7 @@ class ActivationsBf16(common.TempDirTest):
     def test_against_torch_bf16_storage(self):
         r, ours = self.train(self.compile("bf16.plan", "activations=bf16"), "bf16")
         self.assertIn("activations stored as bf16", r.stdout + r.stderr)
+        self.assertIn("bytes of f32 staging for its bf16 buffers", r.stdout + r.stderr)
         _, ours_f32 = self.train(self.compile("f32.plan", ""), "f32")
         ref, ref_f32 = self.torch_log(True), self.torch_log(False)
         norm = lambda name: common.read_log(self.path(name + ".jsonl"))[0]["grad_norm"]

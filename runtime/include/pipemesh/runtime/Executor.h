@@ -113,6 +113,9 @@ public:
   void resetProfile();
   /// Op names the executor knows (kernel and control instructions).
   static std::vector<std::string> knownOps();
+  /// Bytes of the f32 staging space of a bf16-activation plan on the CPU
+  /// kernels (0 otherwise): memory beside the arena.
+  uint64_t stagingBytes() const { return bf16Staging.size() * sizeof(float); }
 
 private:
   ExecEnv &env;
