@@ -51,7 +51,8 @@ bool StagedStep::storesBf16(Value v) const {
   auto t = cast<RankedTensorType>(v.getType());
   if (!t.getElementType().isF32() || t.getRank() == 0 || scope(v) != ValueScope::Activation)
     return false;
-  return !gradientParts.count(viewRoot(v));
+  Value root = viewRoot(v);
+  return fromParams.count(root) && !gradientParts.count(root);
 }
 
 int64_t StagedStep::storedBytes(Value v) const {
@@ -287,6 +288,11 @@ FailureOr<StagedStep> analyzeTrainStep(func::FuncOp train, int64_t pp, int64_t n
     if (isa<pm::ConstantOp>(op))
       s.constantName[&op] = "const." + std::to_string(k++);
   s.gradientParts = findGradientParts(train);
+  for (Operation &op : entry)
+    if (isa<pm::GetParamOp>(op) || llvm::any_of(op.getOperands(), [&](Value v) {
+          return s.fromParams.count(v) > 0;
+        }))
+      s.fromParams.insert(op.result_begin(), op.result_end());
   return s;
 }
 

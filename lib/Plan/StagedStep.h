@@ -98,12 +98,16 @@ struct StagedStep {
   /// a gradient rounded to 8 bits of mantissa before it is summed over
   /// micro-batches loses what AdamW's fp32 master weights are there to keep.
   llvm::DenseSet<mlir::Value> gradientParts;
+  /// Values computed from a parameter (or from the loss, which is): what
+  /// bf16 storage may round. Values computed from the inputs and constants
+  /// alone (masks, positions cast to f32) stay exact.
+  llvm::DenseSet<mlir::Value> fromParams;
   /// activations=bf16 (set by the plan builder from its options).
   bool bf16Activations = false;
   /// Whether `v`'s buffer stores bf16 (computed in f32, rounded when
   /// stored): with bf16Activations, Activation-scope f32 tensors of rank >= 1
-  /// do, except gradientParts; inputs, parameters, constants and scalars (the
-  /// loss) never do.
+  /// computed from parameters do, except gradientParts; inputs, parameters,
+  /// constants, what only they determine and scalars (the loss) never do.
   bool storesBf16(mlir::Value v) const;
   /// The bytes of `v`'s buffer at its storage type (what the memory planner
   /// and a pipeline message see; the skeleton simulation's sizes).
