@@ -17,6 +17,8 @@ import re
 import statistics
 import subprocess
 
+import cpu_model
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -27,14 +29,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--json")
     args = ap.parse_args()
-    opt, run = (os.path.join(args.build, "bin", t) for t in ("pipemesh-opt", "pipemesh-run"))
-    work = os.path.join(ROOT, "bench", "out")
-    os.makedirs(work, exist_ok=True)
-    model = os.path.join(work, "gpt_L6_C384_V8192.onnx")
-    if not os.path.exists(model):
-        subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "models", "gen_gpt2.py"),
-                        "--layers", "6", "--embd", "384", "--heads", "6", "--vocab", "8192",
-                        "--ctx", "256", "-o", model], check=True, capture_output=True)
+    opt, run = cpu_model.tools(args.build)
+    work = cpu_model.WORK
+    model = cpu_model.ensure_model()
     plans, sides = {}, {}
     for act in ("f32", "bf16"):
         plans[act] = os.path.join(work, f"gpt_L6_{act}.plan")

@@ -35,6 +35,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "models"))
 sys.path.insert(0, os.path.join(ROOT, "test", "Integration"))
 import check_training  # noqa: E402  (the PyTorch reference model and data sampling)
+import cpu_model  # noqa: E402
 
 CFG = dict(layers=6, embd=384, heads=6, vocab=8192, ctx=256)
 B, T = 4, 256
@@ -87,7 +88,7 @@ def torch_step_times(model_path, tokens, steps, threads):
 def torch_worker(args):
     """--torch-worker: PyTorch's step times as JSON on stdout."""
     tokens = np.fromfile(args.torch_worker, dtype=np.uint16, offset=1024).astype(np.int64)
-    model = os.path.join(ROOT, "bench", "out", "gpt_L6_C384_V8192.onnx")
+    model = cpu_model.MODEL
     print(json.dumps(torch_step_times(model, tokens, args.steps, args.threads)))
 
 
@@ -125,14 +126,9 @@ def main():
         return torch_worker(args)
     if args.steps <= WARMUP:
         ap.error(f"--steps must be above the {WARMUP} warm-up steps")
-    opt, run = (os.path.join(args.build, "bin", t) for t in ("pipemesh-opt", "pipemesh-run"))
-    work = os.path.join(ROOT, "bench", "out")
-    os.makedirs(work, exist_ok=True)
-    model = os.path.join(work, "gpt_L6_C384_V8192.onnx")
-    if not os.path.exists(model):
-        subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "models", "gen_gpt2.py"),
-                        "--layers", "6", "--embd", "384", "--heads", "6", "--vocab", "8192",
-                        "--ctx", "256", "-o", model], check=True)
+    opt, run = cpu_model.tools(args.build)
+    work = cpu_model.WORK
+    model = cpu_model.ensure_model()
     plan = os.path.join(work, "cpu_step.plan")
     subprocess.run([opt, model, f"--pipemesh-compile=batch={B} seq={T} microbatches=1",
                     "-o", plan], check=True)

@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "pipemesh/runtime/Bf16.h"
+#include "pipemesh/runtime/CpuKernels.h"
 
 #include <gtest/gtest.h>
 
@@ -54,8 +55,8 @@ TEST(Bf16, BulkConversions) {
   float src[5] = {1.0f, fromBits(0x3f808001), -3.0f, 0.0f, 1e-3f};
   uint16_t h[5];
   float back[5];
-  roundToBf16(src, h, 5);
-  widenBf16(h, back, 5);
+  cpu::roundBf16Buffer(src, h, 5);
+  cpu::widenBf16Buffer(h, back, 5);
   for (int i = 0; i < 5; ++i) {
     EXPECT_EQ(h[i], floatToBf16(src[i]));
     EXPECT_LE(std::fabs(back[i] - src[i]), std::fabs(src[i]) * (1.0f / 256));

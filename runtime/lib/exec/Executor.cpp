@@ -58,12 +58,13 @@ struct StagedCopy {
 };
 } // namespace
 
-/// Points the instruction's bf16 operands at f32 copies laid out from
-/// `space` (ctx.staged) and returns what to widen and round around it.
+/// Points the instruction's bf16 operands (`ids`) at f32 copies laid out
+/// from `space` (ctx.staged) and returns what to widen and round around it.
 static std::vector<StagedCopy> stageBf16(const ExecEnv &env, const Instruction &inst,
-                                         OpContext &ctx, float *space) {
+                                         const std::vector<int64_t> &ids, OpContext &ctx,
+                                         float *space) {
   std::vector<StagedCopy> copies;
-  for (int64_t id : bf16Buffers(env.rank, inst)) {
+  for (int64_t id : ids) {
     TensorRef t = env.arena.tensor(id);
     bool written = std::find(inst.out.begin(), inst.out.end(), id) != inst.out.end();
     // Kernels write their outputs whole; `accumulate` alone adds to its.
@@ -97,17 +98,20 @@ Executor::Executor(ExecEnv &env) : env(env) {
   // activations=bf16 on the CPU kernels: one staging space for the largest
   // instruction (instructions run one at a time). A device backend brings
   // its own handling of storage types.
+  std::vector<std::vector<int64_t>> staged(env.rank.program.size());
   if (!env.backend) {
     int64_t most = 0;
-    for (const Instruction &inst : env.rank.program) {
+    for (size_t i = 0; i < staged.size(); ++i) {
+      staged[i] = bf16Buffers(env.rank, env.rank.program[i]);
       int64_t n = 0;
-      for (int64_t id : bf16Buffers(env.rank, inst))
+      for (int64_t id : staged[i])
         n += numElements(env.rank.buffer(id).shape);
       most = std::max(most, n);
     }
     bf16Staging.resize((size_t)most);
   }
-  for (const Instruction &inst : env.rank.program) {
+  for (size_t i = 0; i < staged.size(); ++i) {
+    const Instruction &inst = env.rank.program[i];
     auto it = table.find(inst.op);
     if (it == table.end())
       fail(prefix(env, inst), "unknown op '", inst.op,
@@ -115,9 +119,7 @@ Executor::Executor(ExecEnv &env) : env(env) {
     OpContext ctx(env, inst);
     BoundInstruction b;
     b.inst = &inst;
-    std::vector<StagedCopy> copies;
-    if (!env.backend)
-      copies = stageBf16(env, inst, ctx, bf16Staging.data());
+    std::vector<StagedCopy> copies = stageBf16(env, inst, staged[i], ctx, bf16Staging.data());
     try {
       b.run = it->second(ctx);
     } catch (const Error &e) {

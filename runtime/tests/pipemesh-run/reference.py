@@ -68,6 +68,14 @@ def learning_rate(s, lr, steps, warmup=0, schedule="constant", min_lr=0.0):
 
 # --- models (mirror runtime/tools/make_test_plan.py) ----------------------------------
 
+def causal_attention(q, k, v, d):
+    """softmax(q k^T / sqrt(d), causal) v over the last two dims."""
+    t = q.shape[-2]
+    s = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d))
+    s = s.masked_fill(torch.triu(torch.ones(t, t, dtype=torch.bool), 1), float("-inf"))
+    return torch.softmax(s, -1) @ v
+
+
 def tiny_gpt_loss(p, ids, tgt, heads):
     B, T = ids.shape
     V, C = p["wte"].shape
@@ -76,9 +84,7 @@ def tiny_gpt_loss(p, ids, tgt, heads):
     h = p["wte"][ids] + p["wpe"]
     qkv = ln(h, "ln1") @ p["attn.qkv.weight"] + p["attn.qkv.bias"]
     q, k, v = (t.reshape(B, T, H, D).transpose(1, 2) for t in qkv.split(C, dim=2))
-    s = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
-    s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
-    att = (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(B, T, C)
+    att = causal_attention(q, k, v, D).transpose(1, 2).reshape(B, T, C)
     h2 = h + att @ p["attn.proj.weight"] + p["attn.proj.bias"]
     fc = ln(h2, "ln2") @ p["mlp.fc.weight"] + p["mlp.fc.bias"]
     h3 = h2 + F.gelu(fc, approximate="tanh") @ p["mlp.proj.weight"] + p["mlp.proj.bias"]

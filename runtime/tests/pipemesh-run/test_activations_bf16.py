@@ -16,7 +16,6 @@ in f32, parameters, gradients and AdamW state stay f32.
   plan with a message.
 Skipped when PIPEMESH_OPT is not set (a runtime-only build).
 """
-import math
 import os
 import subprocess
 import sys
@@ -48,13 +47,6 @@ class _Round(torch.autograd.Function):
         return g.to(torch.bfloat16).to(torch.float32)
 
 
-def causal_attention(q, k, v, d):
-    t = q.shape[-2]
-    s = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d))
-    s = s.masked_fill(torch.triu(torch.ones(t, t, dtype=torch.bool), 1), float("-inf"))
-    return torch.softmax(s, -1) @ v
-
-
 def gpt2_loss(p, ids, tgt, heads, bf16):
     """gen_gpt2.py's model (GPT-2: pre-LN, tanh GELU, tied head); with bf16, every op
     reads and writes rounded values (its inputs rounded too: each gradient
@@ -77,7 +69,7 @@ def gpt2_loss(p, ids, tgt, heads, bf16):
         ln1 = op(lambda x: F.layer_norm(x, (C,), w("ln_1.weight"), w("ln_1.bias"), 1e-5), h)
         qkv = op(lambda x: x @ w("attn.c_attn.weight") + w("attn.c_attn.bias"), ln1)
         q, k, v = (t.reshape(Bn, Tn, heads, D).transpose(1, 2) for t in qkv.split(C, dim=2))
-        att = op(lambda a, b, c: causal_attention(a, b, c, D), q, k, v)
+        att = op(lambda a, b, c: reference.causal_attention(a, b, c, D), q, k, v)
         att = att.transpose(1, 2).reshape(Bn, Tn, C)
         proj = op(lambda x: x @ w("attn.c_proj.weight") + w("attn.c_proj.bias"), att)
         h = op(torch.add, h, proj)

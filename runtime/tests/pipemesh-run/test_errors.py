@@ -61,6 +61,13 @@ class PlanErrors(common.TempDirTest):
         self.check_fails(common.run([self.write("g.plan", manifest=m, builder=b), "--steps", 1]),
                          "manifest field 'model.vocab' is missing")
 
+    def test_bad_activations_field(self):
+        b = tiny()
+        m = b.manifest()
+        m["activations"] = "f16"
+        self.check_fails(common.run([self.write("act.plan", manifest=m, builder=b), "--steps", 1]),
+                         "activations", "must be f32 or bf16, got 'f16'")
+
     def test_buffer_outside_arena(self):
         b = tiny()
         m = b.manifest()

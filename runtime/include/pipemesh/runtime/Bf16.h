@@ -2,7 +2,8 @@
 //
 // bf16 is the upper half of an IEEE f32. Rounding f32 -> bf16 is to nearest,
 // ties to even (what PyTorch's .to(torch.bfloat16) and CUDA's
-// __float2bfloat16 do); NaNs stay NaNs. Widening is exact.
+// __float2bfloat16 do); NaNs stay NaNs. Widening is exact. Whole buffers:
+// cpu::widenBf16Buffer / roundBf16Buffer (CpuKernels.h).
 //
 //===----------------------------------------------------------------------===//
 #ifndef PIPEMESH_RUNTIME_BF16_H
@@ -27,16 +28,6 @@ inline float bf16ToFloat(uint16_t h) {
   float f;
   std::memcpy(&f, &u, 4);
   return f;
-}
-
-inline void roundToBf16(const float *src, uint16_t *dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i)
-    dst[i] = floatToBf16(src[i]);
-}
-
-inline void widenBf16(const uint16_t *src, float *dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i)
-    dst[i] = bf16ToFloat(src[i]);
 }
 
 } // namespace pipemesh::rt

@@ -1,0 +1,24 @@
+"""The CPU benchmarks' model and tools (bench/cpu_step.py, pipeline_step.py,
+activations_bf16.py): GPT-2 style L=6, C=384, H=6, V=8192, ctx 256, written once by
+models/gen_gpt2.py into bench/out/."""
+import os
+import subprocess
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORK = os.path.join(ROOT, "bench", "out")
+MODEL = os.path.join(WORK, "gpt_L6_C384_V8192.onnx")
+
+
+def tools(build):
+    """(pipemesh-opt, pipemesh-run) of a build directory."""
+    return tuple(os.path.join(build, "bin", t) for t in ("pipemesh-opt", "pipemesh-run"))
+
+
+def ensure_model():
+    """The benchmark model's path, generated on first use."""
+    os.makedirs(WORK, exist_ok=True)
+    if not os.path.exists(MODEL):
+        subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "models", "gen_gpt2.py"),
+                        "--layers", "6", "--embd", "384", "--heads", "6", "--vocab", "8192",
+                        "--ctx", "256", "-o", MODEL], check=True, capture_output=True)
+    return MODEL
