@@ -51,6 +51,7 @@ MODELS = {  # name: (layers, embd, heads)
 SEQ, VOCAB = 2048, 50257
 GLOBAL_BATCH = 128          # sequences per step = batch * microbatches * dp (--global-batch)
 ACTIVATIONS = "f32"         # storage type of activation buffers (--activations)
+PARAMS = "f32"              # what F and B read of the parameters (--params)
 PP = 4                       # pipeline stages for every GPU count; dp = gpus / pp
 NETWORKS = ("a100-40g-25gbps", "a100-40g-100gbps")
 MEM_LIMIT = "40GiB"
@@ -179,6 +180,7 @@ def run_config(opt, simbin, model, gpus, schedule, vpp, extra, label, zero, net=
            f"_{schedule}{('_' + label) if label else ''}_z{zero}"
            f"{('_' + net.split('-')[-1]) if net else ''}"
            f"{'' if ACTIVATIONS == 'f32' else '_' + ACTIVATIONS}"
+           f"{'' if PARAMS == 'f32' else '_p' + PARAMS}"
            .replace("=", "").replace(",", "_"))
     cache = os.path.join(CACHE, key + ".json")
     if os.path.exists(cache):
@@ -187,12 +189,12 @@ def run_config(opt, simbin, model, gpus, schedule, vpp, extra, label, zero, net=
             return rec
     opts = (f"batch={batch} seq={SEQ} pp={pp} dp={dp} vpp={vpp} microbatches={m} "
             f"schedule={schedule} zero={zero} recompute=auto mem-limit={MEM_LIMIT} "
-            f"shapes-only=true activations={ACTIVATIONS} {extra}{(' cluster=' + net) if net else ''}"
+            f"shapes-only=true activations={ACTIVATIONS} params={PARAMS} {extra}{(' cluster=' + net) if net else ''}"
             f"{' prefetch=auto' if zero in (3, 'auto') else ''}").strip()
     rec = {"key": key, "model": model, "gpus": gpus, "schedule": schedule, "label": label,
            "pp": pp, "dp": dp, "vpp": vpp, "batch": batch, "microbatches": m, "zero": zero,
            "options": opts, "sims": {}, "bin_hash": BIN_HASH, "global_batch": GLOBAL_BATCH,
-           "activations": ACTIVATIONS}
+           "activations": ACTIVATIONS, "params": PARAMS}
     plan = os.path.join(WORK, key + ".plan")
     t0 = time.time()
     limit = COMPILE_TIMEOUT["auto" if zero == "auto" else "fixed"]
@@ -338,7 +340,7 @@ def table(rows):
 
 
 def main():
-    global BIN_HASH, GLOBAL_BATCH, LADDER_RECOMPUTE, ACTIVATIONS
+    global BIN_HASH, GLOBAL_BATCH, LADDER_RECOMPUTE, ACTIVATIONS, PARAMS
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--jobs", type=int, default=2)
@@ -360,9 +362,14 @@ def main():
     ap.add_argument("--activations", choices=("f32", "bf16"), default=ACTIVATIONS,
                     help="activations= of every plan (bf16: cached and written apart, "
                          "sim_paper..._bf16.json / .md)")
+    ap.add_argument("--params", choices=("f32", "bf16"), default=PARAMS,
+                    help="params= of every plan (bf16: the forward and backward read bf16 "
+                         "copies of the f32 masters, ZeRO gathers move them; cached and "
+                         "written apart, sim_paper..._pbf16.json / .md)")
     args = ap.parse_args()
     GLOBAL_BATCH = args.global_batch
     ACTIVATIONS = args.activations
+    PARAMS = args.params
     LADDER_RECOMPUTE = args.ladder_recompute
     opt, simbin = (os.path.join(args.build, "bin", t) for t in ("pipemesh-opt", "pipemesh-sim"))
     BIN_HASH = bin_hash(opt, simbin)
@@ -386,7 +393,8 @@ def main():
         for f in sorted(os.listdir(CACHE)):
             rec = json.load(open(os.path.join(CACHE, f)))
             if rec.get("global_batch", 128) == GLOBAL_BATCH and \
-                    rec.get("activations", "f32") == ACTIVATIONS:
+                    rec.get("activations", "f32") == ACTIVATIONS and \
+                    rec.get("params", "f32") == PARAMS:
                 recs.append(rec)
         if any(r.get("bin_hash") == BIN_HASH for r in recs):
             recs = [r for r in recs if r.get("bin_hash") == BIN_HASH]
@@ -404,7 +412,8 @@ def main():
         tables["strict" if strict else "mem_limit"] = rows_for(recs, grid, strict)
     rows = tables["mem_limit"]
     suffix = ("" if GLOBAL_BATCH == 128 else f"_B{GLOBAL_BATCH}") + \
-        ("" if ACTIVATIONS == "f32" else "_" + ACTIVATIONS)
+        ("" if ACTIVATIONS == "f32" else "_" + ACTIVATIONS) + \
+        ("" if PARAMS == "f32" else "_p" + PARAMS)
     with open(os.path.join(OUT, f"sim_paper{suffix}.json"), "w") as f:
         json.dump({"setting": {"seq": SEQ, "vocab": VOCAB, "global_batch": GLOBAL_BATCH,
                                "pp": PP, "mem_limit": MEM_LIMIT, "networks": NETWORKS,

@@ -153,6 +153,14 @@ private:
     ShardLayout layout;
     int full = -1, shard = -1, grad = -1, gradShard = -1, m = -1, v = -1;
     int transientGrad = -1;
+    /// params=bf16: the bf16 copy of the master (`full` at zero 0, `shard`
+    /// above) that AdamW writes and zero 1-3 gather from.
+    int copy = -1;
+    /// What F and B read when the whole is persistent: the copy at zero 0
+    /// with bf16 compute, else the whole.
+    int computed() const { return copy >= 0 && shard < 0 ? copy : full; }
+    /// What a ZeRO gather sends: the shard's bf16 copy, or the shard.
+    int gatherSource() const { return copy >= 0 && shard >= 0 ? copy : shard; }
   };
   struct ActionCtx {
     Action a;
@@ -251,7 +259,9 @@ private:
   llvm::StringMap<std::pair<int, int64_t>> prefetched;
   void prefetchGathers(llvm::ArrayRef<std::string> names);
   /// A temporary (activation-kind) buffer of a parameter's whole shape.
-  int addWholeTemporary(StringRef param, StringRef suffix);
+  int addWholeTemporary(StringRef param, StringRef suffix, StringRef dtype = "f32");
+  /// A zero-3 whole parameter gathered for use, at its compute type.
+  int addGatherTarget(StringRef param);
   /// The whole buffer of a prefetched parameter, after waiting for its
   /// gather (and with it every earlier prefetch).
   int takePrefetched(StringRef name);

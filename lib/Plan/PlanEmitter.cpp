@@ -357,6 +357,7 @@ json::Object PlanBuilder::manifest(std::vector<RankPlan> &ranks, bool replicasEl
                     {"loss", sh.lossMode},
                     {"shapes_only", o.shapesOnly}}},
       {"activations", o.activations},
+      {"param_dtype", o.params},
       {"parallel", std::move(parallel)},
       {"inputs", std::move(inputs)},
       {"params", std::move(params)},
@@ -533,6 +534,7 @@ LogicalResult PlanBuilder::run(llvm::raw_ostream &os) {
     return failure();
   sh.step = std::move(*step);
   sh.step.bf16Activations = sh.opts.activations == "bf16";
+  sh.step.bf16Params = sh.opts.params == "bf16";
   if (failed(classifyInputs(train)) || failed(collectParams()))
     return failure();
   countFlops(train);

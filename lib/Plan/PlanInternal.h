@@ -21,8 +21,8 @@ struct Buffer {
   std::string name;
   llvm::SmallVector<int64_t> shape;
   std::string dtype; // f32, i64, i32, i1, f64, f16, bf16
-  std::string kind;  // input, activation, param, grad, adam_m, adam_v, constant
-  std::string param; // for param/grad/adam_*
+  std::string kind;  // input, activation, param, param_copy, grad, adam_m, adam_v, constant
+  std::string param; // for param/param_copy/grad/adam_*
   std::string data;  // constant: safetensors entry
   int aliasOf = -1;  // reshape results share their input's memory
   int64_t offset = 0;
@@ -32,7 +32,7 @@ struct Buffer {
 
   int64_t bytes() const;
   bool persistent() const {
-    return kind == "param" || kind == "grad" || kind == "adam_m" || kind == "adam_v" ||
+    return kind == "param" || kind == "param_copy" || kind == "grad" || kind == "adam_m" || kind == "adam_v" ||
            kind == "constant";
   }
 };

@@ -88,7 +88,8 @@ bool printPlan(llvm::StringRef path, llvm::raw_ostream &os, std::string &why) {
      << " vocab=" << model->getInteger("vocab").value_or(0)
      << " params=" << model->getInteger("num_params").value_or(0)
      << " loss=" << model->getString("loss").value_or("?")
-     << " activations=" << m->getString("activations").value_or("f32") << "\n";
+     << " activations=" << m->getString("activations").value_or("f32")
+     << " param_dtype=" << m->getString("param_dtype").value_or("f32") << "\n";
   os << "parallel: pp=" << par->getInteger("pp").value_or(0)
      << " dp=" << par->getInteger("dp").value_or(0)
      << " vpp=" << par->getInteger("vpp").value_or(0)
@@ -210,14 +211,18 @@ bool printPlan(llvm::StringRef path, llvm::raw_ostream &os, std::string &why) {
           os << " " << *g;
         if (op == "adamw") {
           const json::Array *ps = in->getArray("params");
-          size_t zeroWeight = 0;
+          size_t zeroWeight = 0, copies = 0;
           if (ps)
             for (const json::Value &e : *ps)
-              if (const json::Object *eo = e.getAsObject())
+              if (const json::Object *eo = e.getAsObject()) {
                 zeroWeight += eo->getNumber("norm_weight").value_or(1.0) == 0.0;
+                copies += eo->get("copy") != nullptr;
+              }
           os << " (" << (ps ? ps->size() : 0) << " parameters";
           if (zeroWeight)
             os << ", " << zeroWeight << " with norm_weight 0";
+          if (copies)
+            os << ", " << copies << " rounded into bf16 copies";
           os << ")\n";
           continue;
         }

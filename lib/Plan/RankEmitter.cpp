@@ -53,12 +53,12 @@ void RankEmitter::createParamBuffers() {
       continue;
     heldParams.push_back(pi.name);
     ParamBufs pb;
-    pb.st = paramStorage(zeroOf(pi.name), sh.opts.dp, pi.trained);
+    pb.st = paramStorage(zeroOf(pi.name), sh.opts.dp, pi.trained, sh.step.bf16Params);
     pb.layout = shardLayout(shapes::numElements(pi.shape), sh.opts.dp);
     auto make = [&](StringRef kind, std::string name, bool sharded) {
       Buffer b;
       b.name = std::move(name);
-      b.dtype = "f32";
+      b.dtype = kind == "param_copy" ? "bf16" : "f32";
       b.kind = kind.str();
       b.param = pi.name;
       if (sharded) {
@@ -71,10 +71,15 @@ void RankEmitter::createParamBuffers() {
       }
       return add(std::move(b));
     };
+    // With a shard as master, a bf16-computed whole is only a copy.
     if (pb.st.fullParam)
-      pb.full = make("param", pi.name, false);
+      pb.full = make(pb.st.bf16Compute && pb.st.paramShard ? "param_copy" : "param", pi.name,
+                     false);
     if (pb.st.paramShard)
       pb.shard = make("param", pi.name + ".shard", true);
+    if (pb.st.masterCopy)
+      pb.copy = pb.st.paramShard ? make("param_copy", pi.name + ".shard.bf16", true)
+                                 : make("param_copy", pi.name + ".bf16", false);
     if (pi.trained) {
       if (pb.st.fullGrad)
         pb.grad = make("grad", pi.name + ".grad", false);
@@ -119,28 +124,32 @@ void RankEmitter::ensureLoaded(int64_t mb) {
   loaded[mb] = {tok, tgt};
 }
 
-int RankEmitter::addWholeTemporary(StringRef param, StringRef suffix) {
+int RankEmitter::addWholeTemporary(StringRef param, StringRef suffix, StringRef dtype) {
   const ParamInfo &pi = sh.params[sh.paramIndex.lookup(param)];
   Buffer b;
   b.name = pi.name + suffix.str();
   b.shape = pi.shape;
-  b.dtype = "f32";
+  b.dtype = dtype.str();
   b.kind = "activation";
   return add(std::move(b));
+}
+
+int RankEmitter::addGatherTarget(StringRef param) {
+  return addWholeTemporary(param, ".full", pbufs[param].st.bf16Compute ? "bf16" : "f32");
 }
 
 int RankEmitter::paramBuffer(StringRef name, ActionCtx &ctx) {
   ParamBufs &pb = pbufs[name];
   if (!pb.st.gatherBeforeUse)
-    return pb.full;
+    return pb.computed();
   if (auto it = gathered.find(name); it != gathered.end())
     return it->second;
   if (prefetched.count(name))
     return takePrefetched(name);
-  int id = addWholeTemporary(name, ".full");
+  int id = addGatherTarget(name);
   emit(json::Object{{"op", "allgather"},
                     {"group", "dp"},
-                    {"in", json::Array{pb.shard}},
+                    {"in", json::Array{pb.gatherSource()}},
                     {"out", json::Array{id}}});
   gathered[name] = id;
   return id;
@@ -256,8 +265,8 @@ void RankEmitter::prefetchGathers(llvm::ArrayRef<std::string> names) {
   for (const std::string &n : names) {
     if (gathered.count(n) || prefetched.count(n))
       continue;
-    int id = addWholeTemporary(n, ".full");
-    in.push_back(pbufs[n].shard);
+    int id = addGatherTarget(n);
+    in.push_back(pbufs[n].gatherSource());
     out.push_back(id);
     issued.push_back({n, id});
   }
@@ -1037,6 +1046,8 @@ LogicalResult RankEmitter::run(RankPlan &out) {
                        {"m", pb.m},
                        {"v", pb.v},
                        {"decay", pi.decay}};
+        if (pb.copy >= 0)
+          e["copy"] = pb.copy; // params=bf16: the updated master, rounded
         // Every gradient element counts once in the global norm: the tied
         // copy on the lowest pipeline rank, and replicated (zero 0) gradients
         // on dp rank 0 only.
@@ -1054,7 +1065,7 @@ LogicalResult RankEmitter::run(RankPlan &out) {
       for (const std::string &n : names(ag.getParams())) {
         ParamBufs &pb = pbufs[n];
         if (pb.shard >= 0 && pb.full >= 0) {
-          in.push_back(pb.shard);
+          in.push_back(pb.gatherSource());
           out.push_back(pb.full);
         }
       }

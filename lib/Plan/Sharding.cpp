@@ -11,8 +11,9 @@ ShardLayout shardLayout(int64_t numel, int64_t dp) {
   return l;
 }
 
-ParamStorage paramStorage(int64_t zero, int64_t dp, bool trained) {
+ParamStorage paramStorage(int64_t zero, int64_t dp, bool trained, bool bf16Params) {
   ParamStorage s;
+  s.masterCopy = s.bf16Compute = trained && bf16Params;
   if (dp <= 1 || zero <= 0) {
     s.fullGrad = trained;
     return s;
@@ -27,6 +28,20 @@ ParamStorage paramStorage(int64_t zero, int64_t dp, bool trained) {
   s.gradShard = trained;
   s.momentShards = trained;
   return s;
+}
+
+int64_t ParamStorage::persistentBytes(int64_t numel, int64_t shardNumel) const {
+  const int64_t f32 = 4, bf16 = 2;
+  // The whole is the master (f32) unless a shard is: then, with bf16
+  // compute, it is the bf16 gather target.
+  int64_t bytes = fullParam ? numel * (bf16Compute && paramShard ? bf16 : f32) : 0;
+  bytes += paramShard ? shardNumel * f32 : 0;
+  bytes += masterCopy ? (paramShard ? shardNumel : numel) * bf16 : 0;
+  bytes += fullGrad ? numel * f32 : 0;
+  bytes += gradShard ? shardNumel * f32 : 0;
+  if (fullGrad || gradShard) // trained: two AdamW moments
+    bytes += 2 * f32 * (momentShards ? shardNumel : numel);
+  return bytes;
 }
 
 } // namespace pipemesh::plan

@@ -41,6 +41,9 @@ sim::Job skeletonJob(ModuleOp module, const StagedStep &step, const ScheduleConf
   }
   auto paramBytes = [&](llvm::StringRef name) { return bytesOf.lookup(name); };
   auto shardBytes = [&](int64_t bytes) { return shardLayout(bytes / 4, dp).shardNumel * 4; };
+  // What a ZeRO gather moves: the parameters' compute copies (bf16 with
+  // params=bf16).
+  auto gatheredBytes = [&](int64_t bytes) { return step.bf16Params ? bytes / 2 : bytes; };
   auto listBytes = [&](ArrayAttr params) {
     int64_t b = 0;
     for (Attribute a : params)
@@ -99,19 +102,17 @@ sim::Job skeletonJob(ModuleOp module, const StagedStep &step, const ScheduleConf
       auto h = step.holders.find(param.getSymName());
       if (h == step.holders.end() || !h->second.count(p))
         continue;
-      int64_t bytes = cost::typeBytes(param.getType());
-      ParamStorage st = paramStorage(levelOf.lookup(param.getSymName()), dp, true);
-      int64_t shard = shardBytes(bytes);
-      prog.persistentBytes += (st.fullParam ? bytes : 0) + (st.paramShard ? shard : 0) +
-                              (st.fullGrad ? bytes : 0) + (st.gradShard ? shard : 0) +
-                              2 * (st.momentShards ? shard : bytes);
+      int64_t numel = cost::typeBytes(param.getType()) / 4;
+      ParamStorage st =
+          paramStorage(levelOf.lookup(param.getSymName()), dp, true, step.bf16Params);
+      prog.persistentBytes += st.persistentBytes(numel, shardLayout(numel, dp).shardNumel);
     }
     int64_t heldKey = -1;
     auto gatherBytes = [&](const std::vector<std::string> &names) {
       int64_t b = 0;
       for (const std::string &n : names)
         b += paramBytes(n);
-      return b;
+      return gatheredBytes(b);
     };
     // ZeRO-3 gathers: the first action's before it, blocking; each next
     // action's (of another chunk or phase) issued async as the action
@@ -196,8 +197,8 @@ sim::Job skeletonJob(ModuleOp module, const StagedStep &step, const ScheduleConf
                                                  cost::KernelClass::Memory,
                                                  sim::Work::Optimizer));
       } else if (auto ag = dyn_cast<pm::AllGatherParamsOp>(op)) {
-        collective(cost::Collective::AllGather, dpGroup, (double)listBytes(ag.getParams()),
-                   ag.getAsync());
+        collective(cost::Collective::AllGather, dpGroup,
+                   (double)gatheredBytes(listBytes(ag.getParams())), ag.getAsync());
       }
     }
     sim::carryAsyncTailIntoStep(prog);

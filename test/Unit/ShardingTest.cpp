@@ -62,3 +62,35 @@ TEST(Sharding, StoragePerZeroLevel) {
   EXPECT_TRUE(frozen3.paramShard && frozen3.gatherBeforeUse);
   EXPECT_FALSE(frozen3.fullParam || frozen3.fullGrad || frozen3.transientGrad);
 }
+
+TEST(Sharding, Bf16ParamCopies) {
+  // params=bf16: a bf16 copy of the master (the whole at zero 0, the shard
+  // above), and the whole F and B read is bf16.
+  ParamStorage z0 = paramStorage(0, 2, true, true);
+  EXPECT_TRUE(z0.masterCopy && z0.bf16Compute && z0.fullParam);
+  EXPECT_FALSE(z0.paramShard);
+  ParamStorage z1 = paramStorage(1, 2, true, true);
+  EXPECT_TRUE(z1.masterCopy && z1.bf16Compute && z1.fullParam && z1.paramShard);
+  ParamStorage z3 = paramStorage(3, 2, true, true);
+  EXPECT_TRUE(z3.masterCopy && z3.bf16Compute && z3.gatherBeforeUse);
+  // Untrained parameters have no master to copy: read as they are.
+  ParamStorage frozen = paramStorage(1, 2, false, true);
+  EXPECT_FALSE(frozen.masterCopy || frozen.bf16Compute);
+}
+
+TEST(Sharding, PersistentBytes) {
+  // 8 elements over dp=2 (shards of 4). f32: param, grad, m, v whole at zero 0.
+  EXPECT_EQ(paramStorage(0, 2, true).persistentBytes(8, 4), 4 * 8 * 4);
+  // + the whole bf16 copy.
+  EXPECT_EQ(paramStorage(0, 2, true, true).persistentBytes(8, 4), 4 * 8 * 4 + 2 * 8);
+  // zero 1: whole param and grad, shards of param, grad, m, v.
+  EXPECT_EQ(paramStorage(1, 2, true).persistentBytes(8, 4), 4 * 8 * 2 + 4 * 4 * 4);
+  // bf16: the whole is the 2-byte copy, plus the shard's copy.
+  EXPECT_EQ(paramStorage(1, 2, true, true).persistentBytes(8, 4),
+            2 * 8 + 4 * 8 + 4 * 4 * 4 + 2 * 4);
+  // zero 3: shards only (the gathered whole is a temporary).
+  EXPECT_EQ(paramStorage(3, 2, true).persistentBytes(8, 4), 4 * 4 * 4);
+  EXPECT_EQ(paramStorage(3, 2, true, true).persistentBytes(8, 4), 4 * 4 * 4 + 2 * 4);
+  // Untrained at zero 1: the whole parameter only.
+  EXPECT_EQ(paramStorage(1, 2, false).persistentBytes(8, 4), 4 * 8);
+}

@@ -73,6 +73,13 @@ struct CompileOptions {
   /// bytes of every pipeline message; parameters, gradients and AdamW state
   /// stay f32).
   std::string activations = "f32";
+  /// What the forward and backward read of each trained parameter: "f32"
+  /// (the master weight itself), or "bf16" (a bf16 copy of the f32 master
+  /// weight that AdamW rounds after each update, as Megatron's and FSDP's
+  /// mixed precision keep it: ZeRO gathers move half the bytes, and the
+  /// whole parameters of ZeRO-1/2 take half the memory; gradients and AdamW
+  /// state stay f32).
+  std::string params = "f32";
   /// How the model's own `labels` input relates to the tokens: "next" (labels
   /// are the next tokens), "same" (labels = input ids, shifted inside the
   /// model, HuggingFace style) or "auto" (same when the graph slices labels).

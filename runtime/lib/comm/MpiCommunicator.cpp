@@ -304,13 +304,14 @@ public:
     check(MPI_Ireduce_scatter_block(in, out, (int)block, MPI_FLOAT, MPI_SUM, c, &req), what);
     waitFor(req, timeoutSeconds, what);
   }
-  void groupAllgather(Group g, const float *in, float *out, int64_t block,
+  void groupAllgather(Group g, const void *in, void *out, uint64_t blockBytes,
                       const std::string &what) override {
     MPI_Comm c = comm(g, what);
-    if (block > INT_MAX)
-      throw CommError(concat(what, ": a shard of ", block, " floats exceeds MPI's int count"));
+    if (blockBytes > INT_MAX)
+      throw CommError(concat(what, ": a shard of ", blockBytes, " bytes exceeds MPI's int count"));
     MPI_Request req;
-    check(MPI_Iallgather(in, (int)block, MPI_FLOAT, out, (int)block, MPI_FLOAT, c, &req), what);
+    check(MPI_Iallgather(in, (int)blockBytes, MPI_BYTE, out, (int)blockBytes, MPI_BYTE, c, &req),
+          what);
     waitFor(req, timeoutSeconds, what);
   }
 

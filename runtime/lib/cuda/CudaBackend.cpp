@@ -464,6 +464,10 @@ void registerCudaBackend() {
       fail("backend 'cuda' runs plans with f32 activation buffers; this plan was compiled "
            "with activations=", p.model.activations,
            " (compile without it, and use --precision bf16 for bf16 GEMMs)");
+    if (p.model.paramDtype != "f32")
+      fail("backend 'cuda' runs plans whose kernels read the f32 parameters; this plan was "
+           "compiled with params=", p.model.paramDtype,
+           " (compile without it, and use --precision bf16 for bf16 GEMMs)");
     return std::make_unique<CudaBackend>(p, r, host, c, o);
   });
 }

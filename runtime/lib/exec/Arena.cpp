@@ -1,6 +1,7 @@
 //===- Arena.cpp - one rank's memory ---------------------------------------===//
 #include "pipemesh/runtime/Arena.h"
 
+#include "pipemesh/runtime/Bf16.h"
 #include "pipemesh/runtime/Error.h"
 
 #include <algorithm>
@@ -48,10 +49,21 @@ TensorRef Arena::tensor(int64_t bufferId) const { return tensor(rank.buffer(buff
 
 /// Copies elements [first, first + b.numel) of `e` into buffer `b`; elements
 /// past the entry's end stay zero (the padding of a last shard). Element types
-/// must agree (BOOL or U8 for i1).
+/// must agree (BOOL or U8 for i1), but for a bf16 copy of an F32 parameter,
+/// which is rounded.
 static void copyEntry(const SafetensorsEntry &e, const std::string &entryName, const BufferInfo &b,
                       uint8_t *dst, int64_t first, int64_t rankId) {
   std::string want = safetensorsDType(b.dtype);
+  if (b.kind == BufferKind::ParamCopy && e.dtype == "F32") {
+    int64_t n = std::max<int64_t>(0, std::min<int64_t>(b.numel, (int64_t)(e.bytes / 4) - first));
+    for (int64_t i = 0; i < n; ++i) {
+      float f;
+      std::memcpy(&f, e.data + (uint64_t)(first + i) * 4, 4); // entries need not be aligned
+      uint16_t h = floatToBf16(f);
+      std::memcpy(dst + 2 * i, &h, 2);
+    }
+    return;
+  }
   if (!(e.dtype == want || (b.dtype == DType::I1 && e.dtype == "U8")))
     fail("plan weights entry '", entryName, "' is ", e.dtype, " but buffer ", b.id, " '", b.name,
          "' of rank ", rankId, " is ", dtypeName(b.dtype));
@@ -66,7 +78,7 @@ static void copyEntry(const SafetensorsEntry &e, const std::string &entryName, c
 
 void Arena::loadInitialValues(const Plan &plan) {
   for (const BufferInfo &b : rank.buffers) {
-    if (b.kind == BufferKind::Param) {
+    if (b.kind == BufferKind::Param || b.kind == BufferKind::ParamCopy) {
       const SafetensorsEntry *e = plan.weights.find(b.param);
       if (!e)
         fail("plan '", plan.path, "' has no initial value for parameter '", b.param,

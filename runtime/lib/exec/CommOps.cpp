@@ -199,10 +199,12 @@ struct ShardPair {
 
 /// Checks the pairs: shard sizes S_i > 0, full sizes N_i <= dp * S_i (the
 /// full buffer is the parameter, or the parameter padded), and a shard buffer
-/// that declares its elem_offset sits at this member's place.
+/// that declares its elem_offset sits at this member's place. Every buffer
+/// is f32 or (`bf16Allowed`, an all-gather of params=bf16 copies) every one
+/// is bf16.
 std::vector<ShardPair> shardPairs(OpContext &c, const std::vector<int64_t> &fullIds,
                                   const std::vector<int64_t> &shardIds, int members, int me,
-                                  int64_t &blockTotal) {
+                                  int64_t &blockTotal, bool bf16Allowed = false) {
   if (fullIds.empty() || fullIds.size() != shardIds.size())
     c.error("needs as many inputs as outputs (pairs of full buffer and shard), has ", c.numIn(),
             " and ", c.numOut());
@@ -210,8 +212,10 @@ std::vector<ShardPair> shardPairs(OpContext &c, const std::vector<int64_t> &full
   blockTotal = 0;
   for (size_t i = 0; i < fullIds.size(); ++i) {
     TensorRef full = c.env.arena.tensor(fullIds[i]), shard = c.env.arena.tensor(shardIds[i]);
-    c.expectFloat(full, "full buffer");
-    c.expectFloat(shard, "shard");
+    DType want = bf16Allowed && c.env.arena.tensor(fullIds[0]).dtype == DType::BF16 ? DType::BF16
+                                                                                   : DType::F32;
+    c.expectDType(full, want, "full buffer");
+    c.expectDType(shard, want, "shard");
     int64_t S = shard.numel, N = full.numel;
     if (S == 0 || N > (int64_t)members * S)
       c.error("full ", describe(full), " of ", N, " elements does not split into ", members,
@@ -277,35 +281,39 @@ Thunk bindAllgather(OpContext &c) {
   Group g = groupOf(c, false);
   const int members = comm.groupSize(g), me = comm.groupRank(g);
   int64_t block = 0;
-  std::vector<ShardPair> pairs = shardPairs(c, c.inst.out, c.inst.in, members, me, block);
-  c.activity = concat("all-gather of ", pairs.size(), " buffer(s), ", block,
-                      " floats per shard, on the dp group");
+  std::vector<ShardPair> pairs =
+      shardPairs(c, c.inst.out, c.inst.in, members, me, block, /*bf16Allowed=*/true);
+  const uint64_t es = dtypeSize(pairs[0].shard.dtype);
+  c.activity = concat("all-gather of ", pairs.size(), " buffer(s), ", block, " ",
+                      dtypeName(pairs[0].shard.dtype), " elements per shard, on the dp group");
   std::string what = concat("all-gather of ", pairs.size(), " buffer(s) (first ",
                             describe(pairs[0].shard), ") into full buffers on the dp group");
   bool direct = pairs.size() == 1 && pairs[0].full.numel == (int64_t)members * block;
-  // Packing space: this member's packed shards, then the gathered blocks.
-  const size_t sendN = pairs.size() == 1 ? 0 : block;
-  reserveScratch(c, sendN + (direct ? 0 : (size_t)members * block));
+  // Packing space: this member's packed shards, then the gathered blocks
+  // (in bytes; the space is counted in floats).
+  const uint64_t sendBytes = pairs.size() == 1 ? 0 : block * es;
+  const uint64_t bytes = sendBytes + (direct ? 0 : (uint64_t)members * block * es);
+  reserveScratch(c, (bytes + sizeof(float) - 1) / sizeof(float));
   Communicator *cm = &comm;
   ExecEnv *env = &c.env;
-  return [cm, env, g, pairs, block, members, what, direct, sendN] {
-    float *scratch = env->commScratch.data();
-    const float *in = pairs[0].shard.as<float>();
+  return [cm, env, g, pairs, block, members, what, direct, sendBytes, es] {
+    auto *scratch = reinterpret_cast<uint8_t *>(env->commScratch.data());
+    const void *in = pairs[0].shard.data;
     if (pairs.size() > 1) {
       for (const ShardPair &p : pairs)
-        std::memcpy(scratch + p.offset, p.shard.data, p.shard.bytes());
+        std::memcpy(scratch + p.offset * es, p.shard.data, p.shard.bytes());
       in = scratch;
     }
-    float *out = direct ? pairs[0].full.as<float>() : scratch + sendN;
-    cm->groupAllgather(g, in, out, block, what);
+    uint8_t *out = direct ? pairs[0].full.as<uint8_t>() : scratch + sendBytes;
+    cm->groupAllgather(g, in, out, block * es, what);
     if (!direct)
       for (int d = 0; d < members; ++d)
         for (const ShardPair &p : pairs) {
           const int64_t S = p.shard.numel, first = d * S;
           const int64_t n = std::max<int64_t>(0, std::min(S, p.full.numel - first));
           if (n > 0)
-            std::memcpy(p.full.as<float>() + first, out + (int64_t)d * block + p.offset,
-                        n * sizeof(float));
+            std::memcpy(p.full.as<uint8_t>() + first * es, out + ((int64_t)d * block + p.offset) * es,
+                        n * es);
         }
   };
 }

@@ -128,6 +128,7 @@ Thunk bindLoss(OpContext &c) {
 
 struct AdamParam {
   TensorRef p, g, m, v;
+  TensorRef copy; ///< params=bf16: receives the updated master, rounded (numel 0: none)
   bool decay;
   double normWeight; ///< weight of this gradient's squares in the global norm
 };
@@ -149,9 +150,18 @@ Thunk bindAdamW(OpContext &c) {
       c.expectFloat(t, std::string("params[") + std::to_string(i) + "]." + key);
       return t;
     };
-    AdamParam a{id("param"), id("grad"), id("m"), id("v"), false, 1.0};
+    AdamParam a{id("param"), id("grad"), id("m"), id("v"), {}, false, 1.0};
     if (a.g.numel != a.p.numel || a.m.numel != a.p.numel || a.v.numel != a.p.numel)
       c.error("params[", i, "]: param, grad, m and v differ in size");
+    if (e.contains("copy")) {
+      if (!e["copy"].is_number_integer())
+        c.error("params[", i, "].copy must be an integer buffer id");
+      a.copy = c.env.arena.tensor(e["copy"].get<int64_t>());
+      if (a.copy.dtype != DType::BF16 || a.copy.numel != a.p.numel)
+        c.error("params[", i, "].copy must be a bf16 buffer of the param's ", a.p.numel,
+                " elements; buffer ", e["copy"].get<int64_t>(), " is ", dtypeName(a.copy.dtype),
+                " ", shapeStr(a.copy.shape));
+    }
     if (e.contains("decay")) {
       if (!e["decay"].is_boolean())
         c.error("params[", i, "].decay must be true or false");
@@ -196,6 +206,9 @@ Thunk bindAdamW(OpContext &c) {
       cpu::adamw<float>(a.p.as<float>(), a.g.as<float>(), a.m.as<float>(), a.v.as<float>(),
                         a.p.numel, env->state.lr, o.beta1, o.beta2, o.eps,
                         a.decay ? o.weightDecay : 0.0, step, gradScale);
+    for (const AdamParam &a : ps)
+      if (a.copy.numel > 0)
+        cpu::roundBf16Buffer(a.p.as<float>(), a.copy.as<uint16_t>(), a.p.numel);
     env->state.gradNorm = norm;
     env->state.optimizerRan = true;
   };

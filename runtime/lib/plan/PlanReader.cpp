@@ -23,6 +23,8 @@ const char *bufferKindName(BufferKind k) {
     return "activation";
   case BufferKind::Param:
     return "param";
+  case BufferKind::ParamCopy:
+    return "param_copy";
   case BufferKind::Grad:
     return "grad";
   case BufferKind::AdamM:
@@ -36,7 +38,8 @@ const char *bufferKindName(BufferKind k) {
 }
 
 bool BufferInfo::persistent() const {
-  return kind == BufferKind::Param || kind == BufferKind::Grad || kind == BufferKind::AdamM ||
+  return kind == BufferKind::Param || kind == BufferKind::ParamCopy || kind == BufferKind::Grad ||
+         kind == BufferKind::AdamM ||
          kind == BufferKind::AdamV || kind == BufferKind::Constant;
 }
 
@@ -156,6 +159,9 @@ struct PlanParser {
     p.model.activations = stringOr(m, "", "activations", "f32");
     if (p.model.activations != "f32" && p.model.activations != "bf16")
       bad("activations", "must be f32 or bf16, got '" + p.model.activations + "'");
+    p.model.paramDtype = stringOr(m, "", "param_dtype", "f32");
+    if (p.model.paramDtype != "f32" && p.model.paramDtype != "bf16")
+      bad("param_dtype", "must be f32 or bf16, got '" + p.model.paramDtype + "'");
     if (p.model.batch <= 0 || p.model.seq <= 0 || p.model.vocab <= 0)
       bad("model", "needs positive batch, seq and vocab");
     const auto &par = field(m, "", "parallel");
@@ -199,8 +205,8 @@ struct PlanParser {
 
   static std::optional<BufferKind> parseKind(const std::string &s) {
     for (BufferKind k :
-         {BufferKind::Input, BufferKind::Activation, BufferKind::Param, BufferKind::Grad,
-          BufferKind::AdamM, BufferKind::AdamV, BufferKind::Constant})
+         {BufferKind::Input, BufferKind::Activation, BufferKind::Param, BufferKind::ParamCopy,
+          BufferKind::Grad, BufferKind::AdamM, BufferKind::AdamV, BufferKind::Constant})
       if (s == bufferKindName(k))
         return k;
     return std::nullopt;
@@ -251,8 +257,8 @@ struct PlanParser {
       auto k = parseKind(kind);
       if (!k)
         bad(bw + ".kind", "'" + kind +
-                              "' is not one of input, activation, param, grad, adam_m, adam_v, "
-                              "constant");
+                              "' is not one of input, activation, param, param_copy, grad, "
+                              "adam_m, adam_v, constant");
       bi.kind = *k;
       bi.param = stringOr(b, bw, "param", "");
       bi.data = stringOr(b, bw, "data", "");
@@ -276,16 +282,18 @@ struct PlanParser {
       if (bi.offset > rp.arenaBytes || bi.bytes > rp.arenaBytes - bi.offset)
         fail("plan '", file, "': ", label, " [", bi.offset, ", ", bi.offset + bi.bytes,
              ") lies outside the ", rp.arenaBytes, "-byte arena");
-      bool needsParam = bi.kind == BufferKind::Param || bi.kind == BufferKind::Grad ||
-                        bi.kind == BufferKind::AdamM || bi.kind == BufferKind::AdamV;
+      bool needsParam = bi.kind == BufferKind::Param || bi.kind == BufferKind::ParamCopy ||
+                        bi.kind == BufferKind::Grad || bi.kind == BufferKind::AdamM ||
+                        bi.kind == BufferKind::AdamV;
       if (needsParam) {
         if (bi.param.empty())
           bad(bw + ".param", "is missing (a " + kind + " buffer names its parameter)");
         const ParamInfo *pi = p.findParam(bi.param);
         if (!pi)
           bad(bw + ".param", "names '" + bi.param + "', which is not in the params table");
-        if (bi.dtype != DType::F32)
-          fail("plan '", file, "': ", label, " (", kind, ") must be f32");
+        DType want = bi.kind == BufferKind::ParamCopy ? DType::BF16 : DType::F32;
+        if (bi.dtype != want)
+          fail("plan '", file, "': ", label, " (", kind, ") must be ", dtypeName(want));
         int64_t pn = numElements(pi->shape);
         if (bi.isShard()) {
           // A ZeRO shard: elements [elem_offset, elem_offset + shard_numel)

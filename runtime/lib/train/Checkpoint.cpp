@@ -90,7 +90,8 @@ std::string configText(const nlohmann::json &c) {
 }
 
 bool checkpointed(const BufferInfo &b) {
-  return b.kind == BufferKind::Param || b.kind == BufferKind::AdamM || b.kind == BufferKind::AdamV;
+  return b.kind == BufferKind::Param || b.kind == BufferKind::ParamCopy ||
+         b.kind == BufferKind::AdamM || b.kind == BufferKind::AdamV;
 }
 
 /// Runs `f` on this rank; every rank learns whether all succeeded, and the
@@ -137,7 +138,7 @@ std::string writeCheckpoint(const std::string &dir, const CheckpointState &state
     for (const BufferInfo &b : rank.buffers)
       if (checkpointed(b)) {
         TensorRef t = arena.tensor(b);
-        w.add(tensorName(b), "F32", b.shape, t.data, t.bytes());
+        w.add(tensorName(b), safetensorsDType(b.dtype), b.shape, t.data, t.bytes());
       }
     w.setMetadata("format", kFormat);
     w.setMetadata("step", std::to_string(state.step));
@@ -304,9 +305,10 @@ CheckpointState loadCheckpoint(const std::string &dir, const Plan &plan, const R
       const SafetensorsEntry *e = t.find(name);
       if (!e)
         fail("checkpoint file '", file.string(), "' has no tensor '", name, "'");
-      if (e->dtype != "F32" || e->bytes != b.bytes)
+      if (e->dtype != safetensorsDType(b.dtype) || e->bytes != b.bytes)
         fail("checkpoint file '", file.string(), "': tensor '", name, "' is ", e->dtype, " ",
-             shapeStr(e->shape), ", the plan's buffer is f32 ", shapeStr(b.shape));
+             shapeStr(e->shape), ", the plan's buffer is ", dtypeName(b.dtype), " ",
+             shapeStr(b.shape));
       std::memcpy(arena.tensor(b).data, e->data, b.bytes);
     }
   });

@@ -151,6 +151,8 @@ void Trainer::banner() {
     log << ", schedule " << p.parallel.schedule;
   if (p.model.activations != "f32")
     log << ", activations stored as " << p.model.activations;
+  if (p.model.paramDtype != "f32")
+    log << ", parameters computed in " << p.model.paramDtype << " (f32 master weights)";
   log << ")\n";
   log << "pipemesh-run: " << comm.size() << (comm.size() == 1 ? " rank" : " ranks") << " via "
       << comm.name() << "; rank 0 arena " << rankPlan->arenaBytes << " bytes";

@@ -121,14 +121,91 @@ def zoo_loss(p, ids, tgt, heads, aux_scale=0.01):
     return loss, aux_scale * aux
 
 
+# --- bf16 storage (compile options activations=bf16 and params=bf16) -------------------
+
+class RoundBf16(torch.autograd.Function):
+    """A stored bf16 activation: rounds the value going forward and its gradient going
+    back."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.to(torch.bfloat16).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.to(torch.bfloat16).to(g.dtype)
+
+
+class Bf16Copy(torch.autograd.Function):
+    """The bf16 compute copy of an f32 master weight: the forward reads the rounded
+    value, the gradient reaches the master as it is (f32)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.to(torch.bfloat16).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+def gpt2_loss(p, ids, tgt, heads, bf16_activations=False, bf16_params=False):
+    """models/gen_gpt2.py's model (GPT-2: pre-LN, tanh GELU, tied head) with the
+    storage rules of lib/Plan/StagedStep.cpp and lib/Plan/Sharding.h.
+    bf16_activations: every op reads and writes rounded values (its inputs rounded
+    too: each gradient contribution is rounded before autograd sums them, as the plan
+    stores each); parameters are read as they are, so their gradients stay f32.
+    bf16_params: every op reads the bf16 copy of each (trained) parameter."""
+    R = RoundBf16.apply if bf16_activations else (lambda x: x)
+    if bf16_params:
+        p = {k: Bf16Copy.apply(v) for k, v in p.items()}
+
+    def op(fn, *xs):
+        return R(fn(*[R(x) for x in xs]))
+
+    Bn, Tn = ids.shape
+    V, C = p["transformer.wte.weight"].shape
+    D = C // heads
+    # At seq = ctx the position table is added whole (no slice op, nothing rounded).
+    assert Tn == p["transformer.wpe.weight"].shape[0]
+    h = op(lambda e: e + p["transformer.wpe.weight"], op(lambda: p["transformer.wte.weight"][ids]))
+    L = sum(1 for k in p if k.endswith(".ln_1.weight"))
+    for i in range(L):
+        w = lambda n: p[f"transformer.h.{i}.{n}"]
+        ln1 = op(lambda x: F.layer_norm(x, (C,), w("ln_1.weight"), w("ln_1.bias"), 1e-5), h)
+        qkv = op(lambda x: x @ w("attn.c_attn.weight") + w("attn.c_attn.bias"), ln1)
+        q, k, v = (t.reshape(Bn, Tn, heads, D).transpose(1, 2) for t in qkv.split(C, dim=2))
+        att = op(lambda a, b, c: causal_attention(a, b, c, D), q, k, v)
+        att = att.transpose(1, 2).reshape(Bn, Tn, C)
+        proj = op(lambda x: x @ w("attn.c_proj.weight") + w("attn.c_proj.bias"), att)
+        h = op(torch.add, h, proj)
+        ln2 = op(lambda x: F.layer_norm(x, (C,), w("ln_2.weight"), w("ln_2.bias"), 1e-5), h)
+        fc = op(lambda x: x @ w("mlp.c_fc.weight") + w("mlp.c_fc.bias"), ln2)
+        g = op(lambda x: F.gelu(x, approximate="tanh"), fc)
+        mlp = op(lambda x: x @ w("mlp.c_proj.weight") + w("mlp.c_proj.bias"), g)
+        h = op(torch.add, h, mlp)
+    lnf = op(lambda x: F.layer_norm(x, (C,), p["transformer.ln_f.weight"],
+                                    p["transformer.ln_f.bias"], 1e-5), h)
+    logits = op(lambda x: x @ p["transformer.wte.weight"].t(), lnf)
+    return F.cross_entropy(R(logits).reshape(-1, V), tgt.reshape(-1)), None
+
+
 MODELS = {"tiny-gpt": tiny_gpt_loss, "zoo": zoo_loss}
+for _a in (False, True):
+    for _p in (False, True):
+        MODELS["gpt2" + ("-bf16act" if _a else "") + ("-bf16params" if _p else "")] = (
+            lambda p, x, y, h, a=_a, b=_p: gpt2_loss(p, x, y, h, a, b))
 
 
 def train(model, weights, sampler, steps, heads, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
-          weight_decay=0.01, grad_clip=0.0, warmup=0, schedule="constant", min_lr=0.0):
-    """Returns per-step dicts (loss, lr, grad_norm) and the final parameters."""
+          weight_decay=0.01, grad_clip=0.0, warmup=0, schedule="constant", min_lr=0.0,
+          dtype=torch.float32):
+    """Returns per-step dicts (loss, lr, grad_norm) and the final parameters.
+    dtype=torch.float64: the same computation with f64 arithmetic (bf16 rounding
+    points stay where they are), to tell a difference in evaluation order from one
+    in what is computed."""
     torch.set_num_threads(1)
-    params = {k: torch.tensor(v, dtype=torch.float32, requires_grad=True) for k, v in weights.items()}
+    params = {k: torch.tensor(v, dtype=dtype, requires_grad=True) for k, v in weights.items()}
     decay = [p for p in params.values() if p.dim() >= 2]
     no_decay = [p for p in params.values() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},

@@ -68,6 +68,22 @@ class PlanErrors(common.TempDirTest):
         self.check_fails(common.run([self.write("act.plan", manifest=m, builder=b), "--steps", 1]),
                          "activations", "must be f32 or bf16, got 'f16'")
 
+    def test_bad_param_dtype_field(self):
+        b = tiny()
+        m = b.manifest()
+        m["param_dtype"] = "fp8"
+        self.check_fails(common.run([self.write("pd.plan", manifest=m, builder=b), "--steps", 1]),
+                         "param_dtype", "must be f32 or bf16, got 'fp8'")
+
+    def test_param_copy_must_be_bf16(self):
+        # A params=bf16 copy declared with the master's f32 type.
+        b = tiny()
+        m = b.manifest()
+        buf = next(x for x in m["ranks"][0]["buffers"] if x["kind"] == "param")
+        buf["kind"] = "param_copy"
+        self.check_fails(common.run([self.write("pc.plan", manifest=m, builder=b), "--steps", 1]),
+                         "(param_copy) must be bf16")
+
     def test_buffer_outside_arena(self):
         b = tiny()
         m = b.manifest()

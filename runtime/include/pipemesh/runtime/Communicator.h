@@ -93,8 +93,9 @@ public:
   /// in: groupSize() blocks of `block` floats; out: the sum of this rank's block.
   virtual void groupReduceScatter(Group g, const float *in, float *out, int64_t block,
                                   const std::string &what) = 0;
-  /// in: `block` floats; out: groupSize() blocks, member i's at i * block.
-  virtual void groupAllgather(Group g, const float *in, float *out, int64_t block,
+  /// in: `blockBytes` bytes; out: groupSize() blocks, member i's at
+  /// i * blockBytes (a gather moves bytes as they are: f32 or bf16).
+  virtual void groupAllgather(Group g, const void *in, void *out, uint64_t blockBytes,
                               const std::string &what) = 0;
 
   /// Ends every rank of the job with `code` (after an error on this rank).

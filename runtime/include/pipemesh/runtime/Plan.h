@@ -30,7 +30,10 @@ constexpr uint32_t kPlanVersion = 1;
 constexpr uint64_t kPlanHeaderBytes = 40;
 constexpr uint64_t kArenaAlignment = 64;
 
-enum class BufferKind { Input, Activation, Param, Grad, AdamM, AdamV, Constant };
+/// ParamCopy (params=bf16): a bf16 copy of a parameter's f32 master (whole
+/// or shard) or a whole gathered from such copies: what the forward and
+/// backward read; AdamW writes it, checkpoints keep it, exports ignore it.
+enum class BufferKind { Input, Activation, Param, ParamCopy, Grad, AdamM, AdamV, Constant };
 const char *bufferKindName(BufferKind k);
 
 struct BufferInfo {
@@ -40,7 +43,7 @@ struct BufferInfo {
   DType dtype = DType::F32;
   uint64_t offset = 0, bytes = 0;
   BufferKind kind = BufferKind::Activation;
-  std::string param; ///< the parameter of a param/grad/adam_m/adam_v buffer
+  std::string param; ///< the parameter of a param/param_copy/grad/adam_* buffer
   std::string data;  ///< a constant's safetensors entry in the weights blob
   /// First element of the (flattened) parameter a param/grad/moment buffer
   /// holds: 0 unless the buffer is a shard (ZeRO). A shard that runs past the
@@ -109,6 +112,9 @@ struct ModelInfo {
   /// Storage type of activation buffers (compile option activations=):
   /// "f32" or "bf16".
   std::string activations = "f32";
+  /// What the forward and backward read of trained parameters (compile
+  /// option params=): "f32" (the master) or "bf16" (param_copy buffers).
+  std::string paramDtype = "f32";
 };
 
 struct ParallelInfo {
