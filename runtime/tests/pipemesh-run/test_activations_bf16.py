@@ -16,64 +16,25 @@ in f32, parameters, gradients and AdamW state stay f32.
   plan with a message.
 Skipped when PIPEMESH_OPT is not set (a runtime-only build).
 """
-import os
 import subprocess
-import sys
 import unittest
 
-import numpy as np
-import onnx
-import onnx.numpy_helper
-
 import common
-import reference
+from generated_gpt import PIPEMESH_OPT, GeneratedGptTest
 
-PIPEMESH_OPT = os.environ.get("PIPEMESH_OPT")
-B, T, M, STEPS, HEADS = 4, 32, 1, 10, 4
-LR = 3e-3
+losses = lambda log: [e["loss"] for e in log]
 
 
 @unittest.skipUnless(PIPEMESH_OPT, "PIPEMESH_OPT not set")
-class ActivationsBf16(common.TempDirTest):
-    def setUp(self):
-        super().setUp()
-        self.model = self.path("gpt.onnx")
-        gen = os.path.join(common.REPO, "models", "gen_gpt2.py")
-        subprocess.run([sys.executable, gen, "--preset", "tiny", "--seed", "5", "--ctx", str(T),
-                        "-o", self.model], check=True, capture_output=True)
-
-    def compile(self, name, options):
-        plan = self.path(name)
-        r = subprocess.run([PIPEMESH_OPT, self.model,
-                            f"--pipemesh-compile=batch={B} seq={T} {options}", "-o", plan],
-                           capture_output=True, text=True, timeout=300)
-        self.assertEqual(r.returncode, 0, f"pipemesh-opt {options} failed:\n{r.stderr}")
-        return plan
-
-    def train(self, plan, name, world=1):
-        log = self.path(name + ".jsonl")
-        r = common.run([plan, "--steps", STEPS, "--lr", LR, "--log-json", log],
-                       np_=world if world > 1 else None, timeout=300)
-        self.check_ok(r)
-        return r, [e["loss"] for e in common.read_log(log)]
-
-    def torch_log(self, bf16):
-        weights = {i.name: onnx.numpy_helper.to_array(i).astype(np.float32)
-                   for i in onnx.load(self.model).graph.initializer
-                   if i.name.startswith("transformer.")}
-        corpus = self.path("corpus.bin")
-        self.check_ok(common.run(["--write-default-corpus", corpus]))
-        sampler = reference.Sampler(common.read_shard(corpus), T, B, 1, M)
-        name = "gpt2-bf16act" if bf16 else "gpt2"
-        log, _ = reference.train(name, weights, sampler, STEPS, HEADS, lr=LR)
-        return log
-
+class ActivationsBf16(GeneratedGptTest):
     def test_against_torch_bf16_storage(self):
-        r, ours = self.train(self.compile("bf16.plan", "activations=bf16"), "bf16")
+        r, log = self.train(self.compile("bf16.plan", "activations=bf16"), "bf16")
+        ours = losses(log)
         self.assertIn("activations stored as bf16", r.stdout + r.stderr)
         self.assertIn("bytes of f32 staging for its bf16 buffers", r.stdout + r.stderr)
-        _, ours_f32 = self.train(self.compile("f32.plan", ""), "f32")
-        ref, ref_f32 = self.torch_log(True), self.torch_log(False)
+        _, log_f32 = self.train(self.compile("f32.plan", ""), "f32")
+        ours_f32 = losses(log_f32)
+        ref, ref_f32 = self.torch_run("gpt2-bf16act")[0], self.torch_run("gpt2")[0]
         norm = lambda name: common.read_log(self.path(name + ".jsonl"))[0]["grad_norm"]
         rel = lambda a, b: abs(a - b) / abs(b)
         # Step 1: the forward's loss and the backward's gradient norm (f32 gradients
@@ -89,7 +50,7 @@ class ActivationsBf16(common.TempDirTest):
         drift = max(rel(a, b["loss"]) for a, b in zip(ours, ref))
         print(f"\n  runtime bf16 vs PyTorch bf16 storage (vs runtime f32): step-1 loss {loss1[0]:.1e} "
               f"({loss1[1]:.1e}), step-1 gradient norm {norm1[0]:.1e} ({norm1[1]:.1e}); "
-              f"loss over {STEPS} steps {drift:.1e}; runtime f32 vs PyTorch f32 "
+              f"loss over {self.STEPS} steps {drift:.1e}; runtime f32 vs PyTorch f32 "
               f"{max(rel(a, b['loss']) for a, b in zip(ours_f32, ref_f32)):.1e}")
         self.assertLess(max(rel(a, b["loss"]) for a, b in zip(ours_f32, ref_f32)), 1e-5)
         self.assertLess(loss1[0], 1e-6)
@@ -114,10 +75,11 @@ class ActivationsBf16(common.TempDirTest):
                 # at their storage type too
                 ("pp2dp2auto", "pp=2 dp=2 zero=auto schedule=elastic groups=auto "
                  "cluster=a100-40g-25gbps", 4, "dp=2", 2)):
-            _, want = self.train(self.compile(name + "-ref.plan", "activations=bf16 " + ref_opts),
-                                 name + "-ref", ref_world)
-            _, got = self.train(self.compile(name + ".plan", "activations=bf16 " + opts), name,
-                                world)
+            want = losses(self.train(self.compile(name + "-ref.plan",
+                                                  "activations=bf16 " + ref_opts),
+                                     name + "-ref", ref_world)[1])
+            got = losses(self.train(self.compile(name + ".plan", "activations=bf16 " + opts),
+                                    name, world)[1])
             worst[name] = max(abs(a - b) / abs(b) for a, b in zip(got, want))
             self.assertLess(worst[name], 1e-5, f"{name}: {got} vs {want}")
         print(f"\n  max relative loss difference to pp=1 (bf16): {worst}")
@@ -135,16 +97,16 @@ class ActivationsBf16(common.TempDirTest):
 
     def test_resume_is_bit_identical(self):
         plan = self.compile("r.plan", "activations=bf16 recompute=selective")
-        _, full = self.train(plan, "full")
+        full = losses(self.train(plan, "full")[1])
         ckpt = self.path("ckpt")
-        self.check_ok(common.run([plan, "--steps", STEPS, "--lr", LR, "--checkpoint-dir", ckpt,
+        self.check_ok(common.run([plan, "--steps", self.STEPS, "--lr", self.LR, "--checkpoint-dir", ckpt,
                                   "--checkpoint-every", 4, "--stop-at-step", 6]))
         log = self.path("rest.jsonl")
-        r = self.check_ok(common.run([plan, "--steps", STEPS, "--lr", LR, "--checkpoint-dir", ckpt,
+        r = self.check_ok(common.run([plan, "--steps", self.STEPS, "--lr", self.LR, "--checkpoint-dir", ckpt,
                                       "--resume", "--log-json", log]))
         self.assertIn("resumed from", r.stdout)
         rest = common.read_log(log)
-        self.assertEqual([e["step"] for e in rest], list(range(4, STEPS)))
+        self.assertEqual([e["step"] for e in rest], list(range(4, self.STEPS)))
         self.assertEqual([e["loss"] for e in rest], full[4:])
 
     def test_cuda_backend_refuses(self):

@@ -14,9 +14,7 @@ precision). ZeRO gathers move the bf16 copies.
   the f32 masters, not the copies; the CUDA backend refuses such a plan.
 Skipped when PIPEMESH_OPT is not set (a runtime-only build).
 """
-import os
 import subprocess
-import sys
 import unittest
 
 import numpy as np
@@ -25,11 +23,7 @@ import onnx.numpy_helper
 import torch
 
 import common
-import reference
-
-PIPEMESH_OPT = os.environ.get("PIPEMESH_OPT")
-B, T, M, STEPS, HEADS = 4, 32, 1, 10, 4
-LR = 3e-3
+from generated_gpt import PIPEMESH_OPT, GeneratedGptTest
 
 
 def bf16_representable(x):
@@ -38,41 +32,7 @@ def bf16_representable(x):
 
 
 @unittest.skipUnless(PIPEMESH_OPT, "PIPEMESH_OPT not set")
-class ParamsBf16(common.TempDirTest):
-    def setUp(self):
-        super().setUp()
-        self.model = self.path("gpt.onnx")
-        gen = os.path.join(common.REPO, "models", "gen_gpt2.py")
-        subprocess.run([sys.executable, gen, "--preset", "tiny", "--seed", "5", "--ctx", str(T),
-                        "-o", self.model], check=True, capture_output=True)
-
-    def compile(self, name, options):
-        plan = self.path(name)
-        r = subprocess.run([PIPEMESH_OPT, self.model,
-                            f"--pipemesh-compile=batch={B} seq={T} {options}", "-o", plan],
-                           capture_output=True, text=True, timeout=300)
-        self.assertEqual(r.returncode, 0, f"pipemesh-opt {options} failed:\n{r.stderr}")
-        return plan
-
-    def train(self, plan, name, world=1, extra=()):
-        log = self.path(name + ".jsonl")
-        r = common.run([plan, "--steps", STEPS, "--lr", LR, "--log-json", log, *extra],
-                       np_=world if world > 1 else None, timeout=300)
-        self.check_ok(r)
-        return r, common.read_log(log)
-
-    def weights(self):
-        return {i.name: onnx.numpy_helper.to_array(i).astype(np.float32)
-                for i in onnx.load(self.model).graph.initializer
-                if i.name.startswith("transformer.")}
-
-    def torch_run(self, model, dtype=torch.float32):
-        corpus = self.path("corpus.bin")
-        if not os.path.exists(corpus):
-            self.check_ok(common.run(["--write-default-corpus", corpus]))
-        sampler = reference.Sampler(common.read_shard(corpus), T, B, 1, M)
-        return reference.train(model, self.weights(), sampler, STEPS, HEADS, lr=LR, dtype=dtype)
-
+class ParamsBf16(GeneratedGptTest):
     def test_against_torch(self):
         rel = lambda a, b: abs(a - b) / abs(b)
         _, f32 = self.train(self.compile("f32.plan", ""), "f32")
@@ -103,7 +63,7 @@ class ParamsBf16(common.TempDirTest):
                 drift = max(rel(a["loss"], b["loss"]) for a, b in zip(ours, ref))
                 report.append(f"{name}: step-1 loss {loss1:.1e} (f32 runtime {rounding:.1e}), "
                               f"step-1 gradient norm {norm1:.1e} (PyTorch f32 {noise:.1e}), "
-                              f"{STEPS} steps {drift:.1e}")
+                              f"{self.STEPS} steps {drift:.1e}")
                 self.assertLess(loss1, 1e-6)
                 self.assertGreater(rounding, 5e-6)  # the rounding is there
                 self.assertLess(norm1, 1e-5)
@@ -167,11 +127,11 @@ class ParamsBf16(common.TempDirTest):
         plan = self.compile("r.plan", "dp=2 zero=1 params=bf16")
         _, full = self.train(plan, "full", 2, ["--export-onnx", self.path("full.onnx")])
         ckpt = self.path("ckpt")
-        self.check_ok(common.run([plan, "--steps", STEPS, "--lr", LR, "--checkpoint-dir", ckpt,
+        self.check_ok(common.run([plan, "--steps", self.STEPS, "--lr", self.LR, "--checkpoint-dir", ckpt,
                                   "--checkpoint-every", 4, "--stop-at-step", 6], np_=2))
         r, rest = self.train(plan, "rest", 2, ["--checkpoint-dir", ckpt, "--resume"])
         self.assertIn("resumed from", r.stdout)
-        self.assertEqual([e["step"] for e in rest], list(range(4, STEPS)))
+        self.assertEqual([e["step"] for e in rest], list(range(4, self.STEPS)))
         self.assertEqual([e["loss"] for e in rest], [e["loss"] for e in full[4:]])
         # The export holds the f32 masters (not their bf16 copies), equal to the
         # PyTorch reference's masters after the same steps.
@@ -189,7 +149,7 @@ class ParamsBf16(common.TempDirTest):
         diff = lambda a, b: np.concatenate([np.abs(a[k] - b[k].astype(np.float32)).ravel()
                                             for k in want])
         ours, noise = diff(mine, want), diff(want, exact)
-        print(f"\n  exported masters vs PyTorch after {STEPS} steps: max {ours.max():.1e}, "
+        print(f"\n  exported masters vs PyTorch after {self.STEPS} steps: max {ours.max():.1e}, "
               f"{(ours > 1e-5).mean():.2%} of elements beyond 1e-5 (PyTorch f32 vs f64: max "
               f"{noise.max():.1e}, {(noise > 1e-5).mean():.2%})")
         # AdamW divides by sqrt(v): an element whose gradient is ~0 moves by an amount
