@@ -145,6 +145,12 @@ bool parseCompileOptions(llvm::StringRef text, CompileOptions &opts, std::string
         return false;
       }
       opts.params = value.str();
+    } else if (key == "grad-reduce") {
+      if (value != "f32" && value != "bf16") {
+        why = "grad-reduce must be f32 or bf16, got '" + value.str() + "'";
+        return false;
+      }
+      opts.gradReduce = value.str();
     } else if (key == "shapes-only") {
       opts.shapesOnly = value == "true" || value == "1";
     } else if (key == "labels") {

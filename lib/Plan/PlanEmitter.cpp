@@ -358,6 +358,7 @@ json::Object PlanBuilder::manifest(std::vector<RankPlan> &ranks, bool replicasEl
                     {"shapes_only", o.shapesOnly}}},
       {"activations", o.activations},
       {"param_dtype", o.params},
+      {"grad_reduce", o.gradReduce},
       {"parallel", std::move(parallel)},
       {"inputs", std::move(inputs)},
       {"params", std::move(params)},
@@ -535,6 +536,7 @@ LogicalResult PlanBuilder::run(llvm::raw_ostream &os) {
   sh.step = std::move(*step);
   sh.step.bf16Activations = sh.opts.activations == "bf16";
   sh.step.bf16Params = sh.opts.params == "bf16";
+  sh.step.bf16GradReduce = sh.opts.gradReduce == "bf16";
   if (failed(classifyInputs(train)) || failed(collectParams()))
     return failure();
   countFlops(train);

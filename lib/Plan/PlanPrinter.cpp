@@ -89,7 +89,8 @@ bool printPlan(llvm::StringRef path, llvm::raw_ostream &os, std::string &why) {
      << " params=" << model->getInteger("num_params").value_or(0)
      << " loss=" << model->getString("loss").value_or("?")
      << " activations=" << m->getString("activations").value_or("f32")
-     << " param_dtype=" << m->getString("param_dtype").value_or("f32") << "\n";
+     << " param_dtype=" << m->getString("param_dtype").value_or("f32")
+     << " grad_reduce=" << m->getString("grad_reduce").value_or("f32") << "\n";
   os << "parallel: pp=" << par->getInteger("pp").value_or(0)
      << " dp=" << par->getInteger("dp").value_or(0)
      << " vpp=" << par->getInteger("vpp").value_or(0)
@@ -209,6 +210,8 @@ bool printPlan(llvm::StringRef path, llvm::raw_ostream &os, std::string &why) {
         }
         if (auto g = in->getString("group"))
           os << " " << *g;
+        if (auto t = in->getString("dtype"))
+          os << " " << *t;
         if (op == "adamw") {
           const json::Array *ps = in->getArray("params");
           size_t zeroWeight = 0, copies = 0;

@@ -366,7 +366,8 @@ void PlanBuilder::explain(func::FuncOp train, const cost::Cluster &cluster) {
      << " vpp=" << sh.opts.vpp << " microbatches=" << sh.opts.microbatches
      << " zero=" << groupsText(sh.zeroChunks) << " recompute=" << sh.opts.recompute
      << (sh.opts.memLimit ? " mem-limit=" + std::to_string(sh.opts.memLimit) : std::string())
-     << " activations=" << sh.opts.activations << " params=" << sh.opts.params << " on cluster " << cluster.name
+     << " activations=" << sh.opts.activations << " params=" << sh.opts.params
+     << " grad-reduce=" << sh.opts.gradReduce << " on cluster " << cluster.name
      << " (simulated step, * = chosen)\n";
   std::string chosenName = scheduleKindName(chosen.kind).str();
   if (chosen.kind == ScheduleKind::Elastic)

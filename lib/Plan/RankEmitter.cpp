@@ -671,6 +671,8 @@ LogicalResult RankEmitter::run(RankPlan &out) {
                      : scattered.contains(n) ? pbufs[n].gradShard
                                              : gradTarget(n));
     json::Object o{{"op", "allreduce"}, {"group", ar.getGroup()}, {"bufs", std::move(bufs)}};
+    if (ar.getGroup() == "dp" && sh.step.bf16GradReduce)
+      o["dtype"] = "bf16"; // summed in bf16 (the tied sum of two copies stays f32)
     if (ar.getAsync())
       issueAsync(std::move(o), {});
     else
@@ -712,6 +714,8 @@ LogicalResult RankEmitter::run(RankPlan &out) {
           json::Object{{"op", "accumulate"}, {"in", json::Array(out)}, {"out", std::move(sums)}});
     json::Object o{
         {"op", "reduce_scatter"}, {"group", "dp"}, {"in", std::move(in)}, {"out", std::move(out)}};
+    if (sh.step.bf16GradReduce)
+      o["dtype"] = "bf16";
     if (rs.getAsync()) {
       issueAsync(std::move(o), std::move(after));
       return;

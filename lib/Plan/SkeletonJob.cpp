@@ -44,6 +44,8 @@ sim::Job skeletonJob(ModuleOp module, const StagedStep &step, const ScheduleConf
   // What a ZeRO gather moves: the parameters' compute copies (bf16 with
   // params=bf16).
   auto gatheredBytes = [&](int64_t bytes) { return step.bf16Params ? bytes / 2 : bytes; };
+  // What a data-parallel gradient reduction moves (bf16 with grad-reduce=bf16).
+  auto reducedBytes = [&](int64_t bytes) { return step.bf16GradReduce ? bytes / 2 : bytes; };
   auto listBytes = [&](ArrayAttr params) {
     int64_t b = 0;
     for (Attribute a : params)
@@ -184,11 +186,13 @@ sim::Job skeletonJob(ModuleOp module, const StagedStep &step, const ScheduleConf
           bool shards = ar.getGroup() == "tied" && dp > 1 && levelOf.lookup(n) >= 1;
           bytes += shards ? shardBytes(paramBytes(n)) : paramBytes(n);
         }
-        int32_t g = ar.getGroup() == "tied" ? job.group("tied", tiedMembers) : dpGroup;
-        collective(cost::Collective::AllReduce, g, (double)bytes, ar.getAsync());
+        bool tiedSum = ar.getGroup() == "tied";
+        int32_t g = tiedSum ? job.group("tied", tiedMembers) : dpGroup;
+        collective(cost::Collective::AllReduce, g, (double)(tiedSum ? bytes : reducedBytes(bytes)),
+                   ar.getAsync());
       } else if (auto rs = dyn_cast<pm::ReduceScatterGradsOp>(op)) {
-        collective(cost::Collective::ReduceScatter, dpGroup, (double)listBytes(rs.getParams()),
-                   rs.getAsync());
+        collective(cost::Collective::ReduceScatter, dpGroup,
+                   (double)reducedBytes(listBytes(rs.getParams())), rs.getAsync());
       } else if (auto wc = dyn_cast<pm::WaitCollectivesOp>(op)) {
         prog.instrs.push_back(sim::Instr::wait(-1, (int32_t)wc.getKeep()));
       } else if (isa<pm::OptimizerStepOp>(op)) {

@@ -102,10 +102,12 @@ struct StagedStep {
   /// bf16 storage may round. Values computed from the inputs and constants
   /// alone (masks, positions cast to f32) stay exact.
   llvm::DenseSet<mlir::Value> fromParams;
-  /// activations=bf16 and params=bf16 (set by the plan builder from its
+  /// activations=bf16, params=bf16 (set by the plan builder from its
   /// options).
   bool bf16Activations = false;
   bool bf16Params = false;
+  /// grad-reduce=bf16: data-parallel gradient reductions move bf16.
+  bool bf16GradReduce = false;
   /// Whether `v`'s buffer stores bf16 (computed in f32, rounded when
   /// stored): with bf16Activations, Activation-scope f32 tensors of rank >= 1
   /// computed from parameters do, except gradientParts; inputs, parameters,

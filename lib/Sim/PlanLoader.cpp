@@ -240,6 +240,9 @@ bool RankReader::read(Program &out, std::vector<std::string> &opNames) {
                                                     : cost::Collective::AllGather;
       // The whole buffers: the reduce-scatter's input, the all-gather's output.
       double bytes = op == "allreduce" ? bufBytes : op == "reduce_scatter" ? inBytes : outBytes;
+      // An f32 reduction carried out in bf16 (grad-reduce=bf16) moves half.
+      if (instr.getString("dtype") == "bf16" && op != "allgather")
+        bytes /= 2;
       in = Instr::collective(c, g, bytes, instr.getBoolean("async").value_or(false));
     } else if (op == "wait") {
       in = Instr::wait((int32_t)instr.getInteger("handle").value_or(-1));

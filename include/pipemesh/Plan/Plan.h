@@ -80,6 +80,11 @@ struct CompileOptions {
   /// whole parameters of ZeRO-1/2 take half the memory; gradients and AdamW
   /// state stay f32).
   std::string params = "f32";
+  /// Element type of the data-parallel gradient reductions: "f32", or
+  /// "bf16" (each replica's f32 gradient rounded to bf16 and summed in bf16,
+  /// the sum widened back: DeepSpeed's communication_data_type, FSDP's
+  /// reduce_dtype; half the bytes, bf16 precision in the sum).
+  std::string gradReduce = "f32";
   /// How the model's own `labels` input relates to the tokens: "next" (labels
   /// are the next tokens), "same" (labels = input ids, shifted inside the
   /// model, HuggingFace style) or "auto" (same when the graph slices labels).

@@ -8,6 +8,7 @@
 // message, a broken connection) is a CommError naming the operation too.
 //
 //===----------------------------------------------------------------------===//
+#include "pipemesh/runtime/Bf16.h"
 #include "pipemesh/runtime/Communicator.h"
 
 #include <mpi.h>
@@ -144,6 +145,14 @@ private:
   bool recv;
 };
 
+/// MPI_Op for sums of bf16 values (as uint16): in f32, rounded per addition.
+void bf16Sum(void *in, void *inout, int *len, MPI_Datatype *) {
+  const auto *a = static_cast<const uint16_t *>(in);
+  auto *b = static_cast<uint16_t *>(inout);
+  for (int i = 0; i < *len; ++i)
+    b[i] = floatToBf16(bf16ToFloat(a[i]) + bf16ToFloat(b[i]));
+}
+
 class MpiCommunicator : public Communicator {
 public:
   MpiCommunicator() {
@@ -162,6 +171,8 @@ public:
     for (MPI_Comm *c : {&dpComm, &tiedComm})
       if (*c != MPI_COMM_NULL)
         MPI_Comm_free(c);
+    if (bf16SumOp != MPI_OP_NULL)
+      MPI_Op_free(&bf16SumOp);
   }
   int rank() const override { return rankId; }
   int size() const override { return worldSize; }
@@ -287,22 +298,18 @@ public:
   int groupRank(Group g) const override { return g == Group::Dp ? dpRank : tiedRank; }
 
   void groupAllreduce(Group g, float *data, int64_t n, const std::string &what) override {
-    MPI_Comm c = comm(g, what);
-    for (int64_t off = 0; off < n; off += INT_MAX) {
-      int k = (int)std::min<int64_t>(n - off, INT_MAX);
-      MPI_Request req;
-      check(MPI_Iallreduce(MPI_IN_PLACE, data + off, k, MPI_FLOAT, MPI_SUM, c, &req), what);
-      waitFor(req, timeoutSeconds, what);
-    }
+    allreduce(g, data, n, sizeof(float), MPI_FLOAT, MPI_SUM, what);
   }
   void groupReduceScatter(Group g, const float *in, float *out, int64_t block,
                           const std::string &what) override {
-    MPI_Comm c = comm(g, what);
-    if (block > INT_MAX)
-      throw CommError(concat(what, ": a shard of ", block, " floats exceeds MPI's int count"));
-    MPI_Request req;
-    check(MPI_Ireduce_scatter_block(in, out, (int)block, MPI_FLOAT, MPI_SUM, c, &req), what);
-    waitFor(req, timeoutSeconds, what);
+    reduceScatter(g, in, out, block, MPI_FLOAT, MPI_SUM, what);
+  }
+  void groupAllreduceBf16(Group g, uint16_t *data, int64_t n, const std::string &what) override {
+    allreduce(g, data, n, sizeof(uint16_t), MPI_UINT16_T, bf16Op(what), what);
+  }
+  void groupReduceScatterBf16(Group g, const uint16_t *in, uint16_t *out, int64_t block,
+                              const std::string &what) override {
+    reduceScatter(g, in, out, block, MPI_UINT16_T, bf16Op(what), what);
   }
   void groupAllgather(Group g, const void *in, void *out, uint64_t blockBytes,
                       const std::string &what) override {
@@ -321,6 +328,34 @@ public:
   }
 
 private:
+  void allreduce(Group g, void *data, int64_t n, size_t elemSize, MPI_Datatype type, MPI_Op op,
+                 const std::string &what) {
+    MPI_Comm c = comm(g, what);
+    for (int64_t off = 0; off < n; off += INT_MAX) {
+      int k = (int)std::min<int64_t>(n - off, INT_MAX);
+      MPI_Request req;
+      check(MPI_Iallreduce(MPI_IN_PLACE, static_cast<char *>(data) + off * elemSize, k, type, op,
+                           c, &req),
+            what);
+      waitFor(req, timeoutSeconds, what);
+    }
+  }
+  void reduceScatter(Group g, const void *in, void *out, int64_t block, MPI_Datatype type,
+                     MPI_Op op, const std::string &what) {
+    MPI_Comm c = comm(g, what);
+    if (block > INT_MAX)
+      throw CommError(concat(what, ": a shard of ", block, " elements exceeds MPI's int count"));
+    MPI_Request req;
+    check(MPI_Ireduce_scatter_block(in, out, (int)block, type, op, c, &req), what);
+    waitFor(req, timeoutSeconds, what);
+  }
+  MPI_Op bf16Op(const std::string &what) {
+    if (bf16SumOp == MPI_OP_NULL)
+      check(MPI_Op_create(bf16Sum, /*commute=*/1, &bf16SumOp), what);
+    return bf16SumOp;
+  }
+  MPI_Op bf16SumOp = MPI_OP_NULL;
+
   MPI_Comm comm(Group g, const std::string &what) const {
     MPI_Comm c = g == Group::Dp ? dpComm : tiedComm;
     if (c == MPI_COMM_NULL)

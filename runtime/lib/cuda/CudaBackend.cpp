@@ -464,6 +464,9 @@ void registerCudaBackend() {
       fail("backend 'cuda' runs plans with f32 activation buffers; this plan was compiled "
            "with activations=", p.model.activations,
            " (compile without it, and use --precision bf16 for bf16 GEMMs)");
+    if (p.model.gradReduce != "f32")
+      fail("backend 'cuda' sums gradients in f32; this plan was compiled with grad-reduce=",
+           p.model.gradReduce, " (compile without it)");
     if (p.model.paramDtype != "f32")
       fail("backend 'cuda' runs plans whose kernels read the f32 parameters; this plan was "
            "compiled with params=", p.model.paramDtype,

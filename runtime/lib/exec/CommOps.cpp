@@ -13,7 +13,8 @@
 //   allreduce   in-place sum over the dp or tied group, then * scale; several
 //               buffers travel packed in one collective.
 //   reduce_scatter  sum over dp of the zero-padded full gradients; member d
-//               keeps shard d (packed over pairs: one collective).
+//               keeps shard d (packed over pairs: one collective). Both sums
+//               may travel as bf16 ("dtype": "bf16", grad-reduce=bf16).
 //   allgather   every member's shard into the full (unpadded) parameter
 //               ("async" at the end of a step: completed in the next).
 //   free        informational (zero=3 parameters after use).
@@ -22,6 +23,7 @@
 #include "OpContext.h"
 
 #include "pipemesh/runtime/Communicator.h"
+#include "pipemesh/runtime/CpuKernels.h"
 
 #include <algorithm>
 #include <cstring>
@@ -149,6 +151,20 @@ void scaleInPlace(float *x, int64_t n, float s) {
       x[i] *= s;
 }
 
+/// A reduction's element type on the wire: "dtype": "bf16" (grad-reduce=bf16)
+/// rounds the f32 buffers to bf16, sums bf16 and widens the result back.
+bool reducesInBf16(OpContext &c) {
+  auto it = c.inst.json.find("dtype");
+  if (it == c.inst.json.end())
+    return false;
+  if (!it->is_string() || (*it != "bf16" && *it != "f32"))
+    c.error("\"dtype\" must be \"f32\" or \"bf16\", got ", it->dump());
+  return *it == "bf16";
+}
+
+/// Floats of commScratch that hold n bf16 values.
+size_t bf16Floats(size_t n) { return (n + 1) / 2; }
+
 Thunk bindAllreduce(OpContext &c) {
   c.cls = InstrClass::Comm;
   Communicator &comm = commOf(c);
@@ -158,18 +174,36 @@ Thunk bindAllreduce(OpContext &c) {
             groupName(g), " is empty)");
   std::vector<TensorRef> bufs = bufferList(c, "bufs");
   float scale = (float)c.field("scale", 1.0);
+  const bool bf16 = reducesInBf16(c);
   int64_t total = 0;
   for (const TensorRef &t : bufs)
     total += t.numel;
-  c.activity = concat("all-reduce of ", bufs.size(), " buffer(s), ", total, " floats, on the ",
+  const char *unit = bf16 ? " floats summed in bf16" : " floats";
+  c.activity = concat("all-reduce of ", bufs.size(), " buffer(s), ", total, unit, ", on the ",
                       groupName(g), " group");
-  std::string what = concat("all-reduce of ", total, " floats (", bufs.size(), " buffer(s), first ",
+  std::string what = concat("all-reduce of ", total, unit, " (", bufs.size(), " buffer(s), first ",
                             describe(bufs[0]), ") on the ", groupName(g), " group");
-  if (bufs.size() > 1)
+  if (bf16)
+    reserveScratch(c, bf16Floats(total));
+  else if (bufs.size() > 1)
     reserveScratch(c, total);
   Communicator *cm = &comm;
   ExecEnv *env = &c.env;
-  return [cm, env, g, bufs, scale, total, what] {
+  return [cm, env, g, bufs, scale, total, what, bf16] {
+    if (bf16) {
+      auto *s = reinterpret_cast<uint16_t *>(env->commScratch.data());
+      int64_t off = 0;
+      for (const TensorRef &t : bufs)
+        cpu::roundBf16Buffer(t.as<float>(), s + off, t.numel), off += t.numel;
+      cm->groupAllreduceBf16(g, s, total, what);
+      off = 0;
+      for (const TensorRef &t : bufs) {
+        cpu::widenBf16Buffer(s + off, t.as<float>(), t.numel);
+        scaleInPlace(t.as<float>(), t.numel, scale);
+        off += t.numel;
+      }
+      return;
+    }
     if (bufs.size() == 1) {
       cm->groupAllreduce(g, bufs[0].as<float>(), total, what);
       scaleInPlace(bufs[0].as<float>(), total, scale);
@@ -238,33 +272,52 @@ Thunk bindReduceScatter(OpContext &c) {
   int64_t block = 0;
   std::vector<ShardPair> pairs = shardPairs(c, c.inst.in, c.inst.out, members, me, block);
   float scale = (float)c.field("scale", 1.0);
-  c.activity = concat("reduce-scatter of ", pairs.size(), " buffer(s), ", block,
-                      " floats per shard, on the dp group");
+  const bool bf16 = reducesInBf16(c);
+  const char *unit = bf16 ? " floats summed in bf16" : " floats";
+  c.activity = concat("reduce-scatter of ", pairs.size(), " buffer(s), ", block, unit,
+                      " per shard, on the dp group");
   std::string what = concat("reduce-scatter of ", pairs.size(), " buffer(s) (first ",
-                            describe(pairs[0].full), ") into shards of ", block,
-                            " floats on the dp group");
-  // Direct when one pair needs no padding; else packed: member d's block
-  // holds, pair after pair, shard d of each full buffer (zero-padded).
-  bool direct = pairs.size() == 1 && pairs[0].full.numel == (int64_t)members * block;
-  // Packing space: the send blocks, then the received shard.
+                            describe(pairs[0].full), ") into shards of ", block, unit,
+                            " on the dp group");
+  // Direct when one f32 pair needs no padding; else packed: member d's block
+  // holds, pair after pair, shard d of each full buffer (zero-padded), as f32
+  // or (bf16) rounded.
+  bool direct = !bf16 && pairs.size() == 1 && pairs[0].full.numel == (int64_t)members * block;
+  // Packing space: the send blocks, then the received shard (in floats, or
+  // bf16 values two to a float).
   const size_t sendN = direct ? 0 : (size_t)members * block;
-  reserveScratch(c, sendN + (pairs.size() == 1 ? 0 : block));
+  const size_t recvN = pairs.size() == 1 && !bf16 ? 0 : block;
+  reserveScratch(c, bf16 ? bf16Floats(sendN) + bf16Floats(recvN) : sendN + recvN);
   Communicator *cm = &comm;
   ExecEnv *env = &c.env;
-  return [cm, env, g, pairs, block, members, scale, what, direct, sendN] {
+  return [cm, env, g, pairs, block, members, scale, what, direct, sendN, bf16] {
     float *scratch = env->commScratch.data();
+    auto *scratch16 = reinterpret_cast<uint16_t *>(scratch);
     const float *in = direct ? pairs[0].full.as<float>() : scratch;
     if (!direct) {
-      float *s = scratch;
       for (int d = 0; d < members; ++d)
         for (const ShardPair &p : pairs) {
-          const int64_t S = p.shard.numel, first = d * S;
+          const int64_t S = p.shard.numel, first = d * S, at = (int64_t)d * block + p.offset;
           const int64_t n = std::max<int64_t>(0, std::min(S, p.full.numel - first));
-          float *dst = s + (int64_t)d * block + p.offset;
+          if (bf16) {
+            if (n > 0)
+              cpu::roundBf16Buffer(p.full.as<float>() + first, scratch16 + at, n);
+            std::fill(scratch16 + at + n, scratch16 + at + S, (uint16_t)0);
+            continue;
+          }
           if (n > 0)
-            std::memcpy(dst, p.full.as<float>() + first, n * sizeof(float));
-          std::fill(dst + n, dst + S, 0.0f);
+            std::memcpy(scratch + at, p.full.as<float>() + first, n * sizeof(float));
+          std::fill(scratch + at + n, scratch + at + S, 0.0f);
         }
+    }
+    if (bf16) {
+      uint16_t *out16 = scratch16 + 2 * bf16Floats(sendN);
+      cm->groupReduceScatterBf16(g, scratch16, out16, block, what);
+      for (const ShardPair &p : pairs) {
+        cpu::widenBf16Buffer(out16 + p.offset, p.shard.as<float>(), p.shard.numel);
+        scaleInPlace(p.shard.as<float>(), p.shard.numel, scale);
+      }
+      return;
     }
     float *out = pairs.size() == 1 ? pairs[0].shard.as<float>() : scratch + sendN;
     cm->groupReduceScatter(g, in, out, block, what);

@@ -162,6 +162,9 @@ struct PlanParser {
     p.model.paramDtype = stringOr(m, "", "param_dtype", "f32");
     if (p.model.paramDtype != "f32" && p.model.paramDtype != "bf16")
       bad("param_dtype", "must be f32 or bf16, got '" + p.model.paramDtype + "'");
+    p.model.gradReduce = stringOr(m, "", "grad_reduce", "f32");
+    if (p.model.gradReduce != "f32" && p.model.gradReduce != "bf16")
+      bad("grad_reduce", "must be f32 or bf16, got '" + p.model.gradReduce + "'");
     if (p.model.batch <= 0 || p.model.seq <= 0 || p.model.vocab <= 0)
       bad("model", "needs positive batch, seq and vocab");
     const auto &par = field(m, "", "parallel");

@@ -153,6 +153,8 @@ void Trainer::banner() {
     log << ", activations stored as " << p.model.activations;
   if (p.model.paramDtype != "f32")
     log << ", parameters computed in " << p.model.paramDtype << " (f32 master weights)";
+  if (p.model.gradReduce != "f32" && p.parallel.dp > 1)
+    log << ", gradients summed over dp in " << p.model.gradReduce;
   log << ")\n";
   log << "pipemesh-run: " << comm.size() << (comm.size() == 1 ? " rank" : " ranks") << " via "
       << comm.name() << "; rank 0 arena " << rankPlan->arenaBytes << " bytes";

@@ -42,14 +42,15 @@ class GeneratedGptTest(common.TempDirTest):
         self.check_ok(r)
         return r, common.read_log(log)
 
-    def torch_run(self, model, dtype=torch.float32):
-        """reference.train of MODELS[model] on the same data: (log, final parameters)."""
+    def torch_run(self, model, dtype=torch.float32, dp=1, grad_reduce="f32"):
+        """reference.train of MODELS[model] on the same data (dp replicas of B
+        sequences): (log, final parameters)."""
         weights = {i.name: onnx.numpy_helper.to_array(i).astype(np.float32)
                    for i in onnx.load(self.model).graph.initializer
                    if i.name.startswith("transformer.")}
         corpus = self.path("corpus.bin")
         if not os.path.exists(corpus):
             self.check_ok(common.run(["--write-default-corpus", corpus]))
-        sampler = reference.Sampler(common.read_shard(corpus), self.T, self.B, 1, self.M)
+        sampler = reference.Sampler(common.read_shard(corpus), self.T, self.B, dp, self.M)
         return reference.train(model, weights, sampler, self.STEPS, self.HEADS, lr=self.LR,
-                               dtype=dtype)
+                               dtype=dtype, grad_reduce=grad_reduce)

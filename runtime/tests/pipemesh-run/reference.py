@@ -199,11 +199,14 @@ for _a in (False, True):
 
 def train(model, weights, sampler, steps, heads, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
           weight_decay=0.01, grad_clip=0.0, warmup=0, schedule="constant", min_lr=0.0,
-          dtype=torch.float32):
+          dtype=torch.float32, grad_reduce="f32"):
     """Returns per-step dicts (loss, lr, grad_norm) and the final parameters.
     dtype=torch.float64: the same computation with f64 arithmetic (bf16 rounding
     points stay where they are), to tell a difference in evaluation order from one
-    in what is computed."""
+    in what is computed. With sampler.dp > 1 each replica's gradient is computed
+    apart and then summed over replicas; grad_reduce="bf16" sums them as the runtime's
+    bf16 reductions do: each replica's gradient rounded to bf16, every addition rounded
+    (replica order; the same as any order for two replicas)."""
     torch.set_num_threads(1)
     params = {k: torch.tensor(v, dtype=dtype, requires_grad=True) for k, v in weights.items()}
     decay = [p for p in params.values() if p.dim() >= 2]
@@ -212,20 +215,36 @@ def train(model, weights, sampler, steps, heads, lr=1e-3, beta1=0.9, beta2=0.999
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=lr, betas=(beta1, beta2), eps=eps)
     fn = MODELS[model]
+    n = sampler.M * sampler.dp
+    bf16 = lambda t: t.to(torch.bfloat16).to(t.dtype)
     log = []
     for s in range(steps):
         lr_s = learning_rate(s, lr, steps, warmup, schedule, min_lr)
         for g in opt.param_groups:
             g["lr"] = lr_s
-        opt.zero_grad(set_to_none=False)
         total = 0.0
-        for j in range(sampler.M):
-            x, y = sampler.microbatch(s, j, 0)
-            loss, extra = fn(params, torch.from_numpy(x), torch.from_numpy(y), heads)
-            (loss / sampler.M).backward()
-            total += loss.item() / sampler.M
-            if extra is not None:
-                total += extra.item() / sampler.M
+        replicas = []
+        for d in range(sampler.dp):
+            opt.zero_grad(set_to_none=False)
+            for j in range(sampler.M):
+                x, y = sampler.microbatch(s, j, d)
+                loss, extra = fn(params, torch.from_numpy(x), torch.from_numpy(y), heads)
+                (loss / n).backward()
+                total += loss.item() / n
+                if extra is not None:
+                    total += extra.item() / n
+            replicas.append({k: v.grad.clone() for k, v in params.items()})
+        for k, v in params.items():
+            parts = [r[k] for r in replicas]
+            if grad_reduce == "bf16" and len(parts) > 1:
+                acc = bf16(parts[0])
+                for g in parts[1:]:
+                    acc = bf16(acc + bf16(g))
+            else:
+                acc = parts[0]
+                for g in parts[1:]:
+                    acc = acc + g
+            v.grad.copy_(acc)
         norm = torch.nn.utils.clip_grad_norm_(list(params.values()),
                                               grad_clip if grad_clip > 0 else float("inf"))
         opt.step()

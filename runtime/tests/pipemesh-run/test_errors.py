@@ -75,6 +75,24 @@ class PlanErrors(common.TempDirTest):
         self.check_fails(common.run([self.write("pd.plan", manifest=m, builder=b), "--steps", 1]),
                          "param_dtype", "must be f32 or bf16, got 'fp8'")
 
+    def test_bad_grad_reduce_field(self):
+        b = tiny()
+        m = b.manifest()
+        m["grad_reduce"] = "f16"
+        self.check_fails(common.run([self.write("gr.plan", manifest=m, builder=b), "--steps", 1]),
+                         "grad_reduce", "must be f32 or bf16, got 'f16'")
+
+    def test_bad_reduction_dtype(self):
+        manifest, weights = mtp.build_mlp(dp=2, zero=1, microbatches=2)
+        for rank in manifest["ranks"]:
+            for instr in rank["program"]:
+                if instr["op"] == "reduce_scatter":
+                    instr["dtype"] = "f16"
+        path = self.path("rs.plan")
+        mtp.write_plan(path, manifest, weights)
+        self.check_fails(common.run([path, "--steps", 1], np_=2),
+                         "(reduce_scatter)", "\"dtype\" must be \"f32\" or \"bf16\", got \"f16\"")
+
     def test_param_copy_must_be_bf16(self):
         # A params=bf16 copy declared with the master's f32 type.
         b = tiny()

@@ -93,6 +93,12 @@ public:
   /// in: groupSize() blocks of `block` floats; out: the sum of this rank's block.
   virtual void groupReduceScatter(Group g, const float *in, float *out, int64_t block,
                                   const std::string &what) = 0;
+  /// The same two sums over bf16 values (grad-reduce=bf16): each addition
+  /// is done in f32 and rounded to bf16 (nearest-even), as NCCL's bf16 sums.
+  virtual void groupAllreduceBf16(Group g, uint16_t *data, int64_t n,
+                                  const std::string &what) = 0;
+  virtual void groupReduceScatterBf16(Group g, const uint16_t *in, uint16_t *out, int64_t block,
+                                      const std::string &what) = 0;
   /// in: `blockBytes` bytes; out: groupSize() blocks, member i's at
   /// i * blockBytes (a gather moves bytes as they are: f32 or bf16).
   virtual void groupAllgather(Group g, const void *in, void *out, uint64_t blockBytes,

@@ -115,6 +115,9 @@ struct ModelInfo {
   /// What the forward and backward read of trained parameters (compile
   /// option params=): "f32" (the master) or "bf16" (param_copy buffers).
   std::string paramDtype = "f32";
+  /// Element type of the data-parallel gradient sums (grad-reduce=): "f32"
+  /// or "bf16".
+  std::string gradReduce = "f32";
 };
 
 struct ParallelInfo {
