@@ -52,6 +52,7 @@ SEQ, VOCAB = 2048, 50257
 GLOBAL_BATCH = 128          # sequences per step = batch * microbatches * dp (--global-batch)
 ACTIVATIONS = "f32"         # storage type of activation buffers (--activations)
 PARAMS = "f32"              # what F and B read of the parameters (--params)
+GRAD_REDUCE = "f32"         # element type of the dp gradient sums (--grad-reduce)
 PP = 4                       # pipeline stages for every GPU count; dp = gpus / pp
 NETWORKS = ("a100-40g-25gbps", "a100-40g-100gbps")
 MEM_LIMIT = "40GiB"
@@ -181,6 +182,7 @@ def run_config(opt, simbin, model, gpus, schedule, vpp, extra, label, zero, net=
            f"{('_' + net.split('-')[-1]) if net else ''}"
            f"{'' if ACTIVATIONS == 'f32' else '_' + ACTIVATIONS}"
            f"{'' if PARAMS == 'f32' else '_p' + PARAMS}"
+           f"{'' if GRAD_REDUCE == 'f32' else '_g' + GRAD_REDUCE}"
            .replace("=", "").replace(",", "_"))
     cache = os.path.join(CACHE, key + ".json")
     if os.path.exists(cache):
@@ -189,12 +191,13 @@ def run_config(opt, simbin, model, gpus, schedule, vpp, extra, label, zero, net=
             return rec
     opts = (f"batch={batch} seq={SEQ} pp={pp} dp={dp} vpp={vpp} microbatches={m} "
             f"schedule={schedule} zero={zero} recompute=auto mem-limit={MEM_LIMIT} "
-            f"shapes-only=true activations={ACTIVATIONS} params={PARAMS} {extra}{(' cluster=' + net) if net else ''}"
+            f"shapes-only=true activations={ACTIVATIONS} params={PARAMS} "
+            f"grad-reduce={GRAD_REDUCE} {extra}{(' cluster=' + net) if net else ''}"
             f"{' prefetch=auto' if zero in (3, 'auto') else ''}").strip()
     rec = {"key": key, "model": model, "gpus": gpus, "schedule": schedule, "label": label,
            "pp": pp, "dp": dp, "vpp": vpp, "batch": batch, "microbatches": m, "zero": zero,
            "options": opts, "sims": {}, "bin_hash": BIN_HASH, "global_batch": GLOBAL_BATCH,
-           "activations": ACTIVATIONS, "params": PARAMS}
+           "activations": ACTIVATIONS, "params": PARAMS, "grad_reduce": GRAD_REDUCE}
     plan = os.path.join(WORK, key + ".plan")
     t0 = time.time()
     limit = COMPILE_TIMEOUT["auto" if zero == "auto" else "fixed"]
@@ -340,7 +343,7 @@ def table(rows):
 
 
 def main():
-    global BIN_HASH, GLOBAL_BATCH, LADDER_RECOMPUTE, ACTIVATIONS, PARAMS
+    global BIN_HASH, GLOBAL_BATCH, LADDER_RECOMPUTE, ACTIVATIONS, PARAMS, GRAD_REDUCE
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--jobs", type=int, default=2)
@@ -366,10 +369,14 @@ def main():
                     help="params= of every plan (bf16: the forward and backward read bf16 "
                          "copies of the f32 masters, ZeRO gathers move them; cached and "
                          "written apart, sim_paper..._pbf16.json / .md)")
+    ap.add_argument("--grad-reduce", choices=("f32", "bf16"), default=GRAD_REDUCE,
+                    help="grad-reduce= of every plan (bf16: dp gradient sums in bf16; cached "
+                         "and written apart, sim_paper..._gbf16.json / .md)")
     args = ap.parse_args()
     GLOBAL_BATCH = args.global_batch
     ACTIVATIONS = args.activations
     PARAMS = args.params
+    GRAD_REDUCE = args.grad_reduce
     LADDER_RECOMPUTE = args.ladder_recompute
     opt, simbin = (os.path.join(args.build, "bin", t) for t in ("pipemesh-opt", "pipemesh-sim"))
     BIN_HASH = bin_hash(opt, simbin)
@@ -394,7 +401,8 @@ def main():
             rec = json.load(open(os.path.join(CACHE, f)))
             if rec.get("global_batch", 128) == GLOBAL_BATCH and \
                     rec.get("activations", "f32") == ACTIVATIONS and \
-                    rec.get("params", "f32") == PARAMS:
+                    rec.get("params", "f32") == PARAMS and \
+                    rec.get("grad_reduce", "f32") == GRAD_REDUCE:
                 recs.append(rec)
         if any(r.get("bin_hash") == BIN_HASH for r in recs):
             recs = [r for r in recs if r.get("bin_hash") == BIN_HASH]
@@ -413,7 +421,8 @@ def main():
     rows = tables["mem_limit"]
     suffix = ("" if GLOBAL_BATCH == 128 else f"_B{GLOBAL_BATCH}") + \
         ("" if ACTIVATIONS == "f32" else "_" + ACTIVATIONS) + \
-        ("" if PARAMS == "f32" else "_p" + PARAMS)
+        ("" if PARAMS == "f32" else "_p" + PARAMS) + \
+        ("" if GRAD_REDUCE == "f32" else "_g" + GRAD_REDUCE)
     with open(os.path.join(OUT, f"sim_paper{suffix}.json"), "w") as f:
         json.dump({"setting": {"seq": SEQ, "vocab": VOCAB, "global_batch": GLOBAL_BATCH,
                                "pp": PP, "mem_limit": MEM_LIMIT, "networks": NETWORKS,
