@@ -158,7 +158,7 @@ private:
     int copy = -1;
     /// What F and B read when the whole is persistent: the copy at zero 0
     /// with bf16 compute, else the whole.
-    int computed() const { return copy >= 0 && shard < 0 ? copy : full; }
+    int readByCompute() const { return copy >= 0 && shard < 0 ? copy : full; }
     /// What a ZeRO gather sends: the shard's bf16 copy, or the shard.
     int gatherSource() const { return copy >= 0 && shard >= 0 ? copy : shard; }
   };

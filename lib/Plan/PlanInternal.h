@@ -32,8 +32,8 @@ struct Buffer {
 
   int64_t bytes() const;
   bool persistent() const {
-    return kind == "param" || kind == "param_copy" || kind == "grad" || kind == "adam_m" || kind == "adam_v" ||
-           kind == "constant";
+    return kind == "param" || kind == "param_copy" || kind == "grad" || kind == "adam_m" ||
+           kind == "adam_v" || kind == "constant";
   }
 };
 

@@ -141,7 +141,7 @@ int RankEmitter::addGatherTarget(StringRef param) {
 int RankEmitter::paramBuffer(StringRef name, ActionCtx &ctx) {
   ParamBufs &pb = pbufs[name];
   if (!pb.st.gatherBeforeUse)
-    return pb.computed();
+    return pb.readByCompute();
   if (auto it = gathered.find(name); it != gathered.end())
     return it->second;
   if (prefetched.count(name))

@@ -19,8 +19,8 @@ constexpr size_t kHeaderBytes = 40;
 int64_t align64(int64_t v) { return (v + 63) / 64 * 64; }
 
 bool persistentKind(llvm::StringRef kind) {
-  return kind == "param" || kind == "param_copy" || kind == "grad" || kind == "adam_m" || kind == "adam_v" ||
-         kind == "constant";
+  return kind == "param" || kind == "param_copy" || kind == "grad" || kind == "adam_m" ||
+         kind == "adam_v" || kind == "constant";
 }
 
 struct BufferInfo {
