@@ -413,4 +413,13 @@ void registerCommOps(OpTable &t) {
   t["wait_collectives"] = bindWaitCollectives;
 }
 
+bool isCommOp(const std::string &op) {
+  static const OpTable comm = [] {
+    OpTable t;
+    registerCommOps(t);
+    return t;
+  }();
+  return comm.count(op) > 0;
+}
+
 } // namespace pipemesh::rt

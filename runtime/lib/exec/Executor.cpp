@@ -24,21 +24,12 @@ static std::string prefix(const ExecEnv &env, const Instruction &inst) {
   return concat("rank ", env.rank.rank, ", instruction ", inst.index, " (", inst.op, "): ");
 }
 
-/// Instructions that move a buffer's bytes as they are (point-to-point and
-/// collectives, whose async completion outlives the thunk) or only mark it:
-/// never staged.
-static bool movesBytes(const std::string &op) {
-  static const std::set<std::string> ops = {"send",      "recv",           "wait_sends",
-                                            "allreduce", "reduce_scatter", "allgather",
-                                            "free",      "wait_collectives"};
-  return ops.count(op) > 0;
-}
-
 /// The bf16 buffers of an instruction (each once), which the CPU kernels
-/// see as f32 copies.
+/// see as f32 copies. Communication instructions move bytes as they are (or
+/// only mark buffers): never staged.
 static std::vector<int64_t> bf16Buffers(const RankPlan &rank, const Instruction &inst) {
   std::vector<int64_t> ids;
-  if (movesBytes(inst.op))
+  if (isCommOp(inst.op))
     return ids;
   for (const std::vector<int64_t> *list : {&inst.in, &inst.out})
     for (int64_t id : *list)

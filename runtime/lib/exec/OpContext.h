@@ -81,6 +81,10 @@ void registerLossOps(OpTable &t);
 void registerShapeOps(OpTable &t);
 void registerControlOps(OpTable &t);
 void registerCommOps(OpTable &t);
+/// Whether `op` is one of registerCommOps' instructions: they move a
+/// buffer's bytes as they are (messages, collectives, whose async completion
+/// outlives the thunk) or only mark buffers (free, waits).
+bool isCommOp(const std::string &op);
 
 } // namespace pipemesh::rt
 
