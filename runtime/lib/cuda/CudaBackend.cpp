@@ -455,22 +455,28 @@ std::string CudaBackend::memoryReport() const {
                 " MiB (arena + extra + NCCL + cuBLASLt's own) of ", totalMem / MiB, " MiB");
 }
 
+/// The mixed-precision compile options this backend does not run yet: its
+/// kernels read and write f32 buffers (bf16 is an operand format of its
+/// GEMMs, --precision) and its NCCL sums are f32. The CPU backend runs them.
+static void refuseBf16Storage(const Plan &p) {
+  struct Option {
+    const char *name;
+    const std::string &value;
+  };
+  for (const Option &o : {Option{"activations", p.model.activations},
+                          Option{"params", p.model.paramDtype},
+                          Option{"grad-reduce", p.model.gradReduce}})
+    if (o.value != "f32")
+      fail("backend 'cuda' runs f32 buffers and f32 gradient sums; this plan was compiled with ",
+           o.name, "=", o.value,
+           " (compile without it, and use --precision bf16 for bf16 GEMMs; the cpu backend "
+           "runs it)");
+}
+
 void registerCudaBackend() {
   registerBackend("cuda", [](const Plan &p, const RankPlan &r, Arena &host, Communicator &c,
                              const BackendOptions &o) -> std::unique_ptr<ComputeBackend> {
-    // Its kernels read and write f32 buffers (bf16 is an operand format of
-    // its GEMMs, --precision): bf16 storage is the CPU backend's so far.
-    if (p.model.activations != "f32")
-      fail("backend 'cuda' runs plans with f32 activation buffers; this plan was compiled "
-           "with activations=", p.model.activations,
-           " (compile without it, and use --precision bf16 for bf16 GEMMs)");
-    if (p.model.gradReduce != "f32")
-      fail("backend 'cuda' sums gradients in f32; this plan was compiled with grad-reduce=",
-           p.model.gradReduce, " (compile without it)");
-    if (p.model.paramDtype != "f32")
-      fail("backend 'cuda' runs plans whose kernels read the f32 parameters; this plan was "
-           "compiled with params=", p.model.paramDtype,
-           " (compile without it, and use --precision bf16 for bf16 GEMMs)");
+    refuseBf16Storage(p);
     return std::make_unique<CudaBackend>(p, r, host, c, o);
   });
 }
