@@ -10,7 +10,7 @@ per rank. CI runs a subset (runtime test `compiled_parallel`); this script runs 
     parallel_grid.py --opt build/bin/pipemesh-opt --run build/bin/pipemesh-run \\
         [--pp 1,2,3,4] [--dp 1,2] [--vpp 1,2] [--zero 0,1,2,3] [--microbatches 4]
         [--schedules gpipe,1f1b,interleaved,bfs,zb-h1,zb-h2,elastic:3+1/2+2] [--extra OPTS]
-        [--ref-extra OPTS]
+        [--ref-extra OPTS] [--ref-dp N]
 """
 import argparse
 import itertools
@@ -38,6 +38,9 @@ def main():
                     "'recompute=full'")
     ap.add_argument("--ref-extra", default="", help="--pipemesh-compile options of the pp=1 dp=1 "
                     "reference too, e.g. 'activations=bf16'")
+    ap.add_argument("--ref-dp", type=int, default=1, help="data-parallel replicas of the pp=1 "
+                    "reference (2 for options whose numerics depend on the dp sum, e.g. "
+                    "'grad-reduce=bf16')")
     ap.add_argument("--rtol", type=float, default=1e-5)
     args = ap.parse_args()
     ints = lambda s: [int(x) for x in s.split(",")]
@@ -75,11 +78,13 @@ def main():
             return None, "run: " + (r.stdout + r.stderr).strip()[-400:]
         return [json.loads(l)["loss"] for l in open(log)], None
 
-    ref, err = losses(1, 1, 1, "1f1b", 0, extra_opts=args.ref_extra)  # the one-process plan
+    # The one-stage plan (one process unless --ref-dp).
+    ref, err = losses(1, args.ref_dp, 1, "1f1b", 0, extra_opts=args.ref_extra)
     if ref is None:
         print("reference failed:", err)
         return 1
-    print("reference pp=1 dp=1 losses:", " ".join(f"{x:.6f}" for x in ref), flush=True)
+    print(f"reference pp=1 dp={args.ref_dp} losses:", " ".join(f"{x:.6f}" for x in ref),
+          flush=True)
     passed = failed = 0
     for pp, dp, vpp, sched, zero in itertools.product(
             ints(args.pp), ints(args.dp), ints(args.vpp), args.schedules.split(","),
