@@ -1,5 +1,5 @@
 """The CPU benchmarks' model and tools (bench/cpu_step.py, pipeline_step.py,
-activations_bf16.py): GPT-2 style L=6, C=384, H=6, V=8192, ctx 256, written once by
+bf16_storage.py): GPT-2 style L=6, C=384, H=6, V=8192, ctx 256, written once by
 models/gen_gpt2.py into bench/out/."""
 import os
 import subprocess

@@ -1,0 +1,85 @@
+#!/usr/bin/python3
+"""bf16 storage on the CPU backend (activations=bf16, params=bf16, both): step time, arena,
+staging space and peak RSS against the same plan in f32, measured in the same run.
+
+Model: the CPU-step benchmark's GPT-2 style L=6, C=384, H=6, V=8192, T=256, micro-batch B=4
+(models/gen_gpt2.py). The plans run in alternating rounds (the machine's load drifts); each
+side's time is the median of all rounds' steps after the first. The CPU kernels compute in
+f32 on widened copies of the bf16 buffers, so this measures what the storage types cost and
+save on this backend, not bf16 arithmetic.
+
+    bench/bf16_storage.py [--build build] [--steps 4] [--rounds 2] [--json OUT]
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+
+import cpu_model
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SIDES = {  # name: compile options
+    "f32": "",
+    "activations=bf16": "activations=bf16",
+    "params=bf16": "params=bf16",
+    "both": "activations=bf16 params=bf16",
+}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    opt, run = cpu_model.tools(args.build)
+    work = cpu_model.WORK
+    model = cpu_model.ensure_model()
+    plans, sides = {}, {}
+    for name, options in SIDES.items():
+        tag = name.replace("=", "_")
+        plans[name] = os.path.join(work, f"gpt_L6_{tag}.plan")
+        subprocess.run([opt, model, f"--pipemesh-compile=batch=4 seq=256 {options}", "-o",
+                        plans[name]], check=True)
+        sides[name] = {"options": options, "step_ms": [], "peak_rss_bytes": 0}
+    for _ in range(args.rounds):
+        for name, s in sides.items():
+            log = os.path.join(work, f"bf16_storage_{name.replace('=', '_')}.jsonl")
+            r = subprocess.run(["/usr/bin/time", "-f", "maxrss_kb %M", run, plans[name],
+                                "--steps", str(args.steps), "--log-json", log],
+                               check=True, capture_output=True, text=True)
+            rss = re.search(r"maxrss_kb (\d+)", r.stderr)
+            s["peak_rss_bytes"] = max(s["peak_rss_bytes"], int(rss.group(1)) * 1024)
+            steps = [json.loads(l) for l in open(log) if l.strip()]
+            s["step_ms"] += [e["ms"] for e in steps[1:]]
+            s["loss_last"] = steps[-1]["loss"]
+            m = re.search(r"arena (\d+) bytes(?: \(\+ (\d+) bytes of f32 staging)?", r.stdout)
+            s["arena_bytes"], s["staging_bytes"] = int(m.group(1)), int(m.group(2) or 0)
+    base = sides["f32"]
+    for s in sides.values():
+        s["median_step_ms"] = statistics.median(s["step_ms"])
+        s["step_time_over_f32"] = s["median_step_ms"] / base["median_step_ms"]
+        s["arena_over_f32"] = s["arena_bytes"] / base["arena_bytes"]
+        s["arena_plus_staging_over_f32"] = (s["arena_bytes"] + s["staging_bytes"]) / \
+            base["arena_bytes"]
+        s["peak_rss_over_f32"] = s["peak_rss_bytes"] / base["peak_rss_bytes"]
+    result = {"model": "L6 C384 H6 V8192 T256 B4", "steps": args.steps, "rounds": args.rounds,
+              "sides": sides}
+    print("| plan | median step ms | arena MB | staging MB | peak RSS MB | last loss | "
+          "step / f32 | arena + staging / f32 | peak RSS / f32 |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, s in sides.items():
+        print(f"| {name} | {s['median_step_ms']:.1f} | {s['arena_bytes'] / 1e6:.1f} | "
+              f"{s['staging_bytes'] / 1e6:.1f} | {s['peak_rss_bytes'] / 1e6:.0f} | "
+              f"{s['loss_last']:.6f} | {s['step_time_over_f32']:.3f} | "
+              f"{s['arena_plus_staging_over_f32']:.3f} | {s['peak_rss_over_f32']:.3f} |")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(result, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
