@@ -54,3 +54,15 @@ class GeneratedGptTest(common.TempDirTest):
         sampler = reference.Sampler(common.read_shard(corpus), self.T, self.B, dp, self.M)
         return reference.train(model, weights, sampler, self.STEPS, self.HEADS, lr=self.LR,
                                dtype=dtype, grad_reduce=grad_reduce)
+
+    def assert_cuda_refuses(self, options, world=1):
+        """The CUDA backend refuses a plan compiled with `options` (a bf16 storage option
+        its kernels do not run), naming the option; built without CUDA, the backend is
+        unknown. Either way before any device is looked for."""
+        r = common.run([self.compile("cuda.plan", options), "--steps", 1, "--backend", "cuda"],
+                       np_=world if world > 1 else None)
+        self.assertNotEqual(r.returncode, 0)
+        text = r.stdout + r.stderr
+        named = options.split()[-1]
+        self.assertTrue(named in text or "unknown backend" in text.lower()
+                        or "not compiled" in text.lower(), text)
