@@ -93,6 +93,19 @@ class PlanErrors(common.TempDirTest):
         self.check_fails(common.run([path, "--steps", 1], np_=2),
                          "(reduce_scatter)", "\"dtype\" must be \"f32\" or \"bf16\", got \"f16\"")
 
+    def test_bad_adamw_copy(self):
+        # An adamw entry whose params=bf16 copy is the f32 parameter itself, or no id.
+        for copy, needle in ((None, "params[0].copy must be a bf16 buffer"),
+                             ("x", "params[0].copy must be an integer buffer id")):
+            with self.subTest(copy=copy):
+                b = tiny()
+                m = b.manifest()
+                adamw = next(i for i in m["ranks"][0]["program"] if i["op"] == "adamw")
+                adamw["params"][0]["copy"] = copy if copy else adamw["params"][0]["param"]
+                self.check_fails(
+                    common.run([self.write("ac.plan", manifest=m, builder=b), "--steps", 1]),
+                    "(adamw)", needle)
+
     def test_param_copy_must_be_bf16(self):
         # A params=bf16 copy declared with the master's f32 type.
         b = tiny()
