@@ -13,6 +13,8 @@
 
 #include "TestUtil.h"
 
+#include "pipemesh/runtime/Bf16.h"
+
 #include <omp.h>
 
 #include <cstring>
@@ -904,6 +906,22 @@ TEST(AdamW, OneAndTwoStepsMatchPyTorchFormula) {
       expectClose(vf, vr, 1e-5, 1e-9, "adamw float v");
     }
   }
+}
+
+TEST(AdamW, Bf16CopyIsTheRoundedUpdate) {
+  // params=bf16: the copy written beside the update equals the updated master
+  // rounded to nearest-even, over several chunks of the parallel split.
+  const int64_t n = 100000;
+  const VecF g = toFloat(randomVec(n, 58, -2, 2));
+  VecF p = toFloat(randomVec(n, 59)), m(n, 0.f), v(n, 0.f), same = p, ms(n, 0.f), vs(n, 0.f);
+  std::vector<uint16_t> copy(n, 0);
+  adamw<float>(p.data(), g.data(), m.data(), v.data(), n, 1e-3, 0.9, 0.95, 1e-8, 0.1, 1, 1.0,
+               copy.data());
+  adamw<float>(same.data(), g.data(), ms.data(), vs.data(), n, 1e-3, 0.9, 0.95, 1e-8, 0.1, 1, 1.0);
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < n; ++i)
+    wrong += p[i] != same[i] || copy[i] != rt::floatToBf16(p[i]);
+  EXPECT_EQ(wrong, 0);
 }
 
 TEST(AdamW, FirstStepMovesByLr) {

@@ -17,6 +17,9 @@
 
 #include "KernelUtil.h"
 
+#include "pipemesh/runtime/Bf16.h"
+
+#include <type_traits>
 #include <vector>
 
 namespace pipemesh::rt::cpu {
@@ -85,7 +88,7 @@ template <typename T> double sumSquares(const T *x, int64_t n) {
 
 template <typename T>
 void adamw(T *p, const T *g, T *m, T *v, int64_t n, double lr, double beta1, double beta2,
-           double eps, double weightDecay, int64_t step, double gradScale) {
+           double eps, double weightDecay, int64_t step, double gradScale, uint16_t *bf16Copy) {
   const double bc1 = 1.0 - std::pow(beta1, double(step));
   const double bc2 = 1.0 - std::pow(beta2, double(step));
   AdamConsts<T> k;
@@ -102,14 +105,18 @@ void adamw(T *p, const T *g, T *m, T *v, int64_t n, double lr, double beta1, dou
   k.e = T(eps);
   forEachChunk(n, 1 << 14, kParallelGrain, [&](int64_t i0, int64_t len) {
     adamwSpan(p + i0, g + i0, m + i0, v + i0, len, k);
+    if constexpr (std::is_same_v<T, float>)
+      if (bf16Copy)
+        for (int64_t i = i0; i < i0 + len; ++i)
+          bf16Copy[i] = floatToBf16(p[i]);
   });
 }
 
 template double sumSquares<float>(const float *, int64_t);
 template double sumSquares<double>(const double *, int64_t);
 template void adamw<float>(float *, const float *, float *, float *, int64_t, double, double,
-                           double, double, double, int64_t, double);
+                           double, double, double, int64_t, double, uint16_t *);
 template void adamw<double>(double *, const double *, double *, double *, int64_t, double, double,
-                            double, double, double, int64_t, double);
+                            double, double, double, int64_t, double, uint16_t *);
 
 } // namespace pipemesh::rt::cpu

@@ -205,10 +205,8 @@ Thunk bindAdamW(OpContext &c) {
     for (const AdamParam &a : ps)
       cpu::adamw<float>(a.p.as<float>(), a.g.as<float>(), a.m.as<float>(), a.v.as<float>(),
                         a.p.numel, env->state.lr, o.beta1, o.beta2, o.eps,
-                        a.decay ? o.weightDecay : 0.0, step, gradScale);
-    for (const AdamParam &a : ps)
-      if (a.copy.numel > 0)
-        cpu::roundBf16Buffer(a.p.as<float>(), a.copy.as<uint16_t>(), a.p.numel);
+                        a.decay ? o.weightDecay : 0.0, step, gradScale,
+                        a.copy.numel > 0 ? a.copy.as<uint16_t>() : nullptr);
     env->state.gradNorm = norm;
     env->state.optimizerRan = true;
   };

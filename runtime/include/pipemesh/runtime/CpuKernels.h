@@ -154,10 +154,13 @@ template <typename T> double sumSquares(const T *x, int64_t n);
 /// Evaluated in T with torch.optim.AdamW's (1.13) operation order:
 /// p *= (1-lr*wd); m = m*b1 + (1-b1)*g'; v = v*b2 + (1-b2)*g'*g';
 /// p += (-lr/(1-b1^step)) * m / (sqrt(v)/sqrt(1-b2^step) + eps);
-/// pass weightDecay = 0 for parameters that do not decay.
+/// pass weightDecay = 0 for parameters that do not decay. bf16Copy (f32 only;
+/// params=bf16): also receives the updated p rounded to bf16, chunk by chunk
+/// while it is in cache.
 template <typename T>
 void adamw(T *p, const T *g, T *m, T *v, int64_t n, double lr, double beta1, double beta2,
-           double eps, double weightDecay, int64_t step, double gradScale);
+           double eps, double weightDecay, int64_t step, double gradScale,
+           uint16_t *bf16Copy = nullptr);
 
 /// OpenBLAS 0.3.21 picks its generic "Prescott" kernels on Xeons newer than it
 /// knows, and reads OPENBLAS_CORETYPE only when the library loads; libgomp
