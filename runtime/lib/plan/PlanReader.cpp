@@ -156,15 +156,16 @@ struct PlanParser {
     p.model.flopsPerStep =
         model.contains("flops_per_step") ? number(model, "model", "flops_per_step") : 0;
     p.model.loss = stringOr(model, "model", "loss", "");
-    p.model.activations = stringOr(m, "", "activations", "f32");
-    if (p.model.activations != "f32" && p.model.activations != "bf16")
-      bad("activations", "must be f32 or bf16, got '" + p.model.activations + "'");
-    p.model.paramDtype = stringOr(m, "", "param_dtype", "f32");
-    if (p.model.paramDtype != "f32" && p.model.paramDtype != "bf16")
-      bad("param_dtype", "must be f32 or bf16, got '" + p.model.paramDtype + "'");
-    p.model.gradReduce = stringOr(m, "", "grad_reduce", "f32");
-    if (p.model.gradReduce != "f32" && p.model.gradReduce != "bf16")
-      bad("grad_reduce", "must be f32 or bf16, got '" + p.model.gradReduce + "'");
+    // The mixed-precision options (storage or sum types): f32 unless given.
+    auto storageType = [&](const char *key) {
+      std::string t = stringOr(m, "", key, "f32");
+      if (t != "f32" && t != "bf16")
+        bad(key, "must be f32 or bf16, got '" + t + "'");
+      return t;
+    };
+    p.model.activations = storageType("activations");
+    p.model.paramDtype = storageType("param_dtype");
+    p.model.gradReduce = storageType("grad_reduce");
     if (p.model.batch <= 0 || p.model.seq <= 0 || p.model.vocab <= 0)
       bad("model", "needs positive batch, seq and vocab");
     const auto &par = field(m, "", "parallel");

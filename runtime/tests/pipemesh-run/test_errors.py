@@ -61,26 +61,17 @@ class PlanErrors(common.TempDirTest):
         self.check_fails(common.run([self.write("g.plan", manifest=m, builder=b), "--steps", 1]),
                          "manifest field 'model.vocab' is missing")
 
-    def test_bad_activations_field(self):
-        b = tiny()
-        m = b.manifest()
-        m["activations"] = "f16"
-        self.check_fails(common.run([self.write("act.plan", manifest=m, builder=b), "--steps", 1]),
-                         "activations", "must be f32 or bf16, got 'f16'")
-
-    def test_bad_param_dtype_field(self):
-        b = tiny()
-        m = b.manifest()
-        m["param_dtype"] = "fp8"
-        self.check_fails(common.run([self.write("pd.plan", manifest=m, builder=b), "--steps", 1]),
-                         "param_dtype", "must be f32 or bf16, got 'fp8'")
-
-    def test_bad_grad_reduce_field(self):
-        b = tiny()
-        m = b.manifest()
-        m["grad_reduce"] = "f16"
-        self.check_fails(common.run([self.write("gr.plan", manifest=m, builder=b), "--steps", 1]),
-                         "grad_reduce", "must be f32 or bf16, got 'f16'")
+    def test_bad_storage_type_fields(self):
+        # The manifest's mixed-precision fields: activations, param_dtype, grad_reduce.
+        for field, value in (("activations", "f16"), ("param_dtype", "fp8"),
+                             ("grad_reduce", "f16")):
+            with self.subTest(field=field):
+                b = tiny()
+                m = b.manifest()
+                m[field] = value
+                self.check_fails(
+                    common.run([self.write("st.plan", manifest=m, builder=b), "--steps", 1]),
+                    field, f"must be f32 or bf16, got '{value}'")
 
     def test_bad_reduction_dtype(self):
         manifest, weights = mtp.build_mlp(dp=2, zero=1, microbatches=2)
