@@ -119,6 +119,10 @@ struct PMeshPartitionPass : pipemesh::impl::PMeshPartitionBase<PMeshPartitionPas
     const int64_t S = stages;
     if (S < 1)
       return module.emitError() << "pmesh-partition: stages must be at least 1, got " << S;
+    const int64_t R = ranks;
+    if (R < 1 || S % R != 0)
+      return module.emitError() << "pmesh-partition: ranks=" << R
+                                << " must be at least 1 and divide stages=" << S;
     auto dev = cost::Device::byName(device);
     if (!dev)
       return module.emitError() << "pmesh-partition: unknown device '" << device
@@ -228,6 +232,10 @@ struct PMeshPartitionPass : pipemesh::impl::PMeshPartitionBase<PMeshPartitionPas
     problem.postMemory = mem[L + 1];
     problem.layerTime.assign(time.begin() + 1, time.begin() + 1 + L);
     problem.layerMemory.assign(mem.begin() + 1, mem.begin() + 1 + L);
+    problem.preParams = paramBytes[0];
+    problem.postParams = paramBytes[L + 1];
+    problem.layerParams.assign(paramBytes.begin() + 1, paramBytes.begin() + 1 + L);
+    problem.numRanks = R;
 
     // 3. The layout.
     std::string why;
@@ -399,6 +407,18 @@ struct PMeshPartitionPass : pipemesh::impl::PMeshPartitionBase<PMeshPartitionPas
     }
     os << "  max stage time " << ms(layout.maxTime) << " (ideal " << ms(total / p.numChunks)
        << "), max stage memory " << human(layout.maxMemory) << "\n";
+    if (p.numRanks > 1) {
+      for (int64_t r = 0; r < p.numRanks; ++r) {
+        double t = 0, params = 0;
+        os << "  rank " << r << " (stages";
+        for (int64_t c = r; c < p.numChunks; c += p.numRanks) {
+          os << (c == r ? " " : ", ") << c;
+          t += layout.chunkTime[c];
+          params += layout.chunkParams[c];
+        }
+        os << "): time " << ms(t) << ", parameters " << human(params) << "\n";
+      }
+    }
     // When the head and the loss alone outweigh a balanced stage, a last
     // stage without layers may be better; balanced layouts never pick it.
     if (!isExplicit && p.numChunks > 1 && L >= p.numChunks - 1) {

@@ -194,7 +194,8 @@ int compileToPlan(StringRef inputFilename, StringRef outputFilename, DialectRegi
                << " pipeline chunks need the pmesh-partition pass, which this build lacks\n";
         return 1;
       }
-      std::string pipeline = "pmesh-partition{stages=" + std::to_string(chunks);
+      std::string pipeline = "pmesh-partition{stages=" + std::to_string(chunks) +
+                             " ranks=" + std::to_string(copts.pp);
       if (!copts.layersPerStage.empty()) {
         pipeline += " layers-per-stage=";
         for (auto [k, n] : llvm::enumerate(copts.layersPerStage))

@@ -40,7 +40,12 @@ def PMeshPartition : Pass<"pmesh-partition", "mlir::ModuleOp"> {
     fp32 element for memory), and the layers are cut into `stages` contiguous
     chunks minimising the largest chunk time (then the largest chunk memory;
     remaining ties give later chunks more layers), where chunk 0 also carries
-    "pre" and the last chunk "post". `layers-per-stage` gives the layout
+    "pre" and the last chunk "post". With `ranks` pipeline ranks holding the
+    chunks round-robin (interleaved stages: chunk c on rank c % ranks) and
+    equal layers, those ties go instead to the least largest rank time, rank
+    parameter bytes, sum of the rounds' largest chunks, then the lightest
+    last rounds (the first chunk may keep only "pre", the last only "post").
+    `layers-per-stage` gives the layout
     instead (one entry per stage summing to the layer count; only the first
     and last stage may have 0 layers).
 
@@ -53,6 +58,8 @@ def PMeshPartition : Pass<"pmesh-partition", "mlir::ModuleOp"> {
   }];
   let options = [
     Option<"stages", "stages", "int64_t", "1", "number of stage chunks (pp * vpp)">,
+    Option<"ranks", "ranks", "int64_t", "1",
+           "pipeline ranks (pp): chunk c runs on rank c % ranks">,
     ListOption<"layersPerStage", "layers-per-stage", "int64_t",
                "explicit layout: transformer layers per stage, one entry per stage">,
     Option<"device", "device", "std::string", "\"cpu\"",
