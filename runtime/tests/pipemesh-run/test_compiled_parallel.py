@@ -81,6 +81,40 @@ class CompiledParallel(common.TempDirTest):
                       + ", ".join(f"{x['compute_ms']:.1f}/{x['comm_ms']:.1f}/{x['idle_ms']:.1f}"
                                   for x in got[-1]["ranks"]))
 
+    def test_interleaved_layout_with_empty_end_chunks(self):
+        # A GPT whose head outweighs its layers, on 3 ranks x 2 chunks: the
+        # partitioner's interleaved tie-break leaves the first chunk the
+        # embedding alone and the last the head and the loss alone
+        # (0,1,1,2,2,0: every rank 2 layers' time + what it holds). Such plans
+        # train the one-rank losses too.
+        import re
+        import sys
+        model = self.path("heavy-head.onnx")
+        subprocess.run([sys.executable, os.path.join(common.REPO, "models", "gen_gpt2.py"),
+                        "--layers", "6", "--embd", "32", "--heads", "2", "--vocab", "1024",
+                        "--ctx", "16", "--seed", "3", "-o", model], check=True, capture_output=True)
+        r = subprocess.run([PIPEMESH_OPT, model, "--batch=2", "--seq=16", "--pmesh-raise",
+                            "--pmesh-partition=stages=6 ranks=3"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stdout, re.escape("pmesh.layers_per_stage = array<i64: 0, 1, 1, 2, 2, 0>"))
+
+        def losses(name, options, world):
+            plan = self.path(name + ".plan")
+            r = subprocess.run([PIPEMESH_OPT, model, f"--pipemesh-compile=batch=2 seq=16 {options}",
+                                "-o", plan], capture_output=True, text=True, timeout=300)
+            self.assertEqual(r.returncode, 0, f"pipemesh-opt {options} failed:\n{r.stderr}")
+            return self.train(plan, world, name)
+
+        want = losses("heavy-one", "microbatches=3", 1)
+        for schedule in ("interleaved", "bfs"):
+            with self.subTest(schedule):
+                got = losses(f"heavy-{schedule}", f"pp=3 vpp=2 microbatches=3 schedule={schedule}", 3)
+                for g, w in zip(got, want):
+                    self.assertLess(abs(g["loss"] - w["loss"]) / abs(w["loss"]), 1e-5,
+                                    f"{schedule} step {g['step']}")
+                    self.assertLess(abs(g["grad_norm"] - w["grad_norm"]) / w["grad_norm"], 1e-5)
+                self.assertLess(got[-1]["loss"], got[0]["loss"])
+
     def test_export_from_sharded_plans(self):
         # --export-onnx of pipeline- and ZeRO-3-sharded plans: rank 0 collects
         # each parameter from the rank holding it whole or from its shards;
