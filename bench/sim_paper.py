@@ -113,7 +113,10 @@ def candidates(schedule, pp, m, model):
     Elastic with uniform groups g=pp is interleaved's order and g=M is bfs's (checked: the
     1.3B@16 and 7B@32 plans simulate to identical numbers), so those two are not compiled
     again for elastic: choose() counts the interleaved and bfs plans as elastic candidates.
-    Compiled for elastic: uniform g=2pp (when 2pp < M) and the mixed fwd g=M / bwd g=pp."""
+    Compiled for elastic: uniform g=2pp (when 2pp < M) and the mixed fwd g=M / bwd g=pp;
+    and with the backward split into B and W (defer-w=chunk and defer-w=all: W's fill
+    the waits, the rest run before the next chunk's backwards or at the end): the g=M
+    order both ways and the mixed one with chunk."""
     if schedule in ("1f1b", "zb-h1"):
         return [(1, "", "")]
     tag = lambda v: "" if v == 2 else f"v{v}"
@@ -130,6 +133,11 @@ def candidates(schedule, pp, m, model):
         if pp < m and m % pp == 0:
             out.append((v, f"fwd-groups={m} bwd-groups={groups(pp)}",
                         f"{tag(v)}{sep}fwd={m},bwd={pp}"))
+            out.append((v, f"fwd-groups={m} bwd-groups={groups(pp)} defer-w=chunk",
+                        f"{tag(v)}{sep}fwd={m},bwd={pp},defer-w=chunk"))
+        for d in ("chunk", "all"):
+            out.append((v, f"fwd-groups={m} bwd-groups={m} defer-w={d}",
+                        f"{tag(v)}{sep}g={m},defer-w={d}"))
     return out
 
 

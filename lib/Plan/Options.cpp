@@ -112,6 +112,12 @@ bool parseCompileOptions(llvm::StringRef text, CompileOptions &opts, std::string
         return false;
       }
       opts.autoGroups = true;
+    } else if (key == "defer-w") {
+      if (!parseDeferW(value)) {
+        why = "defer-w must be none, chunk or all, got '" + value.str() + "'";
+        return false;
+      }
+      opts.deferW = value.str();
     } else if (key == "cluster") {
       if (value.empty()) {
         why = "cluster needs a pipemesh-sim preset or a cluster JSON file";

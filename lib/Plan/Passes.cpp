@@ -86,6 +86,7 @@ struct SchedulePass : public PlanPassBase<SchedulePass> {
   Pass::Option<int64_t> group{*this, "group", llvm::cl::init(0)};
   Pass::Option<std::string> fwdGroups{*this, "fwd-groups", llvm::cl::init("")};
   Pass::Option<std::string> bwdGroups{*this, "bwd-groups", llvm::cl::init("")};
+  Pass::Option<std::string> deferW{*this, "defer-w", llvm::cl::init("")};
   Pass::Option<int64_t> waitLag{
       *this, "wait-lag",
       llvm::cl::desc("complete sends this many actions later (0: at the end of the step)"),
@@ -99,6 +100,8 @@ struct SchedulePass : public PlanPassBase<SchedulePass> {
       extra += " fwd-groups=" + fwdGroups;
     if (!bwdGroups.empty())
       extra += " bwd-groups=" + bwdGroups;
+    if (!deferW.empty())
+      extra += " defer-w=" + deferW;
     CompileOptions opts;
     auto step = setUp(extra, opts);
     if (failed(step))
@@ -107,6 +110,8 @@ struct SchedulePass : public PlanPassBase<SchedulePass> {
     cfg.kind = *parseScheduleKind(opts.schedule);
     cfg.pp = opts.pp, cfg.vpp = opts.vpp, cfg.microbatches = opts.microbatches;
     cfg.group = opts.group, cfg.fwdGroups = opts.fwdGroups, cfg.bwdGroups = opts.bwdGroups;
+    if (!opts.deferW.empty())
+      cfg.deferW = *parseDeferW(opts.deferW);
     std::string why;
     if (!validateSchedule(cfg, why)) {
       getOperation().emitError() << "--pmesh-schedule: " << why;

@@ -64,6 +64,8 @@ LogicalResult PlanBuilder::checkOptions() {
   sh.sched.group = o.group;
   sh.sched.fwdGroups = o.fwdGroups;
   sh.sched.bwdGroups = o.bwdGroups;
+  if (!o.deferW.empty())
+    sh.sched.deferW = *parseDeferW(o.deferW);
   std::string why;
   if (!validateSchedule(sh.sched, why))
     return sh.module.emitError() << why;
@@ -342,6 +344,8 @@ json::Object PlanBuilder::manifest(std::vector<RankPlan> &ranks, bool replicasEl
                                                {"seconds", sh.searchSeconds},
                                                {"cluster", sh.opts.cluster}};
   }
+  if (sh.sched.deferW != DeferW::None)
+    parallel["defer_w"] = deferWName(sh.sched.deferW);
   if (effectiveKind(sh.sched) != sh.sched.kind)
     parallel["schedule_run"] = scheduleKindName(effectiveKind(sh.sched));
   return json::Object{

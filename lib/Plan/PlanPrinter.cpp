@@ -103,6 +103,8 @@ bool printPlan(llvm::StringRef path, llvm::raw_ostream &os, std::string &why) {
   for (const char *key : {"fwd_groups", "bwd_groups"})
     if (const json::Array *g = par->getArray(key))
       os << " " << llvm::StringRef(key).take_front(3) << "-groups=" << intList(g, ",");
+  if (auto deferW = par->getString("defer_w"))
+    os << " defer-w=" << *deferW;
   // What a search (groups=auto, zero=auto) looked at.
   auto searchNote = [&](llvm::StringRef key, llvm::StringRef what) {
     if (const json::Object *sr = par->getObject(key))

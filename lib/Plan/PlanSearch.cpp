@@ -77,53 +77,62 @@ LogicalResult PlanBuilder::chooseGroups(func::FuncOp train, const cost::Cluster 
       v.push_back(std::min(g, m - lo));
     return v;
   };
-  std::map<std::pair<int64_t, int64_t>, double> skeleton; // (f, b) -> step time
-  auto rough = [&](int64_t f, int64_t b) -> double {
-    if (auto it = skeleton.find({f, b}); it != skeleton.end())
+  // With defer-w not given, each backward split (DeferW) is a candidate too.
+  std::vector<DeferW> splits{DeferW::None, DeferW::Chunk, DeferW::All};
+  if (!sh.opts.deferW.empty())
+    splits = {*parseDeferW(sh.opts.deferW)};
+  using Key = std::tuple<int64_t, int64_t, DeferW>; // (f, b, split)
+  std::map<Key, double> skeleton;                   // -> step time
+  auto set = [&](const Key &k) {
+    sh.sched.fwdGroups = uniform(std::get<0>(k));
+    sh.sched.bwdGroups = uniform(std::get<1>(k));
+    sh.sched.deferW = std::get<2>(k);
+  };
+  auto rough = [&](const Key &k) -> double {
+    if (auto it = skeleton.find(k); it != skeleton.end())
       return it->second;
     double t = INFINITY;
-    sh.sched.fwdGroups = uniform(f);
-    sh.sched.bwdGroups = uniform(b);
+    set(k);
     std::string why;
     if (validateSchedule(sh.sched, why))
       if (sim::SimResult r = skeletonStep(cluster); r.ok)
         t = r.stepTimeS;
-    return skeleton[{f, b}] = t;
+    return skeleton[k] = t;
   };
-  std::pair<int64_t, int64_t> best{-1, -1};
-  auto consider = [&](int64_t f, int64_t b) {
-    double t = rough(f, b);
-    if (t < INFINITY && (best.first < 0 || t < skeleton[best]))
-      best = {f, b};
+  std::optional<Key> best;
+  auto consider = [&](const Key &k) {
+    double t = rough(k);
+    if (t < INFINITY && (!best || t < skeleton[*best]))
+      best = k;
   };
-  for (int64_t g : sizes)
-    consider(g, g);
-  if (best.first >= 0) {
-    int64_t f0 = best.first;
+  for (DeferW d : splits)
+    for (int64_t g : sizes)
+      consider({g, g, d});
+  if (best) {
+    auto [f0, b0, d0] = *best;
     for (int64_t b : sizes)
-      consider(f0, b);
-    int64_t b0 = best.second;
+      consider({f0, b, d0});
+    int64_t b1 = std::get<1>(*best);
     for (int64_t f : sizes)
-      consider(f, b0);
+      consider({f, b1, d0});
   }
   // Exact checks, best skeletons first, until two candidates fit. Without
   // a memory limit (and so without recompute=auto) nothing the skeleton
   // leaves out decides between them: its best stands.
-  std::vector<std::pair<double, std::pair<int64_t, int64_t>>> ranked;
-  for (auto &[fb, t] : skeleton)
+  std::vector<std::pair<double, Key>> ranked;
+  for (auto &[k, t] : skeleton)
     if (t < INFINITY)
-      ranked.push_back({t, fb});
-  llvm::sort(ranked);
+      ranked.push_back({t, k});
+  llvm::sort(ranked, [](const auto &a, const auto &b) {
+    return a.first < b.first ||
+           (a.first == b.first && (int)std::get<2>(a.second) < (int)std::get<2>(b.second));
+  });
   if (!sh.opts.memLimit && !ranked.empty()) {
-    sh.sched.fwdGroups = uniform(ranked.front().second.first);
-    sh.sched.bwdGroups = uniform(ranked.front().second.second);
+    set(ranked.front().second);
     return finish(skeleton.size());
   }
   std::string lastWhy = "no valid order";
-  auto apply = [&](size_t i) {
-    sh.sched.fwdGroups = uniform(ranked[i].second.first);
-    sh.sched.bwdGroups = uniform(ranked[i].second.second);
-  };
+  auto apply = [&](size_t i) { set(ranked[i].second); };
   int64_t chosen = fasterOfFirstTwoFitting(train, cluster, ranked.size(), apply, lastWhy);
   if (chosen < 0)
     return sh.module.emitError() << "groups=auto: no forward/backward group sizes give a plan ("
@@ -369,9 +378,15 @@ void PlanBuilder::explain(func::FuncOp train, const cost::Cluster &cluster) {
      << " activations=" << sh.opts.activations << " params=" << sh.opts.params
      << " grad-reduce=" << sh.opts.gradReduce << " on cluster " << cluster.name
      << " (simulated step, * = chosen)\n";
-  std::string chosenName = scheduleKindName(chosen.kind).str();
-  if (chosen.kind == ScheduleKind::Elastic)
-    chosenName += " " + groupsText(chosen.fwdGroups) + "/" + groupsText(chosen.bwdGroups);
+  auto nameOf = [&](const ScheduleConfig &c) {
+    std::string name = scheduleKindName(c.kind).str();
+    if (c.kind == ScheduleKind::Elastic)
+      name += " " + groupsText(c.fwdGroups) + "/" + groupsText(c.bwdGroups);
+    if (c.deferW != DeferW::None)
+      name += " defer-w=" + deferWName(c.deferW).str();
+    return name;
+  };
+  std::string chosenName = nameOf(chosen);
   Prediction mine = predict(train, cluster);
   row(chosenName, mine, true);
   if (mine.ok) {
@@ -390,17 +405,14 @@ void PlanBuilder::explain(func::FuncOp train, const cost::Cluster &cluster) {
     c.kind = k;
     c.fwdGroups.clear();
     c.bwdGroups.clear();
+    c.deferW = DeferW::None; // the other schedules as they are (elastic: searched)
     std::string why;
     if ((k == ScheduleKind::Interleaved && c.vpp == 1) || !validateSchedule(c, why))
       continue;
     sh.sched = c;
-    std::string name = scheduleKindName(k).str();
-    if (k == ScheduleKind::Elastic) {
-      if (failed(chooseGroups(train, cluster)))
-        continue;
-      name += " " + groupsText(sh.sched.fwdGroups) + "/" + groupsText(sh.sched.bwdGroups);
-    }
-    row(name, predict(train, cluster), false);
+    if (k == ScheduleKind::Elastic && failed(chooseGroups(train, cluster)))
+      continue;
+    row(nameOf(sh.sched), predict(train, cluster), false);
   }
   sh.sched = chosen;
 }

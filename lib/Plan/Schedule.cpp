@@ -57,6 +57,28 @@ llvm::StringRef scheduleKindName(ScheduleKind kind) {
   return "?";
 }
 
+std::optional<DeferW> parseDeferW(llvm::StringRef name) {
+  if (name == "none")
+    return DeferW::None;
+  if (name == "chunk")
+    return DeferW::Chunk;
+  if (name == "all")
+    return DeferW::All;
+  return std::nullopt;
+}
+
+llvm::StringRef deferWName(DeferW d) {
+  switch (d) {
+  case DeferW::None:
+    return "none";
+  case DeferW::Chunk:
+    return "chunk";
+  case DeferW::All:
+    return "all";
+  }
+  return "?";
+}
+
 ScheduleKind effectiveKind(const ScheduleConfig &cfg) {
   switch (cfg.kind) {
   case ScheduleKind::OneFOneB:
@@ -67,8 +89,12 @@ ScheduleKind effectiveKind(const ScheduleConfig &cfg) {
   }
 }
 
+static bool isZeroBubble(ScheduleKind kind) {
+  return kind == ScheduleKind::ZBH1 || kind == ScheduleKind::ZBH2;
+}
+
 bool splitsBackward(const ScheduleConfig &cfg) {
-  return cfg.kind == ScheduleKind::ZBH1 || cfg.kind == ScheduleKind::ZBH2;
+  return isZeroBubble(cfg.kind) || cfg.deferW != DeferW::None;
 }
 
 int64_t effectiveGroup(const ScheduleConfig &cfg) { return cfg.group > 0 ? cfg.group : cfg.pp; }
@@ -82,7 +108,14 @@ bool validateSchedule(const ScheduleConfig &cfg, std::string &why) {
     why = "group must be positive";
     return false;
   }
-  if (splitsBackward(cfg) && cfg.vpp != 1) {
+  if (cfg.deferW != DeferW::None && cfg.kind != ScheduleKind::Elastic &&
+      cfg.kind != ScheduleKind::BFS) {
+    why = "defer-w is an option of schedule=elastic and schedule=bfs (zb-h1 and zb-h2 always "
+          "split the backward), got schedule=" +
+          scheduleKindName(cfg.kind).str();
+    return false;
+  }
+  if (isZeroBubble(cfg.kind) && cfg.vpp != 1) {
     why = "the " + scheduleKindName(cfg.kind).str() +
           " schedule runs one chunk per pipeline rank (vpp=1), got vpp=" + std::to_string(cfg.vpp);
     return false;
@@ -338,6 +371,65 @@ int64_t warmupForwards(const ScheduleConfig &cfg, int64_t rank) {
   return 0;
 }
 
+/// defer-w: splits each backward of the per-rank orders `base` (F and B) into
+/// B and W. A greedy pass with unit costs (as zeroBubbleOrders) runs a rank's
+/// next F or B as soon as its input is there and a pending W where it would
+/// wait; the W's left run before the rank's next backward of another chunk
+/// (DeferW::Chunk) or at the end (DeferW::All). The F/B order is unchanged,
+/// so the communication is too.
+static std::vector<std::vector<Action>>
+deferWeightGradients(const ScheduleConfig &cfg, const std::vector<std::vector<Action>> &base) {
+  const int64_t pp = cfg.pp, chunks = cfg.pp * cfg.vpp;
+  constexpr int64_t kUnknown = INT64_MAX;
+  std::map<std::pair<int64_t, int64_t>, int64_t> fDone, bDone; // (chunk, mb) -> end time
+  auto doneAt = [&](const auto &done, int64_t chunk, int64_t mb) {
+    auto it = done.find({chunk, mb});
+    return it == done.end() ? kUnknown : it->second;
+  };
+  std::vector<size_t> next(pp, 0);
+  std::vector<int64_t> time(pp, 0);
+  std::vector<std::vector<Action>> pending(pp), out(pp);
+  auto runW = [&](int64_t r) {
+    out[r].push_back(pending[r].front());
+    pending[r].erase(pending[r].begin());
+  };
+  while (true) {
+    // The unfinished rank earliest in time moves next (anything a later
+    // rank runs ends after this moment).
+    int64_t r = -1;
+    for (int64_t q = 0; q < pp; ++q)
+      if ((next[q] < base[q].size() || !pending[q].empty()) && (r < 0 || time[q] < time[r]))
+        r = q;
+    if (r < 0)
+      break;
+    const int64_t t = time[r];
+    time[r] = t + 1;
+    if (next[r] == base[r].size()) {
+      runW(r);
+      continue;
+    }
+    const Action &a = base[r][next[r]];
+    int64_t ready = !a.backward ? (a.chunk > 0 ? doneAt(fDone, a.chunk - 1, a.microbatch) : 0)
+                                : (a.chunk + 1 < chunks ? doneAt(bDone, a.chunk + 1, a.microbatch)
+                                                        : 0);
+    if (ready <= t && a.backward && cfg.deferW == DeferW::Chunk && !pending[r].empty() &&
+        pending[r].front().chunk != a.chunk) {
+      runW(r); // the previous chunk's gradient completes first
+      continue;
+    }
+    if (ready <= t) {
+      out[r].push_back(a);
+      (a.backward ? bDone : fDone)[{a.chunk, a.microbatch}] = t + 1;
+      if (a.backward)
+        pending[r].push_back({a.chunk, a.microbatch, true, true});
+      ++next[r];
+    } else if (!pending[r].empty()) {
+      runW(r); // fills the wait
+    }
+  }
+  return out;
+}
+
 std::vector<Action> rankSchedule(const ScheduleConfig &cfg, int64_t rank) {
   const int64_t pp = cfg.pp, vpp = cfg.vpp, m = cfg.microbatches;
   std::vector<Action> out;
@@ -371,7 +463,12 @@ std::vector<Action> rankSchedule(const ScheduleConfig &cfg, int64_t rank) {
   case ScheduleKind::Elastic:
   case ScheduleKind::BFS: {
     ElasticTables t = elasticTables(cfg);
-    return elasticOrder(cfg, t, rank, warmupForwards(cfg, rank));
+    if (cfg.deferW == DeferW::None)
+      return elasticOrder(cfg, t, rank, warmupForwards(cfg, rank));
+    std::vector<std::vector<Action>> base(pp);
+    for (int64_t r = 0; r < pp; ++r)
+      base[r] = elasticOrder(cfg, t, r, warmupForwards(cfg, r));
+    return deferWeightGradients(cfg, base)[rank];
   }
   case ScheduleKind::ZBH1:
   case ScheduleKind::ZBH2:

@@ -311,6 +311,8 @@ bool pipemesh::sim::jobFromManifest(const json::Object &m, LoadedPlan &out, std:
   info.schedule = par->getString("schedule").value_or("").str();
   if (std::optional<llvm::StringRef> run = par->getString("schedule_run"))
     info.schedule += " (runs " + run->str() + ")";
+  if (std::optional<llvm::StringRef> deferW = par->getString("defer_w"))
+    info.schedule += " defer-w=" + deferW->str();
 
   const json::Array *ranks = m.getArray("ranks");
   if (!ranks) {

@@ -353,6 +353,62 @@ TEST(Schedule, ZeroBubbleOrdersMatchThePaper) {
   EXPECT_NE(why.find("vpp=1"), std::string::npos) << why;
 }
 
+TEST(Schedule, DeferredWeightGradients) {
+  // defer-w splits elastic's and bfs's backwards into B and W without
+  // changing their forward/backward order (so the messages, checked free of
+  // deadlock, are the same); with chunk, a chunk's W's all run before the
+  // rank's next backward of another chunk; with unit costs the split order is
+  // never slower than the unsplit one (W's run only where the rank would wait
+  // or after its last F and B, and a B alone takes half the time).
+  std::string why;
+  for (int64_t pp : {1, 2, 3, 4})
+    for (int64_t vpp : {1, 2, 3})
+      for (int64_t m : {1, 2, 4, 8})
+        for (int64_t f : {pp, m})
+          for (DeferW d : {DeferW::Chunk, DeferW::All}) {
+            ScheduleConfig plain = config(ScheduleKind::Elastic, pp, vpp, m);
+            for (int64_t lo = 0; lo < m; lo += f)
+              plain.fwdGroups.push_back(std::min(f, m - lo));
+            plain.bwdGroups = plain.fwdGroups;
+            if (!validateSchedule(plain, why))
+              continue; // groups below pp that deadlock unsplit
+            ScheduleConfig split = plain;
+            split.deferW = d;
+            SCOPED_TRACE("pp " + std::to_string(pp) + " vpp " + std::to_string(vpp) + " m " +
+                         std::to_string(m) + " f " + std::to_string(f) + " " +
+                         deferWName(d).str());
+            ASSERT_TRUE(splitsBackward(split));
+            EXPECT_TRUE(validateSchedule(split, why)) << why;
+            expectComplete(split);
+            for (int64_t r = 0; r < pp; ++r) {
+              std::vector<Action> order = rankSchedule(split, r), withoutW;
+              for (const Action &a : order)
+                if (!a.weight)
+                  withoutW.push_back(a);
+              EXPECT_EQ(formatSchedule(withoutW), row(plain, r)) << "rank " << r;
+              if (d != DeferW::Chunk)
+                continue;
+              for (size_t k = 0; k < order.size(); ++k) {
+                if (!order[k].backward || order[k].weight)
+                  continue;
+                Action w = order[k];
+                w.weight = true;
+                size_t at = std::find(order.begin(), order.end(), w) - order.begin();
+                for (size_t q = k + 1; q < at; ++q)
+                  EXPECT_FALSE(order[q].backward && !order[q].weight &&
+                               order[q].chunk != w.chunk)
+                      << formatAction(order[q]) << " before " << formatAction(w);
+              }
+            }
+            if (vpp == 1)
+              EXPECT_LE(unitMakespan(split), unitMakespan(plain));
+          }
+  ScheduleConfig bad = config(ScheduleKind::Interleaved, 2, 2, 4);
+  bad.deferW = DeferW::Chunk;
+  EXPECT_FALSE(validateSchedule(bad, why));
+  EXPECT_NE(why.find("defer-w is an option of schedule=elastic"), std::string::npos) << why;
+}
+
 TEST(Schedule, ElasticSpansInterleavedToBreadthFirst) {
   // Groups of pp in both directions are Megatron's interleaved schedule.
   for (int64_t m : {4, 8, 12}) {

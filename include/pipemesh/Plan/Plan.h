@@ -37,6 +37,10 @@ struct CompileOptions {
   /// Elastic `groups=auto`: choose the forward and backward group sizes by
   /// simulating candidates on `cluster` (the simulator is the cost function).
   bool autoGroups = false;
+  /// Elastic and bfs: `defer-w=none|chunk|all`, whether the backward is split
+  /// into B and W and when the W's run (ScheduleConfig::deferW). Empty: not
+  /// given (none, and groups=auto tries all three).
+  std::string deferW;
   /// A pipemesh-sim cluster preset or cluster JSON file, for groups=auto and
   /// --explain.
   std::string cluster = "cpu";

@@ -14,6 +14,13 @@
 //                group of all micro-batches is breadth-first;
 //   bfs          looped breadth-first: elastic with one forward and one
 //                backward group of all micro-batches (Fold3D / BFS order);
+//                With `defer-w=chunk|all` either splits each backward into B
+//                and W as the Zero Bubble schedules do: W's run where the
+//                rank would wait for a neighbour, and the rest before the
+//                rank's next backward of another chunk (chunk: a chunk's
+//                gradient completes when it did unsplit, so its
+//                data-parallel reduction starts as early) or at the end of
+//                the step (all);
 //   zb-h1, zb-h2 the Zero Bubble schedules (vpp = 1): the backward is split
 //                into B (input gradient, what the previous stage waits for)
 //                and W (weight gradient), and the W's fill the bubbles; at
@@ -46,6 +53,13 @@ enum class ScheduleKind { GPipe, OneFOneB, Interleaved, Elastic, BFS, ZBH1, ZBH2
 std::optional<ScheduleKind> parseScheduleKind(llvm::StringRef name);
 llvm::StringRef scheduleKindName(ScheduleKind kind);
 
+/// Elastic and bfs: whether each backward is split into B and W, and when the
+/// W's that fill no wait run (before the rank's next backward of another
+/// chunk, or at the end of the step).
+enum class DeferW { None, Chunk, All };
+std::optional<DeferW> parseDeferW(llvm::StringRef name);
+llvm::StringRef deferWName(DeferW d);
+
 struct ScheduleConfig {
   ScheduleKind kind = ScheduleKind::OneFOneB;
   int64_t pp = 1;
@@ -58,6 +72,8 @@ struct ScheduleConfig {
   /// Elastic: micro-batches per forward group and per backward group, each
   /// summing to microbatches (empty: one group of all, breadth-first).
   std::vector<int64_t> fwdGroups, bwdGroups;
+  /// Elastic and bfs: the backward split into B and W (DeferW).
+  DeferW deferW = DeferW::None;
 };
 
 /// One compute action: the forward or backward of `chunk` on `microbatch`.

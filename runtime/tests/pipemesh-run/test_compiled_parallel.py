@@ -30,6 +30,9 @@ CONFIGS = [  # (pp, dp, zero, microbatches, schedule)
     # ZeRO-3 gathers two layers ahead, into the next run's, from the program's start
     (2, 2, 3, 2, "bfs prefetch=2"),
     (2, 1, 0, 4, "elastic fwd-groups=3,1 bwd-groups=2,2"),
+    # backwards split into B and W: W's fill waits, the rest per chunk / at the end
+    (2, 2, 1, 2, "bfs defer-w=chunk"),
+    (2, 1, 0, 4, "elastic fwd-groups=4 bwd-groups=2,2 defer-w=all"),
     (2, 2, 1, 2, "elastic groups=auto cluster=a100-40g-25gbps recompute=full"),
     (2, 1, 0, 4, "zb-h1 recompute=auto mem-limit=1600KB"),
     # the last stage fits only with its W re-running what it needs ("again for W")
@@ -106,9 +109,9 @@ class CompiledParallel(common.TempDirTest):
             return self.train(plan, world, name)
 
         want = losses("heavy-one", "microbatches=3", 1)
-        for schedule in ("interleaved", "bfs"):
+        for schedule in ("interleaved", "bfs", "bfs defer-w=chunk"):
             with self.subTest(schedule):
-                got = losses(f"heavy-{schedule}", f"pp=3 vpp=2 microbatches=3 schedule={schedule}", 3)
+                got = losses(f"heavy-{schedule.replace(' ', '-').replace('=', '')}", f"pp=3 vpp=2 microbatches=3 schedule={schedule}", 3)
                 for g, w in zip(got, want):
                     self.assertLess(abs(g["loss"] - w["loss"]) / abs(w["loss"]), 1e-5,
                                     f"{schedule} step {g['step']}")
