@@ -66,6 +66,7 @@ LOCK = threading.Lock()
 BIN_HASH = None              # set in main(): short hash of pipemesh-opt + pipemesh-sim
 COMPILE_TIMEOUT = {"fixed": 600, "auto": 420}
 LADDER_RECOMPUTE = 0.0       # --ladder-recompute
+VPPS = None                  # --vpps: the virtual stages tried (default: vpps())
 
 
 def log(msg):
@@ -102,6 +103,8 @@ def vpps(model):
     """Virtual stages per rank tried by the looping schedules: 2 and the next divisor of
     the layers per rank (1.3B: 6 layers per rank -> 2, 3; 7B: 8 -> 2, 4; 13B: 10 -> 2, 5),
     since breadth-first orders hide more communication behind smaller chunks."""
+    if VPPS:
+        return VPPS
     per_rank = MODELS[model][0] // PP
     more = [v for v in range(3, per_rank + 1) if per_rank % v == 0]
     return [2] + more[:1]
@@ -351,12 +354,14 @@ def table(rows):
 
 
 def main():
-    global BIN_HASH, GLOBAL_BATCH, LADDER_RECOMPUTE, ACTIVATIONS, PARAMS, GRAD_REDUCE
+    global BIN_HASH, GLOBAL_BATCH, LADDER_RECOMPUTE, ACTIVATIONS, PARAMS, GRAD_REDUCE, VPPS
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--only", help="comma-separated MODEL@GPUS rows (default: the priority rows)")
     ap.add_argument("--extra", action="store_true", help="also the rest of the 3 x 3 grid")
+    ap.add_argument("--vpps", help="comma-separated virtual stages for the looping schedules "
+                    "(default: 2 and the next divisor of the layers per rank)")
     ap.add_argument("--zero-auto", nargs="?", const="all", choices=("elastic", "all"),
                     help="also compile zero=auto cluster=NET: for the elastic candidates only, "
                          "or (all) also for the interleaved and bfs plans elastic includes")
@@ -386,6 +391,8 @@ def main():
     PARAMS = args.params
     GRAD_REDUCE = args.grad_reduce
     LADDER_RECOMPUTE = args.ladder_recompute
+    if args.vpps:
+        VPPS = [int(v) for v in args.vpps.split(",")]
     opt, simbin = (os.path.join(args.build, "bin", t) for t in ("pipemesh-opt", "pipemesh-sim"))
     BIN_HASH = bin_hash(opt, simbin)
     os.makedirs(CACHE, exist_ok=True)
