@@ -389,6 +389,12 @@ deferWeightGradients(const ScheduleConfig &cfg, const std::vector<std::vector<Ac
   std::vector<size_t> next(pp, 0);
   std::vector<int64_t> time(pp, 0);
   std::vector<std::vector<Action>> pending(pp), out(pp);
+  // Deadlock-free orders (validateSchedule's check of the unsplit ones) end
+  // within their unit-cost length; past it, something waits forever: each
+  // W then simply follows its B.
+  int64_t horizon = 1;
+  for (const auto &order : base)
+    horizon += 2 * (int64_t)order.size();
   auto runW = [&](int64_t r) {
     out[r].push_back(pending[r].front());
     pending[r].erase(pending[r].begin());
@@ -404,6 +410,16 @@ deferWeightGradients(const ScheduleConfig &cfg, const std::vector<std::vector<Ac
       break;
     const int64_t t = time[r];
     time[r] = t + 1;
+    if (t > horizon) {
+      std::vector<std::vector<Action>> unsplit(pp);
+      for (int64_t q = 0; q < pp; ++q)
+        for (const Action &a : base[q]) {
+          unsplit[q].push_back(a);
+          if (a.backward)
+            unsplit[q].push_back({a.chunk, a.microbatch, true, true});
+        }
+      return unsplit;
+    }
     if (next[r] == base[r].size()) {
       runW(r);
       continue;
