@@ -113,11 +113,11 @@ bool parseCompileOptions(llvm::StringRef text, CompileOptions &opts, std::string
       }
       opts.autoGroups = true;
     } else if (key == "defer-w") {
-      if (!parseDeferW(value)) {
+      opts.deferW = parseDeferW(value);
+      if (!opts.deferW) {
         why = "defer-w must be none, chunk or all, got '" + value.str() + "'";
         return false;
       }
-      opts.deferW = value.str();
     } else if (key == "cluster") {
       if (value.empty()) {
         why = "cluster needs a pipemesh-sim preset or a cluster JSON file";

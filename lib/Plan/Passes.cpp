@@ -110,8 +110,7 @@ struct SchedulePass : public PlanPassBase<SchedulePass> {
     cfg.kind = *parseScheduleKind(opts.schedule);
     cfg.pp = opts.pp, cfg.vpp = opts.vpp, cfg.microbatches = opts.microbatches;
     cfg.group = opts.group, cfg.fwdGroups = opts.fwdGroups, cfg.bwdGroups = opts.bwdGroups;
-    if (!opts.deferW.empty())
-      cfg.deferW = *parseDeferW(opts.deferW);
+    cfg.deferW = opts.deferW.value_or(DeferW::None);
     std::string why;
     if (!validateSchedule(cfg, why)) {
       getOperation().emitError() << "--pmesh-schedule: " << why;

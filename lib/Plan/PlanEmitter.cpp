@@ -64,8 +64,7 @@ LogicalResult PlanBuilder::checkOptions() {
   sh.sched.group = o.group;
   sh.sched.fwdGroups = o.fwdGroups;
   sh.sched.bwdGroups = o.bwdGroups;
-  if (!o.deferW.empty())
-    sh.sched.deferW = *parseDeferW(o.deferW);
+  sh.sched.deferW = o.deferW.value_or(DeferW::None);
   std::string why;
   if (!validateSchedule(sh.sched, why))
     return sh.module.emitError() << why;

@@ -79,8 +79,8 @@ LogicalResult PlanBuilder::chooseGroups(func::FuncOp train, const cost::Cluster 
   };
   // With defer-w not given, each backward split (DeferW) is a candidate too.
   std::vector<DeferW> splits{DeferW::None, DeferW::Chunk, DeferW::All};
-  if (!sh.opts.deferW.empty())
-    splits = {*parseDeferW(sh.opts.deferW)};
+  if (sh.opts.deferW)
+    splits = {*sh.opts.deferW};
   using Key = std::tuple<int64_t, int64_t, DeferW>; // (f, b, split)
   std::map<Key, double> skeleton;                   // -> step time
   auto set = [&](const Key &k) {

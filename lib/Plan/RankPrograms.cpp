@@ -42,9 +42,10 @@ namespace {
 class ProgramBuilder {
 public:
   ProgramBuilder(ModuleOp module, const StagedStep &step, const ScheduleConfig &sched, int64_t dp,
-                 int64_t waitLag, const llvm::StringSet<> &trained, int64_t p)
+                 int64_t waitLag, const llvm::StringSet<> &trained, int64_t p,
+                 const std::vector<Action> &actions)
       : module(module), step(step), sched(sched), dp(dp), waitLag(waitLag), trained(trained),
-        p(p), b(module.getContext()) {}
+        p(p), actions(actions), b(module.getContext()) {}
 
   void build(OpBuilder &outer);
 
@@ -79,6 +80,7 @@ private:
   int64_t dp, waitLag;
   const llvm::StringSet<> &trained;
   int64_t p;
+  const std::vector<Action> &actions; // this rank's schedule
   OpBuilder b;
   llvm::StringMap<int64_t> levels;
   int64_t numSends = 0, sendsCompleted = 0;
@@ -208,7 +210,6 @@ void ProgramBuilder::build(OpBuilder &outer) {
   if (!held.empty())
     b.create<pm::ZeroGradsOp>(loc);
 
-  std::vector<Action> actions = rankSchedule(sched, p);
   const bool split = splitsBackward(sched);
   llvm::StringMap<size_t> lastAccumulation;
   for (auto [k, a] : llvm::enumerate(actions))
@@ -422,8 +423,9 @@ LogicalResult buildRankPrograms(ModuleOp module, const StagedStep &step,
     });
   OpBuilder outer(module.getContext());
   outer.setInsertionPointToEnd(module.getBody());
+  std::vector<std::vector<Action>> orders = rankSchedules(sched);
   for (int64_t p = 0; p < sched.pp; ++p) {
-    ProgramBuilder builder(module, step, sched, dp, waitLag, trained, p);
+    ProgramBuilder builder(module, step, sched, dp, waitLag, trained, p, orders[p]);
     builder.build(outer);
   }
   return success();

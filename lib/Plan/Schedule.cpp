@@ -324,6 +324,12 @@ int64_t elasticBaseWarmup(const ScheduleConfig &cfg, const ElasticTables &t, int
   return std::min(pipeline + t.lead, cfg.microbatches * cfg.vpp);
 }
 
+/// A rank's warm-up forwards: the base plus the deadlock repair's `extra`.
+int64_t elasticWarmup(const ScheduleConfig &cfg, const ElasticTables &t, int64_t rank,
+                      int64_t extra) {
+  return std::min(elasticBaseWarmup(cfg, t, rank) + extra, cfg.microbatches * cfg.vpp);
+}
+
 /// Groups smaller than pp can deadlock the 1F1B steady state (a forward
 /// waits for a backward that waits for it, Megatron's interleaved failure);
 /// more warm-up forwards on every rank always cure it (all forwards first
@@ -332,7 +338,7 @@ int64_t elasticExtraWarmup(const ScheduleConfig &cfg, const ElasticTables &t) {
   const int64_t total = cfg.microbatches * cfg.vpp;
   for (int64_t extra = 0; extra < total; ++extra) {
     auto order = [&](int64_t r) {
-      return elasticOrder(cfg, t, r, std::min(elasticBaseWarmup(cfg, t, r) + extra, total));
+      return elasticOrder(cfg, t, r, elasticWarmup(cfg, t, r, extra));
     };
     if (findDeadlock(programsOf(cfg, order)).empty())
       return extra;
@@ -356,7 +362,7 @@ int64_t warmupForwards(const ScheduleConfig &cfg, int64_t rank) {
   case ScheduleKind::Elastic:
   case ScheduleKind::BFS: {
     ElasticTables t = elasticTables(cfg);
-    return std::min(elasticBaseWarmup(cfg, t, rank) + elasticExtraWarmup(cfg, t), m * cfg.vpp);
+    return elasticWarmup(cfg, t, rank, elasticExtraWarmup(cfg, t));
   }
   case ScheduleKind::ZBH1:
   case ScheduleKind::ZBH2: {
@@ -477,19 +483,38 @@ std::vector<Action> rankSchedule(const ScheduleConfig &cfg, int64_t rank) {
     return oneForwardOneBackward(total, warmupForwards(cfg, rank), fwd, bwd);
   }
   case ScheduleKind::Elastic:
-  case ScheduleKind::BFS: {
-    ElasticTables t = elasticTables(cfg);
-    if (cfg.deferW == DeferW::None)
-      return elasticOrder(cfg, t, rank, warmupForwards(cfg, rank));
-    std::vector<std::vector<Action>> base(pp);
-    for (int64_t r = 0; r < pp; ++r)
-      base[r] = elasticOrder(cfg, t, r, warmupForwards(cfg, r));
-    return deferWeightGradients(cfg, base)[rank];
-  }
+  case ScheduleKind::BFS:
+    if (cfg.deferW != DeferW::None)
+      return rankSchedules(cfg)[rank];
+    return elasticOrder(cfg, elasticTables(cfg), rank, warmupForwards(cfg, rank));
   case ScheduleKind::ZBH1:
   case ScheduleKind::ZBH2:
     return zeroBubbleOrders(cfg)[rank];
   }
+  return out;
+}
+
+std::vector<std::vector<Action>> rankSchedules(const ScheduleConfig &cfg) {
+  std::vector<std::vector<Action>> out(cfg.pp);
+  if (isZeroBubble(cfg.kind))
+    return zeroBubbleOrders(cfg);
+  if ((cfg.kind == ScheduleKind::Elastic || cfg.kind == ScheduleKind::BFS) &&
+      cfg.deferW != DeferW::None) {
+    // The W's are placed by timing every rank together, on the unsplit orders.
+    ScheduleConfig unsplit = cfg;
+    unsplit.deferW = DeferW::None;
+    return deferWeightGradients(cfg, rankSchedules(unsplit));
+  }
+  if (cfg.kind == ScheduleKind::Elastic || cfg.kind == ScheduleKind::BFS) {
+    // The deadlock repair's extra warm-up is one count for every rank.
+    ElasticTables t = elasticTables(cfg);
+    int64_t extra = elasticExtraWarmup(cfg, t);
+    for (int64_t r = 0; r < cfg.pp; ++r)
+      out[r] = elasticOrder(cfg, t, r, elasticWarmup(cfg, t, r, extra));
+    return out;
+  }
+  for (int64_t r = 0; r < cfg.pp; ++r)
+    out[r] = rankSchedule(cfg, r);
   return out;
 }
 
@@ -527,7 +552,8 @@ std::vector<RankProgram> programsOf(const ScheduleConfig &cfg, Order order) {
 } // namespace
 
 std::vector<RankProgram> chainPrograms(const ScheduleConfig &cfg) {
-  return programsOf(cfg, [&](int64_t r) { return rankSchedule(cfg, r); });
+  std::vector<std::vector<Action>> orders = rankSchedules(cfg);
+  return programsOf(cfg, [&](int64_t r) { return orders[r]; });
 }
 
 std::string formatAction(const Action &a) {

@@ -408,15 +408,13 @@ struct PMeshPartitionPass : pipemesh::impl::PMeshPartitionBase<PMeshPartitionPas
     os << "  max stage time " << ms(layout.maxTime) << " (ideal " << ms(total / p.numChunks)
        << "), max stage memory " << human(layout.maxMemory) << "\n";
     if (p.numRanks > 1) {
+      pt::InterleavedCriteria ranks = pt::interleavedCriteria(p, layout.layersPerChunk);
       for (int64_t r = 0; r < p.numRanks; ++r) {
-        double t = 0, params = 0;
         os << "  rank " << r << " (stages";
-        for (int64_t c = r; c < p.numChunks; c += p.numRanks) {
+        for (int64_t c = r; c < p.numChunks; c += p.numRanks)
           os << (c == r ? " " : ", ") << c;
-          t += layout.chunkTime[c];
-          params += layout.chunkParams[c];
-        }
-        os << "): time " << ms(t) << ", parameters " << human(params) << "\n";
+        os << "): time " << ms(ranks.rankTime[r]) << ", parameters "
+           << human(ranks.rankParams[r]) << "\n";
       }
     }
     // When the head and the loss alone outweigh a balanced stage, a last

@@ -94,15 +94,16 @@ InterleavedCriteria pipemesh::partition::interleavedCriteria(const Problem &p,
   const int64_t R = std::max<int64_t>(p.numRanks, 1), S = (int64_t)counts.size();
   Layout l = evaluate(p, counts);
   InterleavedCriteria out;
-  std::vector<double> rankTime(R, 0.0), rankParams(R, 0.0);
+  out.rankTime.assign(R, 0.0);
+  out.rankParams.assign(R, 0.0);
   std::vector<double> roundMax((S + R - 1) / R, 0.0);
   for (int64_t c = 0; c < S; ++c) {
-    rankTime[c % R] += l.chunkTime[c];
-    rankParams[c % R] += l.chunkParams[c];
+    out.rankTime[c % R] += l.chunkTime[c];
+    out.rankParams[c % R] += l.chunkParams[c];
     roundMax[c / R] = std::max(roundMax[c / R], l.chunkTime[c]);
   }
-  out.maxRankTime = *std::max_element(rankTime.begin(), rankTime.end());
-  out.maxRankParams = *std::max_element(rankParams.begin(), rankParams.end());
+  out.maxRankTime = *std::max_element(out.rankTime.begin(), out.rankTime.end());
+  out.maxRankParams = *std::max_element(out.rankParams.begin(), out.rankParams.end());
   for (double t : roundMax)
     out.roundSum += t;
   out.roundMaxLastFirst.assign(roundMax.rbegin(), roundMax.rend());

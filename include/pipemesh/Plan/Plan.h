@@ -8,6 +8,8 @@
 #ifndef PIPEMESH_PLAN_PLAN_H
 #define PIPEMESH_PLAN_PLAN_H
 
+#include "pipemesh/Plan/Schedule.h"
+
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -38,9 +40,9 @@ struct CompileOptions {
   /// simulating candidates on `cluster` (the simulator is the cost function).
   bool autoGroups = false;
   /// Elastic and bfs: `defer-w=none|chunk|all`, whether the backward is split
-  /// into B and W and when the W's run (ScheduleConfig::deferW). Empty: not
+  /// into B and W and when the W's run (ScheduleConfig::deferW). Unset: not
   /// given (none, and groups=auto tries all three).
-  std::string deferW;
+  std::optional<DeferW> deferW;
   /// A pipemesh-sim cluster preset or cluster JSON file, for groups=auto and
   /// --explain.
   std::string cluster = "cpu";

@@ -119,6 +119,9 @@ int64_t warmupForwards(const ScheduleConfig &cfg, int64_t rank);
 /// The ordered compute actions of pipeline rank `rank` (every (chunk,
 /// micro-batch) of its chunks forward once and backward once).
 std::vector<Action> rankSchedule(const ScheduleConfig &cfg, int64_t rank);
+/// rankSchedule of every rank, computed together where the orders are (the
+/// Zero Bubble orders, defer-w's W placement) and the elastic warm-up once.
+std::vector<std::vector<Action>> rankSchedules(const ScheduleConfig &cfg);
 
 /// The communication of a chain of chunks (chunk c sends its output to
 /// chunk c + 1 and receives its gradient back) run in this schedule's order,

@@ -75,6 +75,7 @@ std::optional<Layout> balance(const Problem &p, std::string &why);
 /// forward and backward lie between a step's last parameter gather and its
 /// first complete gradient, where no data-parallel communication can run).
 struct InterleavedCriteria {
+  std::vector<double> rankTime, rankParams; // per rank
   double maxRankTime = 0, maxRankParams = 0, roundSum = 0;
   std::vector<double> roundMaxLastFirst;
 };
