@@ -1,5 +1,6 @@
 //===- DeadlockCheck.cpp - every rank of a plan runs to completion ---------===//
 #include "pipemesh/Plan/DeadlockCheck.h"
+#include "pipemesh/Plan/Replicas.h"
 
 #include "llvm/ADT/DenseMap.h"
 
@@ -303,8 +304,14 @@ bool programsFromManifest(const json::Object &manifest, std::vector<RankProgram>
 std::string checkPlanDeadlock(const json::Object &manifest) {
   std::vector<RankProgram> programs;
   std::string why;
-  if (!programsFromManifest(manifest, programs, why))
+  const json::Object *par = manifest.getObject("parallel");
+  if (par && par->getBoolean("replicas_elided").value_or(false)) {
+    json::Object expanded = manifest; // every replica, as the runtime runs them
+    if (!expandReplicas(expanded, why) || !programsFromManifest(expanded, programs, why))
+      return why;
+  } else if (!programsFromManifest(manifest, programs, why)) {
     return why;
+  }
   return findDeadlock(programs);
 }
 

@@ -306,7 +306,7 @@ private:
   LogicalResult classifyInputs(func::FuncOp train);
   void countFlops(func::FuncOp train);
   LogicalResult emitRanks(func::FuncOp train, std::vector<RankPlan> &ranks);
-  FailureOr<json::Object> buildManifest(func::FuncOp train, bool replicasElided = false);
+  FailureOr<json::Object> buildManifest(func::FuncOp train);
   /// The simulated step of the plan the current options make (errors, e.g.
   /// over mem-limit, in `why` instead of diagnostics).
   struct Prediction {
@@ -333,10 +333,11 @@ private:
   std::pair<int64_t, double> fastestPrefetch(func::FuncOp train, const cost::Cluster &cluster,
                                              std::vector<std::pair<int64_t, double>> *tried);
   void explain(func::FuncOp train, const cost::Cluster &cluster);
-  json::Object rankJson(const RankPlan &rp, int64_t d);
-  /// `replicasElided`: only dp rank 0's program of each pipeline rank (the
-  /// simulator builds the other replicas; what the schedule search uses).
-  json::Object manifest(std::vector<RankPlan> &ranks, bool replicasElided = false);
+  json::Object rankJson(const RankPlan &rp);
+  /// With dp > 1 the manifest holds dp rank 0's program of each pipeline rank
+  /// (`parallel.replicas_elided`); its readers derive the other replicas
+  /// (expandReplicas, pipemesh-run's plan reader, the simulator's loader).
+  json::Object manifest(std::vector<RankPlan> &ranks);
 
   Shared sh;
   detail::WeightsSpec weights;

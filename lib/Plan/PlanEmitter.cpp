@@ -211,7 +211,10 @@ void PlanBuilder::countFlops(func::FuncOp train) {
   });
 }
 
-json::Object PlanBuilder::rankJson(const RankPlan &rp, int64_t d) {
+json::Object PlanBuilder::rankJson(const RankPlan &rp) {
+  // dp rank 0's program of pipeline rank rp.pp; the other replicas derive
+  // from it (expandReplicas: peers, tied group and shard offsets shifted by
+  // the dp rank, norm_dp0_only resolved).
   const int64_t dp = sh.opts.dp;
   json::Array bufs;
   for (auto [i, b] : llvm::enumerate(rp.buffers)) {
@@ -226,7 +229,7 @@ json::Object PlanBuilder::rankJson(const RankPlan &rp, int64_t d) {
     if (b.aliasOf >= 0)
       o["alias_of"] = b.aliasOf;
     if (b.sharded) {
-      o["elem_offset"] = d * b.shardNumel;
+      o["elem_offset"] = 0;
       o["shard_numel"] = b.shardNumel;
       o["padded_numel"] = b.paddedNumel;
     }
@@ -236,13 +239,7 @@ json::Object PlanBuilder::rankJson(const RankPlan &rp, int64_t d) {
   for (const json::Object &instr : rp.program) {
     json::Object c = instr;
     if (auto peer = c.getInteger("peer"))
-      c["peer"] = *peer * dp + d;
-    if (json::Array *entries = c.getArray("params"))
-      for (json::Value &ev : *entries) {
-        json::Object *e = ev.getAsObject();
-        if (e && e->erase("norm_dp0_only") && d != 0)
-          (*e)["norm_weight"] = 0.0;
-      }
+      c["peer"] = *peer * dp;
     program.push_back(std::move(c));
   }
   json::Array dpGroup, tiedGroup;
@@ -250,13 +247,13 @@ json::Object PlanBuilder::rankJson(const RankPlan &rp, int64_t d) {
     dpGroup.push_back(rp.pp * dp + e);
   if (rp.tied)
     for (int64_t q : sh.tiedRanks)
-      tiedGroup.push_back(q * dp + d);
+      tiedGroup.push_back(q * dp);
   std::string schedule;
   for (const std::string &t : rp.row)
     schedule += (schedule.empty() ? "" : " ") + t;
-  return json::Object{{"rank", rp.pp * dp + d},
+  return json::Object{{"rank", rp.pp * dp},
                       {"pp_rank", rp.pp},
-                      {"dp_rank", d},
+                      {"dp_rank", 0},
                       {"chunks", json::Array(rp.chunks)},
                       {"groups",
                        json::Object{{"dp", std::move(dpGroup)}, {"tied", std::move(tiedGroup)}}},
@@ -271,7 +268,7 @@ json::Object PlanBuilder::rankJson(const RankPlan &rp, int64_t d) {
                       {"program", std::move(program)}};
 }
 
-json::Object PlanBuilder::manifest(std::vector<RankPlan> &ranks, bool replicasElided) {
+json::Object PlanBuilder::manifest(std::vector<RankPlan> &ranks) {
   const CompileOptions &o = sh.opts;
   json::Array params;
   int64_t numParams = 0;
@@ -294,8 +291,7 @@ json::Object PlanBuilder::manifest(std::vector<RankPlan> &ranks, bool replicasEl
     inputs["targets"] = sh.targetsName;
   json::Array rankArray;
   for (const RankPlan &rp : ranks)
-    for (int64_t d = 0; d < (replicasElided ? 1 : o.dp); ++d)
-      rankArray.push_back(rankJson(rp, d));
+    rankArray.push_back(rankJson(rp));
   json::Object parallel{{"pp", o.pp},
                         {"dp", o.dp},
                         {"vpp", o.vpp},
@@ -303,8 +299,8 @@ json::Object PlanBuilder::manifest(std::vector<RankPlan> &ranks, bool replicasEl
                         {"schedule", o.schedule},
                         {"zero", *llvm::max_element(sh.zeroChunks)},
                         {"world_size", o.pp * o.dp}};
-  if (replicasElided)
-    parallel["replicas_elided"] = true;
+  if (o.dp > 1)
+    parallel["replicas_elided"] = true; // one program per pipeline rank
   if (effectiveKind(sh.sched) == ScheduleKind::Interleaved)
     parallel["group"] = effectiveGroup(sh.sched);
   if (llvm::any_of(sh.zeroChunks, [&](int64_t z) { return z != sh.zeroChunks[0]; })) {
@@ -497,27 +493,23 @@ LogicalResult PlanBuilder::emitRanks(func::FuncOp train, std::vector<RankPlan> &
 
 /// Emits every rank and the manifest; the first wait lag whose plan passes
 /// the deadlock check wins.
-FailureOr<json::Object> PlanBuilder::buildManifest(func::FuncOp train, bool replicasElided) {
+FailureOr<json::Object> PlanBuilder::buildManifest(func::FuncOp train) {
   std::vector<RankPlan> ranks;
   for (int64_t lag : kWaitLags) {
     sh.waitLag = lag;
     if (failed(emitRanks(train, ranks)))
       return failure();
-    json::Object m = manifest(ranks, replicasElided);
+    json::Object m = manifest(ranks);
+    // dp replicas run the same program against their own peers, and every
+    // member of a dp group reaches its collectives in the same order: one
+    // replica deadlocks exactly when all do, so check replica 0 alone.
+    std::vector<RankProgram> programs;
     std::string why;
-    if (!replicasElided) {
-      why = checkPlanDeadlock(m);
-    } else {
-      // dp replicas run the same program against their own peers, and every
-      // member of a dp group reaches its collectives in the same order: one
-      // replica deadlocks exactly when all do, so check replica 0 alone.
-      std::vector<RankProgram> programs;
-      if (!programsFromManifest(m, programs, why))
-        return sh.module.emitError() << why;
-      for (RankProgram &rp : programs)
-        rp.groups["dp"] = {rp.rank};
-      why = findDeadlock(programs);
-    }
+    if (!programsFromManifest(m, programs, why))
+      return sh.module.emitError() << why;
+    for (RankProgram &rp : programs)
+      rp.groups["dp"] = {rp.rank};
+    why = findDeadlock(programs);
     if (why.empty())
       return m;
     if (lag == 0)

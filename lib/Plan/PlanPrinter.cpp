@@ -1,5 +1,6 @@
 //===- PlanPrinter.cpp - a plan file as readable text ----------------------===//
 #include "pipemesh/Plan/Plan.h"
+#include "pipemesh/Plan/Replicas.h"
 
 #include "llvm/Support/Format.h"
 #include "llvm/Support/JSON.h"
@@ -73,7 +74,17 @@ bool printPlan(llvm::StringRef path, llvm::raw_ostream &os, std::string &why) {
     why = "plan manifest is not valid JSON: " + llvm::toString(parsed.takeError());
     return false;
   }
-  const json::Object *m = parsed->getAsObject();
+  json::Object *m = parsed->getAsObject();
+  // One entry per pipeline rank in the file; printed per global rank.
+  std::string elided;
+  if (const json::Object *par = m ? m->getObject("parallel") : nullptr;
+      par && par->getBoolean("replicas_elided").value_or(false)) {
+    const json::Array *listed = m->getArray("ranks");
+    elided = ", programs of " + std::to_string(listed ? listed->size() : 0) + " pipeline ranks (" +
+             std::to_string(par->getInteger("dp").value_or(1)) + " dp replicas each)";
+    if (!expandReplicas(*m, why))
+      return false;
+  }
   const json::Object *model = m ? m->getObject("model") : nullptr;
   const json::Object *par = m ? m->getObject("parallel") : nullptr;
   const json::Array *ranks = m ? m->getArray("ranks") : nullptr;
@@ -81,7 +92,7 @@ bool printPlan(llvm::StringRef path, llvm::raw_ostream &os, std::string &why) {
     why = "plan manifest lacks model, parallel or ranks";
     return false;
   }
-  os << "plan format " << version << ", " << lw << " bytes of weights\n";
+  os << "plan format " << version << ", " << lw << " bytes of weights" << elided << "\n";
   os << "model: " << model->getString("source").value_or("?")
      << "  batch=" << model->getInteger("batch").value_or(0)
      << " seq=" << model->getInteger("seq").value_or(0)

@@ -35,7 +35,7 @@ PlanBuilder::Prediction PlanBuilder::predict(func::FuncOp train, const cost::Clu
         why = d.str();
       return success();
     });
-    m = buildManifest(train, /*replicasElided=*/true);
+    m = buildManifest(train);
   }
   if (failed(m)) {
     out.why = why.empty() ? "cannot be emitted" : why;

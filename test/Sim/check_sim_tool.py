@@ -8,6 +8,7 @@ and the SVG are written, that the simulated peak memory is the plan's liveness p
 (persistent buffers + the most activation bytes live at once, never above the planned
 arena), and that bad inputs are clear errors with a non-zero exit.
 """
+import copy
 import json
 import os
 import struct
@@ -77,6 +78,25 @@ def liveness_peaks(m):
     return sorted(out)
 
 
+def replica(entry, d):
+    """Replica d of a pipeline rank's manifest entry (dp rank 0's): peers and tied
+    group shifted by d, shards at elem_offset + d * shard_numel, norm_dp0_only resolved."""
+    r = copy.deepcopy(entry)
+    r["rank"] += d
+    r["dp_rank"] = d
+    r.get("groups", {})["tied"] = [q + d for q in r.get("groups", {}).get("tied", [])]
+    for b in r["buffers"]:
+        if "shard_numel" in b:
+            b["elem_offset"] = b.get("elem_offset", 0) + d * b["shard_numel"]
+    for ins in r["program"]:
+        if "peer" in ins:
+            ins["peer"] += d
+        for e in ins.get("params", []):
+            if e.pop("norm_dp0_only", False) and d:
+                e["norm_weight"] = 0.0
+    return r
+
+
 def main():
     opt, sim, models, work = sys.argv[1:5]
     os.makedirs(work, exist_ok=True)
@@ -139,22 +159,26 @@ def main():
     open(bad, "w").write("{ not json")
     p = run([sim, plan, "--cluster", bad], ok=False)
     assert p.returncode == 1 and "invalid JSON" in p.stderr, p.stderr
-    # A manifest with only dp rank 0 of each pipeline rank (what the compiler's
-    # schedule search hands the simulator): the simulator builds the other
-    # replicas, and the results equal the full plan's.
-    full_plan = os.path.join(work, "dp2.plan")
+    # With dp > 1 the compiler writes dp rank 0's program of each pipeline rank
+    # (parallel.replicas_elided); the simulator builds the other replicas. The
+    # same plan with every replica written out (docs/plan-format.md's rules,
+    # applied here independently of the compiler and the runtime) simulates
+    # to the same results.
+    elided_plan = os.path.join(work, "dp2.plan")
     run([opt, os.path.join(models, "fixtures", "gpt2_tiny_op17.onnx"),
-         "--pipemesh-compile=batch=2 seq=16 pp=2 dp=2 microbatches=4 zero=1", "-o", full_plan])
-    m = manifest(full_plan)
-    m["ranks"] = [r for r in m["ranks"] if r["dp_rank"] == 0]
-    m["parallel"]["replicas_elided"] = True
+         "--pipemesh-compile=batch=2 seq=16 pp=2 dp=2 microbatches=4 zero=1", "-o", elided_plan])
+    m = manifest(elided_plan)
+    assert m["parallel"].get("replicas_elided") is True, m["parallel"]
+    assert [r["rank"] for r in m["ranks"]] == [0, 2], [r["rank"] for r in m["ranks"]]
+    m["ranks"] = [replica(r, d) for r in m["ranks"] for d in range(2)]
+    del m["parallel"]["replicas_elided"]
     text = json.dumps(m).encode()
-    elided_plan = os.path.join(work, "dp2-elided.plan")
-    with open(full_plan, "rb") as f:
+    full_plan = os.path.join(work, "dp2-full.plan")
+    with open(elided_plan, "rb") as f:
         head = bytearray(f.read(40))
     head[16:24] = struct.pack("<Q", len(text))
     head[24:32] = struct.pack("<Q", 0)
-    with open(elided_plan, "wb") as f:
+    with open(full_plan, "wb") as f:
         f.write(bytes(head) + text)
     results = []
     for path in (full_plan, elided_plan):

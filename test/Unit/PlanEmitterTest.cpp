@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 #include "pipemesh/Dialect/PMesh/PMesh.h"
 #include "pipemesh/Plan/DeadlockCheck.h"
+#include "pipemesh/Plan/Replicas.h"
 #include "pipemesh/Plan/Plan.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -157,10 +158,17 @@ TEST(PlanEmitter, EmittedPlansAreDeadlockFreeAndMemorySafe) {
 TEST(PlanEmitter, TiedCopiesCountOnceInTheNorm) {
   auto m = compile("staged-2-chunks.mlir", "batch=2 seq=4 pp=2 dp=2 microbatches=2 zero=0");
   ASSERT_TRUE(m);
-  // Rank (pp, dp): the wte copy of the last stage never counts; replicated
-  // gradients count on dp rank 0 only.
+  // The plan holds dp rank 0's program of each pipeline rank; its
+  // replicated gradients are marked to count on dp rank 0 only.
+  json::Object &manifest = *m->getAsObject();
+  ASSERT_EQ(manifest.getArray("ranks")->size(), 2u);
+  EXPECT_EQ(manifest.getObject("parallel")->getBoolean("replicas_elided"), true);
+  // Every rank (pp, dp), as the runtime derives them: the wte copy of the
+  // last stage never counts; replicated gradients count on dp rank 0 only.
+  std::string why;
+  ASSERT_TRUE(expandReplicas(manifest, why)) << why;
   std::map<int64_t, std::vector<double>> weights;
-  for (const json::Value &rv : *m->getAsObject()->getArray("ranks")) {
+  for (const json::Value &rv : *manifest.getArray("ranks")) {
     const json::Object &r = *rv.getAsObject();
     for (const json::Value &iv : *r.getArray("program")) {
       const json::Object &inst = *iv.getAsObject();
@@ -175,6 +183,18 @@ TEST(PlanEmitter, TiedCopiesCountOnceInTheNorm) {
   EXPECT_EQ(weights[1], (std::vector<double>{0, 0, 0}));
   EXPECT_EQ(weights[2], (std::vector<double>{0, 1})); // wte (tied copy), w2
   EXPECT_EQ(weights[3], (std::vector<double>{0, 0}));
+}
+
+TEST(PlanEmitter, ElidedManifestMissingAPipelineRank) {
+  auto m = compile("staged-2-chunks.mlir", "batch=2 seq=4 pp=2 dp=2 microbatches=2 zero=1");
+  ASSERT_TRUE(m);
+  json::Object &manifest = *m->getAsObject();
+  json::Array &ranks = *manifest.getArray("ranks");
+  ranks = json::Array{ranks.back()}; // pipeline rank 1 alone
+  std::string why;
+  EXPECT_FALSE(expandReplicas(manifest, why));
+  EXPECT_EQ(why, "an elided manifest lists 1 of the 2 pipeline ranks");
+  EXPECT_EQ(checkPlanDeadlock(manifest), why);
 }
 
 TEST(PlanEmitter, DeadlockCheckCatchesAMovedReceive) {

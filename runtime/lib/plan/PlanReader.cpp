@@ -207,6 +207,67 @@ struct PlanParser {
     }
   }
 
+  // A plan for dp > 1 lists dp rank 0's program of each pipeline rank
+  // (parallel.replicas_elided). Replica d of pipeline rank q is global rank
+  // q * dp + d and runs it with every send/recv peer and tied-group member
+  // shifted by d, every ZeRO shard at elem_offset + d * shard_numel, and
+  // norm_weight 0 in the adamw entries marked norm_dp0_only (docs/plan-
+  // format.md; the compiler's lib/Plan/Replicas.cpp states the same rules).
+  void expandReplicas(nlohmann::json &m, const Plan &p) const {
+    const auto &par = field(m, "", "parallel");
+    if (!par.contains("replicas_elided") || !boolean(par, "parallel", "replicas_elided"))
+      return;
+    const int64_t pp = p.parallel.pp, dp = p.parallel.dp;
+    if (p.parallel.worldSize != pp * dp)
+      bad("parallel.world_size", "is " + std::to_string(p.parallel.worldSize) +
+                                     ", not pp x dp = " + std::to_string(pp * dp));
+    const auto &listed = array(m, "", "ranks");
+    std::vector<const nlohmann::json *> byPipelineRank(pp, nullptr);
+    for (size_t i = 0; i < listed.size(); ++i) {
+      std::string where = "ranks[" + std::to_string(i) + "]";
+      int64_t r = integer(listed[i], where, "rank");
+      if (r < 0 || r % dp != 0 || r / dp >= pp || byPipelineRank[r / dp])
+        bad(where + ".rank", "is " + std::to_string(r) +
+                                 ": a plan with replicas_elided lists dp rank 0 of each of the " +
+                                 std::to_string(pp) + " pipeline ranks once (ranks 0, " +
+                                 std::to_string(dp) + ", ...)");
+      byPipelineRank[r / dp] = &listed[i];
+    }
+    for (int64_t q = 0; q < pp; ++q)
+      if (!byPipelineRank[q])
+        bad("ranks", "has no program for pipeline rank " + std::to_string(q) + " (rank " +
+                         std::to_string(q * dp) + "), and replicas_elided derives the others from it");
+    nlohmann::json all = nlohmann::json::array();
+    for (int64_t q = 0; q < pp; ++q)
+      for (int64_t d = 0; d < dp; ++d) {
+        nlohmann::json r = *byPipelineRank[q];
+        r["rank"] = q * dp + d;
+        r["dp_rank"] = d;
+        if (r.contains("groups") && r["groups"].is_object() && r["groups"].contains("tied"))
+          for (auto &member : r["groups"]["tied"])
+            if (member.is_number_integer())
+              member = member.get<int64_t>() + d;
+        if (r.contains("buffers") && r["buffers"].is_array())
+          for (auto &b : r["buffers"])
+            if (b.is_object() && b.contains("shard_numel") && b["shard_numel"].is_number_integer())
+              b["elem_offset"] = b.value("elem_offset", (int64_t)0) +
+                                 d * b["shard_numel"].get<int64_t>();
+        if (r.contains("program") && r["program"].is_array())
+          for (auto &in : r["program"]) {
+            if (!in.is_object())
+              continue;
+            if (in.contains("peer") && in["peer"].is_number_integer())
+              in["peer"] = in["peer"].get<int64_t>() + d;
+            if (in.contains("params") && in["params"].is_array())
+              for (auto &e : in["params"])
+                if (e.is_object() && e.erase("norm_dp0_only") && d != 0)
+                  e["norm_weight"] = 0.0;
+          }
+        all.push_back(std::move(r));
+      }
+    m["ranks"] = std::move(all);
+  }
+
   static std::optional<BufferKind> parseKind(const std::string &s) {
     for (BufferKind k :
          {BufferKind::Input, BufferKind::Activation, BufferKind::Param, BufferKind::ParamCopy,
@@ -462,6 +523,7 @@ Plan readPlan(const std::string &path) {
   P.parseModel(m, p);
   P.parseParams(m, p);
   p.weights = Safetensors::parse(d + kPlanHeaderBytes + L, W, "plan '" + path + "' weights");
+  P.expandReplicas(p.manifest, p);
   const auto &ranks = P.array(m, "", "ranks");
   for (size_t i = 0; i < ranks.size(); ++i) {
     RankPlan rp;

@@ -3,7 +3,8 @@
 hang: damaged plans (magic, version, truncation, checksum, manifest fields,
 buffer tables, unknown ops, malformed instructions), bad data (missing file,
 bad header, short file, tokens outside the vocabulary), a world size that
-does not match the plan, token ids out of an embedding table's range, and bad
+does not match the plan, an elided plan (one program per pipeline rank) that
+lacks one, token ids out of an embedding table's range, and bad
 command lines.
 """
 import copy
@@ -235,6 +236,28 @@ class WorldSize(common.TempDirTest):
         r = self.check_fails(common.run([path, "--steps", 1], np_=2, timeout=120),
                              "compiled for world size 1", "this job has 2 processes")
         self.assertNotIn("step 1/", r.stdout)
+
+
+class ElidedReplicas(common.TempDirTest):
+    """A plan for dp > 1 lists dp rank 0's program of each pipeline rank
+    (parallel.replicas_elided); one that lacks a pipeline rank or lists another
+    replica is refused by name."""
+
+    def elided(self, keep):
+        m, weights = mtp.build_mlp(pp=2, dp=2, zero=1, microbatches=2)
+        m["ranks"] = [r for r in m["ranks"] if r["rank"] in keep]
+        m["parallel"]["replicas_elided"] = True
+        path = self.path("elided.plan")
+        mtp.write_plan(path, m, weights)
+        return path
+
+    def test_missing_pipeline_rank(self):
+        self.check_fails(common.run([self.elided({0}), "--steps", 1], np_=4, timeout=120),
+                         "manifest field 'ranks'", "no program for pipeline rank 1 (rank 2)")
+
+    def test_listed_replica_other_than_zero(self):
+        self.check_fails(common.run([self.elided({0, 1, 2}), "--steps", 1], np_=4, timeout=120),
+                         "manifest field 'ranks[1].rank'", "is 1: a plan with replicas_elided")
 
 
 class CommandLine(common.TempDirTest):

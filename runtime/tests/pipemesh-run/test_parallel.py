@@ -14,6 +14,7 @@ idle split in --log-json, and sharded checkpoints (a manifest listing every
 rank's file with its checksum; bit-identical resume; another configuration is
 refused).
 """
+import copy
 import json
 import os
 
@@ -61,6 +62,29 @@ def final_params(ckpt_step_dir):
     return out
 
 
+def elide_replicas(manifest):
+    """The manifest as pipemesh-opt writes it for dp > 1 (docs/plan-format.md): dp
+    rank 0's entry of each pipeline rank, replicas_elided set, and norm_dp0_only
+    where replica 0 counts a gradient in the global norm that the others do not."""
+    m = copy.deepcopy(manifest)
+    dp = m["parallel"]["dp"]
+    by_rank = {r["rank"]: r for r in m["ranks"]}
+    kept = []
+    for r in m["ranks"]:
+        if r["rank"] % dp:
+            continue
+        other = by_rank[r["rank"] + 1]
+        for ins, ins1 in zip(r["program"], other["program"]):
+            for e, e1 in zip(ins.get("params", []), ins1.get("params", [])):
+                if e.get("norm_weight", 1.0) != 0.0 and e1.get("norm_weight", 1.0) == 0.0:
+                    del e["norm_weight"]
+                    e["norm_dp0_only"] = True
+        kept.append(r)
+    m["ranks"] = kept
+    m["parallel"]["replicas_elided"] = True
+    return m
+
+
 class Parallel(common.TempDirTest):
     refs = {}
 
@@ -77,11 +101,14 @@ class Parallel(common.TempDirTest):
             Parallel.refs[key] = (common.read_log(log), final_params(os.path.join(ckpt, f"step-{STEPS}")))
         return Parallel.refs[key]
 
-    def check_equivalent(self, pp=1, dp=1, zero=0, microbatches=2, schedule="1f1b", layers=None):
+    def check_equivalent(self, pp=1, dp=1, zero=0, microbatches=2, schedule="1f1b", layers=None,
+                         elided=False):
         layers = layers or max(2, pp)
         manifest, weights = mtp.build_mlp(pp=pp, dp=dp, zero=zero, microbatches=microbatches,
                                           schedule=schedule, layers=layers)
-        name = f"pp{pp}-dp{dp}-zero{zero}-{schedule}-m{microbatches}"
+        if elided:
+            manifest = elide_replicas(manifest)
+        name = f"pp{pp}-dp{dp}-zero{zero}-{schedule}-m{microbatches}{'-elided' if elided else ''}"
         plan = self.path(name + ".plan")
         mtp.write_plan(plan, manifest, weights)
         log, ckpt = self.path(name + ".jsonl"), self.path(name + "-ckpt")
@@ -135,6 +162,14 @@ class Parallel(common.TempDirTest):
 
     def test_pp2_dp2_zero3_gpipe(self):
         self.check_equivalent(pp=2, dp=2, zero=3, microbatches=2, schedule="gpipe")
+
+    def test_elided_replicas(self):
+        # The plan pipemesh-opt writes for dp > 1: dp rank 0's program of each
+        # pipeline rank; the runtime derives the other replicas (peers, tied
+        # group, shard offsets, the global norm's weights) and trains the same.
+        for zero in (0, 1, 3):
+            with self.subTest(zero=zero):
+                self.check_equivalent(pp=2, dp=2, zero=zero, microbatches=2, elided=True)
 
 
 class ShardedCheckpoints(common.TempDirTest):
