@@ -20,40 +20,33 @@ int64_t assignOffsets(llvm::ArrayRef<LiveRange> ranges, llvm::SmallVectorImpl<in
   // Big buffers first: they are the hardest to fit into gaps.
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return ranges[a].bytes > ranges[b].bytes; });
-  // Placed ranges by time bucket, so that a range only meets the placed
-  // ranges near it in time (a plan of a big model has tens of thousands of
-  // transient buffers, most of them short-lived).
-  int64_t horizon = 0;
-  for (const LiveRange &r : ranges)
-    horizon = std::max(horizon, r.last + 1);
-  constexpr int64_t kBucket = 64;
-  std::vector<std::vector<size_t>> buckets(horizon / kBucket + 1);
-  std::vector<size_t> seenAt(ranges.size(), SIZE_MAX);
+  // The placed ranges, kept sorted by offset: a new range walks them from the
+  // bottom of the arena, skips those it does not meet in time, and stops at
+  // the first gap it fits. A breadth-first plan keeps thousands of buffers
+  // alive at once; collecting and sorting the ones a range meets for every
+  // placement made planning a 64-micro-batch plan take minutes.
+  struct Placed {
+    int64_t start, end, first, last;
+  };
+  std::vector<Placed> placed;
+  placed.reserve(ranges.size());
   int64_t peak = 0;
-  std::vector<std::pair<int64_t, int64_t>> busy;
-  for (auto [n, i] : llvm::enumerate(order)) {
+  for (size_t i : order) {
     const LiveRange &r = ranges[i];
-    // Occupied [offset, end) of placed ranges overlapping in time, by offset.
-    busy.clear();
-    for (int64_t k = r.first / kBucket; k <= r.last / kBucket; ++k)
-      for (size_t j : buckets[k]) {
-        const LiveRange &o = ranges[j];
-        if (seenAt[j] == n || !(o.first <= r.last && r.first <= o.last))
-          continue;
-        seenAt[j] = n;
-        busy.push_back({offsets[j], offsets[j] + alignUp(o.bytes, alignment)});
-      }
-    std::sort(busy.begin(), busy.end());
     int64_t candidate = 0, need = alignUp(r.bytes, alignment);
-    for (auto [start, end] : busy) {
-      if (candidate + need <= start)
+    for (const Placed &p : placed) {
+      if (p.last < r.first || r.last < p.first)
+        continue;
+      if (candidate + need <= p.start)
         break;
-      candidate = std::max(candidate, end);
+      candidate = std::max(candidate, p.end);
     }
     offsets[i] = candidate;
     peak = std::max(peak, candidate + need);
-    for (int64_t k = r.first / kBucket; k <= r.last / kBucket; ++k)
-      buckets[k].push_back(i);
+    Placed now{candidate, candidate + need, r.first, r.last};
+    placed.insert(std::upper_bound(placed.begin(), placed.end(), now,
+                                   [](const Placed &a, const Placed &b) { return a.start < b.start; }),
+                  now);
   }
   return peak;
 }
