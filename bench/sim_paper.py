@@ -100,14 +100,14 @@ def shape(gpus, b=None):
 
 
 def vpps(model):
-    """Virtual stages per rank tried by the looping schedules: 2 and the next divisor of
-    the layers per rank (1.3B: 6 layers per rank -> 2, 3; 7B: 8 -> 2, 4; 13B: 10 -> 2, 5),
-    since breadth-first orders hide more communication behind smaller chunks."""
+    """Virtual stages per rank tried by the looping schedules: 2 and every larger divisor
+    of the layers per rank (1.3B: 6 layers per rank -> 2, 3, 6; 7B: 8 -> 2, 4, 8; 13B: 10
+    -> 2, 5, 10): breadth-first orders hide more communication behind smaller chunks, and
+    interleaved's bubble shrinks with more of them."""
     if VPPS:
         return VPPS
     per_rank = MODELS[model][0] // PP
-    more = [v for v in range(3, per_rank + 1) if per_rank % v == 0]
-    return [2] + more[:1]
+    return [2] + [v for v in range(3, per_rank + 1) if per_rank % v == 0]
 
 
 def candidates(schedule, pp, m, model):

@@ -333,7 +333,8 @@ private:
   std::pair<int64_t, double> fastestPrefetch(func::FuncOp train, const cost::Cluster &cluster,
                                              std::vector<std::pair<int64_t, double>> *tried);
   void explain(func::FuncOp train, const cost::Cluster &cluster);
-  json::Object rankJson(const RankPlan &rp);
+  /// Takes rp's program (moved into the entry).
+  json::Object rankJson(RankPlan &rp);
   /// With dp > 1 the manifest holds dp rank 0's program of each pipeline rank
   /// (`parallel.replicas_elided`); its readers derive the other replicas
   /// (expandReplicas, pipemesh-run's plan reader, the simulator's loader).

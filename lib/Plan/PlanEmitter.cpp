@@ -211,7 +211,7 @@ void PlanBuilder::countFlops(func::FuncOp train) {
   });
 }
 
-json::Object PlanBuilder::rankJson(const RankPlan &rp) {
+json::Object PlanBuilder::rankJson(RankPlan &rp) {
   // dp rank 0's program of pipeline rank rp.pp; the other replicas derive
   // from it (expandReplicas: peers, tied group and shard offsets shifted by
   // the dp rank, norm_dp0_only resolved).
@@ -236,12 +236,12 @@ json::Object PlanBuilder::rankJson(const RankPlan &rp) {
     bufs.push_back(std::move(o));
   }
   json::Array program;
-  for (const json::Object &instr : rp.program) {
-    json::Object c = instr;
-    if (auto peer = c.getInteger("peer"))
-      c["peer"] = *peer * dp;
-    program.push_back(std::move(c));
+  for (json::Object &instr : rp.program) { // moved: a plan's programs are large
+    if (auto peer = instr.getInteger("peer"))
+      instr["peer"] = *peer * dp;
+    program.push_back(std::move(instr));
   }
+  rp.program.clear();
   json::Array dpGroup, tiedGroup;
   for (int64_t e = 0; e < dp; ++e)
     dpGroup.push_back(rp.pp * dp + e);
@@ -290,7 +290,7 @@ json::Object PlanBuilder::manifest(std::vector<RankPlan> &ranks) {
   if (sh.targetsType)
     inputs["targets"] = sh.targetsName;
   json::Array rankArray;
-  for (const RankPlan &rp : ranks)
+  for (RankPlan &rp : ranks)
     rankArray.push_back(rankJson(rp));
   json::Object parallel{{"pp", o.pp},
                         {"dp", o.dp},
