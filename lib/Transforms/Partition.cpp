@@ -21,6 +21,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "pipemesh/CostModel/CostModel.h"
+#include "pipemesh/CostModel/Hardware.h"
 #include "pipemesh/Transforms/Partition.h"
 #include "pipemesh/Transforms/Passes.h"
 
@@ -123,7 +124,18 @@ struct PMeshPartitionPass : pipemesh::impl::PMeshPartitionBase<PMeshPartitionPas
     if (R < 1 || S % R != 0)
       return module.emitError() << "pmesh-partition: ranks=" << R
                                 << " must be at least 1 and divide stages=" << S;
-    auto dev = cost::Device::byName(device);
+    // The device of the cluster the plan is for, when named (a preset or a
+    // cluster file, whose device may be calibrated), else the device preset.
+    std::optional<cost::Device> dev;
+    if (!cluster.empty()) {
+      cost::Cluster c;
+      std::string why;
+      if (!cost::Cluster::load(cluster, c, why))
+        return module.emitError() << "pmesh-partition: cluster=" << cluster << ": " << why;
+      dev = c.device;
+    } else {
+      dev = cost::Device::byName(device);
+    }
     if (!dev)
       return module.emitError() << "pmesh-partition: unknown device '" << device
                                 << "' (known: " << llvm::join(cost::Device::presetNames(), ", ")

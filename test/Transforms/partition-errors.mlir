@@ -5,6 +5,7 @@
 // RUN: not pipemesh-opt %S/Inputs/partition-4-layers.mlir --pmesh-partition="stages=3 layers-per-stage=2,0,2" 2>&1 | FileCheck %s --check-prefix=MIDDLE
 // RUN: not pipemesh-opt %S/Inputs/partition-4-layers.mlir --pmesh-partition="stages=2 layers-per-stage=5,-1" 2>&1 | FileCheck %s --check-prefix=NEGATIVE
 // RUN: not pipemesh-opt %S/Inputs/partition-4-layers.mlir --pmesh-partition="stages=2 device=tpu" 2>&1 | FileCheck %s --check-prefix=DEVICE
+// RUN: not pipemesh-opt %S/Inputs/partition-4-layers.mlir --pmesh-partition="stages=2 cluster=no-such-cluster" 2>&1 | FileCheck %s --check-prefix=CLUSTER
 // RUN: not pipemesh-opt %S/Inputs/partition-4-layers.mlir --pmesh-partition="stages=3 ranks=2" 2>&1 | FileCheck %s --check-prefix=RANKS
 // RUN: not pipemesh-opt %S/Inputs/partition-4-layers.mlir --pmesh-autodiff --pmesh-partition="stages=2" 2>&1 | FileCheck %s --check-prefix=AFTER-AD
 // RUN: not pipemesh-opt %S/Inputs/partition-4-layers.mlir --pmesh-partition="stages=2" --pmesh-partition="stages=2" 2>&1 | FileCheck %s --check-prefix=TWICE
@@ -18,6 +19,7 @@
 // MIDDLE: error: pmesh-partition: layers-per-stage gives stage 1 no layers: only the first and the last stage may have none (they still hold the embedding, or the head and the loss)
 // NEGATIVE: error: pmesh-partition: layers-per-stage gives stage 1 -1 layers; counts must be >= 0
 // DEVICE: error: pmesh-partition: unknown device 'tpu' (known: cpu, v100, a100, a100-40gb, a100-80gb, h100, h200)
+// CLUSTER: error: pmesh-partition: cluster=no-such-cluster: unknown cluster preset
 // RANKS: error: pmesh-partition: ranks=2 must be at least 1 and divide stages=3
 // AFTER-AD: error: the module already has a @train_step: run --pmesh-partition before --pmesh-autodiff
 // TWICE: error: the module is already partitioned (it has pmesh.num_stages)

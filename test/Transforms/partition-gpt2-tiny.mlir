@@ -1,6 +1,9 @@
 // RUN: pipemesh-opt %models/fixtures/gpt2_tiny_op17.onnx --batch=2 --seq=8 --pmesh-partition="stages=1" | FileCheck %s --check-prefix=S1
 // RUN: pipemesh-opt %models/fixtures/gpt2_tiny_op17.onnx --batch=2 --seq=8 --pmesh-partition="stages=2" | FileCheck %s --check-prefix=S2
 // RUN: pipemesh-opt %models/fixtures/gpt2_tiny_op17.onnx --batch=2 --seq=8 --pmesh-partition="stages=2 print=true" -o /dev/null | FileCheck %s --check-prefix=PRINT
+// The device of a cluster (a preset or a cluster file) costs the layers instead:
+// RUN: pipemesh-opt %models/fixtures/gpt2_tiny_op17.onnx --batch=2 --seq=8 --pmesh-partition="stages=2 print=true cluster=a100-40g-25gbps" -o /dev/null | FileCheck %s --check-prefix=A100
+// A100: pmesh-partition: 2 layers on 2 stages (balanced; device a100-40gb: 312000 GFLOP/s
 // Every op of @forward (but the return) has a stage.
 // RUN: pipemesh-opt %models/fixtures/gpt2_tiny_op17.onnx --batch=2 --seq=8 --pmesh-partition="stages=2" | grep -E "^ +(%.* = )?pmesh\." | grep -v "pmesh.param @" | not grep -v "pmesh.stage = "
 // RUN: pipemesh-opt %models/fixtures/torch_gpt2_tiny_op14_dyn_nofold_mask_loss.onnx --batch=2 --seq=8 --pmesh-partition="stages=2" | FileCheck %s --check-prefix=TORCH

@@ -196,6 +196,10 @@ int compileToPlan(StringRef inputFilename, StringRef outputFilename, DialectRegi
       }
       std::string pipeline = "pmesh-partition{stages=" + std::to_string(chunks) +
                              " ranks=" + std::to_string(copts.pp);
+      // The layers are costed on the cluster's device when the plan names
+      // one (the default, cpu, is the pass's own default).
+      if (copts.cluster != pipemesh::plan::CompileOptions().cluster)
+        pipeline += " cluster=\"" + copts.cluster + "\"";
       if (!copts.layersPerStage.empty()) {
         pipeline += " layers-per-stage=";
         for (auto [k, n] : llvm::enumerate(copts.layersPerStage))

@@ -64,6 +64,9 @@ def PMeshPartition : Pass<"pmesh-partition", "mlir::ModuleOp"> {
                "explicit layout: transformer layers per stage, one entry per stage">,
     Option<"device", "device", "std::string", "\"cpu\"",
            "cost-model device preset: cpu, a100 or h100">,
+    Option<"cluster", "cluster", "std::string", "\"\"",
+           "a pipemesh-sim cluster preset or cluster JSON file: its device costs the "
+           "layers (instead of device=)">,
     Option<"print", "print", "bool", "false",
            "print the layers, their costs and the chosen layout to stdout">,
   ];
