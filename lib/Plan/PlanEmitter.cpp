@@ -437,10 +437,11 @@ LogicalResult PlanBuilder::emitRanks(func::FuncOp train, std::vector<RankPlan> &
         else
           lowPos = mid + 1;
       }
-      Recompute chosen = lowPos < sh.step.pp ? Recompute::firstLayersOn(lo, lowPos)
-                         : lo == most       ? Recompute::full()
-                                            : Recompute::firstLayers(lo);
-      return success(emitWith(with(chosen)));
+      Recompute chosen = with(lowPos < sh.step.pp ? Recompute::firstLayersOn(lo, lowPos)
+                              : lo == most       ? Recompute::full()
+                                                 : Recompute::firstLayers(lo));
+      // The search's last plan is often the chosen one: no need to emit it again.
+      return success(ranks[p].recompute == chosen || emitWith(chosen));
     };
     if (sh.opts.recompute != "auto") {
       Recompute r = sh.opts.recompute == "full"        ? Recompute::full()
