@@ -304,14 +304,15 @@ bool programsFromManifest(const json::Object &manifest, std::vector<RankProgram>
 std::string checkPlanDeadlock(const json::Object &manifest) {
   std::vector<RankProgram> programs;
   std::string why;
-  const json::Object *par = manifest.getObject("parallel");
-  if (par && par->getBoolean("replicas_elided").value_or(false)) {
-    json::Object expanded = manifest; // every replica, as the runtime runs them
-    if (!expandReplicas(expanded, why) || !programsFromManifest(expanded, programs, why))
-      return why;
-  } else if (!programsFromManifest(manifest, programs, why)) {
+  if (!checkElided(manifest, why) || !programsFromManifest(manifest, programs, why))
     return why;
-  }
+  // dp replicas run the same program against their own peers, and every
+  // member of a dp group reaches its collectives in the same order: one
+  // replica deadlocks exactly when all do, so an elided plan's replica 0
+  // stands for all (its dp groups then have one member).
+  if (isElided(manifest))
+    for (RankProgram &rp : programs)
+      rp.groups["dp"] = {rp.rank};
   return findDeadlock(programs);
 }
 

@@ -501,16 +501,7 @@ FailureOr<json::Object> PlanBuilder::buildManifest(func::FuncOp train) {
     if (failed(emitRanks(train, ranks)))
       return failure();
     json::Object m = manifest(ranks);
-    // dp replicas run the same program against their own peers, and every
-    // member of a dp group reaches its collectives in the same order: one
-    // replica deadlocks exactly when all do, so check replica 0 alone.
-    std::vector<RankProgram> programs;
-    std::string why;
-    if (!programsFromManifest(m, programs, why))
-      return sh.module.emitError() << why;
-    for (RankProgram &rp : programs)
-      rp.groups["dp"] = {rp.rank};
-    why = findDeadlock(programs);
+    std::string why = checkPlanDeadlock(m);
     if (why.empty())
       return m;
     if (lag == 0)

@@ -74,7 +74,7 @@ bool printPlan(llvm::StringRef path, llvm::raw_ostream &os, std::string &why) {
     why = "plan manifest is not valid JSON: " + llvm::toString(parsed.takeError());
     return false;
   }
-  json::Object *m = parsed->getAsObject();
+  const json::Object *m = parsed->getAsObject();
   // An elided plan holds one entry per pipeline rank; each is printed once
   // per dp replica, derived in turn (a big plan's replicas need not fit in
   // memory together).

@@ -40,15 +40,21 @@ json::Object replicaOf(const json::Object &entry, int64_t d) {
   return r;
 }
 
-bool expandReplicas(json::Object &manifest, std::string &why) {
-  json::Object *par = manifest.getObject("parallel");
-  if (!par || !par->getBoolean("replicas_elided").value_or(false))
-    return true;
+bool isElided(const json::Object &manifest) {
+  const json::Object *par = manifest.getObject("parallel");
+  return par && par->getBoolean("replicas_elided").value_or(false);
+}
+
+/// The entries of an elided manifest by pipeline rank; nullopt with `why`
+/// when one is missing, repeated or not dp rank 0.
+static std::optional<std::map<int64_t, const json::Object *>>
+entriesByPipelineRank(const json::Object &manifest, std::string &why) {
+  const json::Object *par = manifest.getObject("parallel");
   const int64_t pp = par->getInteger("pp").value_or(1), dp = par->getInteger("dp").value_or(1);
-  json::Array *ranks = manifest.getArray("ranks");
+  const json::Array *ranks = manifest.getArray("ranks");
   if (!ranks || pp < 1 || dp < 1) {
     why = "an elided manifest needs ranks and positive parallel.pp and dp";
-    return false;
+    return std::nullopt;
   }
   std::map<int64_t, const json::Object *> byPipelineRank;
   for (const json::Value &rv : *ranks) {
@@ -58,20 +64,34 @@ bool expandReplicas(json::Object &manifest, std::string &why) {
       why = "an elided manifest lists rank " + (g ? std::to_string(*g) : std::string("?")) +
             ": expected dp rank 0 of each of the " + std::to_string(pp) +
             " pipeline ranks once (ranks 0, " + std::to_string(dp) + ", ...)";
-      return false;
+      return std::nullopt;
     }
   }
   if ((int64_t)byPipelineRank.size() != pp) {
     why = "an elided manifest lists " + std::to_string(byPipelineRank.size()) + " of the " +
           std::to_string(pp) + " pipeline ranks";
-    return false;
+    return std::nullopt;
   }
+  return byPipelineRank;
+}
+
+bool checkElided(const json::Object &manifest, std::string &why) {
+  return !isElided(manifest) || entriesByPipelineRank(manifest, why).has_value();
+}
+
+bool expandReplicas(json::Object &manifest, std::string &why) {
+  if (!isElided(manifest))
+    return true;
+  auto byPipelineRank = entriesByPipelineRank(manifest, why);
+  if (!byPipelineRank)
+    return false;
+  const int64_t dp = manifest.getObject("parallel")->getInteger("dp").value_or(1);
   json::Array all;
-  for (auto &[p, entry] : byPipelineRank)
+  for (auto &[p, entry] : *byPipelineRank)
     for (int64_t d = 0; d < dp; ++d)
       all.push_back(replicaOf(*entry, d));
   manifest["ranks"] = std::move(all);
-  par->erase("replicas_elided");
+  manifest.getObject("parallel")->erase("replicas_elided");
   return true;
 }
 

@@ -80,7 +80,8 @@ std::string findDeadlock(llvm::ArrayRef<RankProgram> ranks);
 bool programsFromManifest(const llvm::json::Object &manifest, std::vector<RankProgram> &out,
                           std::string &why);
 
-/// programsFromManifest + findDeadlock.
+/// programsFromManifest + findDeadlock; an elided manifest (one program per
+/// pipeline rank, Replicas.h) is checked through its dp rank 0 replicas.
 std::string checkPlanDeadlock(const llvm::json::Object &manifest);
 
 } // namespace pipemesh::plan

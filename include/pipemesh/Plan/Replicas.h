@@ -26,6 +26,13 @@ namespace pipemesh::plan {
 /// Replica `d` of a pipeline rank's manifest entry (`entry` is dp rank 0's).
 llvm::json::Object replicaOf(const llvm::json::Object &entry, int64_t d);
 
+/// Whether the manifest lists one entry per pipeline rank.
+bool isElided(const llvm::json::Object &manifest);
+
+/// An elided manifest lists dp rank 0 of every pipeline rank once; false with
+/// `why` otherwise (true for a manifest that lists every rank).
+bool checkElided(const llvm::json::Object &manifest, std::string &why);
+
 /// Rewrites an elided manifest into one entry per global rank, in rank
 /// order; a manifest without `parallel.replicas_elided` is left as it is.
 /// False with `why` when an elided manifest lacks or repeats a pipeline rank.
