@@ -243,10 +243,12 @@ class ElidedReplicas(common.TempDirTest):
     (parallel.replicas_elided); one that lacks a pipeline rank or lists another
     replica is refused by name."""
 
-    def elided(self, keep):
+    def elided(self, keep, world_size=None):
         m, weights = mtp.build_mlp(pp=2, dp=2, zero=1, microbatches=2)
         m["ranks"] = [r for r in m["ranks"] if r["rank"] in keep]
         m["parallel"]["replicas_elided"] = True
+        if world_size is not None:
+            m["parallel"]["world_size"] = world_size
         path = self.path("elided.plan")
         mtp.write_plan(path, m, weights)
         return path
@@ -254,6 +256,11 @@ class ElidedReplicas(common.TempDirTest):
     def test_missing_pipeline_rank(self):
         self.check_fails(common.run([self.elided({0}), "--steps", 1], np_=4, timeout=120),
                          "manifest field 'ranks'", "no program for pipeline rank 1 (rank 2)")
+
+    def test_world_size_not_pp_times_dp(self):
+        self.check_fails(common.run([self.elided({0, 2}, world_size=3), "--steps", 1], np_=3,
+                                    timeout=120),
+                         "manifest field 'parallel.world_size'", "is 3, not pp x dp = 4")
 
     def test_listed_replica_other_than_zero(self):
         self.check_fails(common.run([self.elided({0, 1, 2}), "--steps", 1], np_=4, timeout=120),
