@@ -126,16 +126,24 @@ struct Shared {
   std::vector<std::pair<int64_t, double>> prefetchSearch;
 };
 
+/// A rank's instructions. A deque, not a vector: json::Object's move is not
+/// noexcept, so a growing vector would deep-copy every instruction on each
+/// reallocation (a third of a large plan's emission time).
+using Program = std::deque<json::Object>;
+
 /// One pipeline rank's program, the template of its dp replicas: `peer`
 /// fields hold pipeline ranks, shards hold their size but not their offset.
 struct RankPlan {
   int64_t pp = 0;
   std::vector<Buffer> buffers;
-  std::vector<json::Object> program;
+  Program program;
   std::vector<std::string> row;
   std::vector<int64_t> chunks;
   bool tied = false, firstStage = false, lastStage = false;
   int64_t arenaBytes = 0, persistentBytes = 0, activationPeak = 0;
+  /// The buffers were not laid out: activationPeak (and so arenaBytes) is
+  /// the live-bytes lower bound, already over the emitter's `layoutUpTo`.
+  bool overBound = false;
   std::set<std::string> constantsUsed;
   Recompute recompute;
 };
@@ -143,8 +151,12 @@ struct RankPlan {
 /// Builds one pipeline rank's buffers and program.
 class RankEmitter {
 public:
-  RankEmitter(Shared &sh, int64_t p, Recompute recompute)
-      : sh(sh), step(sh.step), p(p), recompute(recompute) {}
+  /// layoutUpTo > 0: a plan whose arena cannot fit that many bytes (the
+  /// persistent bytes plus the most bytes alive at one instruction exceed
+  /// it) is not laid out (RankPlan::overBound): the recompute search only
+  /// needs to know that it does not fit, and laying out is half the cost.
+  RankEmitter(Shared &sh, int64_t p, Recompute recompute, int64_t layoutUpTo = 0)
+      : sh(sh), step(sh.step), p(p), recompute(recompute), layoutUpTo(layoutUpTo) {}
   LogicalResult run(RankPlan &out);
 
 private:
@@ -213,8 +225,9 @@ private:
   const StagedStep &step;
   int64_t p;
   Recompute recompute;
+  int64_t layoutUpTo;
   std::vector<Buffer> buffers;
-  std::vector<json::Object> program;
+  Program program;
   std::vector<std::string> row;
   llvm::StringMap<ParamBufs> pbufs;
   std::vector<std::string> heldParams; // declaration order
@@ -306,6 +319,7 @@ private:
   LogicalResult classifyInputs(func::FuncOp train);
   void countFlops(func::FuncOp train);
   LogicalResult emitRanks(func::FuncOp train, std::vector<RankPlan> &ranks);
+  LogicalResult emitRank(int64_t p, RankPlan &out, std::string &overLimit);
   FailureOr<json::Object> buildManifest(func::FuncOp train);
   /// The simulated step of the plan the current options make (errors, e.g.
   /// over mem-limit, in `why` instead of diagnostics).

@@ -27,6 +27,7 @@
 // PlanSearch.cpp.
 //
 //===----------------------------------------------------------------------===//
+#include "PerItemDiagnostics.h"
 #include "PlanBuilder.h"
 #include "RankPrograms.h"
 #include "SkeletonJob.h"
@@ -38,6 +39,7 @@
 #include "pipemesh/Sim/PlanLoader.h"
 
 #include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Threading.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/Path.h"
@@ -216,7 +218,9 @@ json::Object PlanBuilder::rankJson(RankPlan &rp) {
   // from it (expandReplicas: peers, tied group and shard offsets shifted by
   // the dp rank, norm_dp0_only resolved).
   const int64_t dp = sh.opts.dp;
+  // Reserved: json::Value's move is not noexcept, so growth would copy.
   json::Array bufs;
+  bufs.reserve(rp.buffers.size());
   for (auto [i, b] : llvm::enumerate(rp.buffers)) {
     json::Object o{{"id", (int64_t)i},          {"name", b.name},
                    {"shape", json::Array(b.shape)}, {"dtype", b.dtype},
@@ -236,6 +240,7 @@ json::Object PlanBuilder::rankJson(RankPlan &rp) {
     bufs.push_back(std::move(o));
   }
   json::Array program;
+  program.reserve(rp.program.size());
   for (json::Object &instr : rp.program) { // moved: a plan's programs are large
     if (auto peer = instr.getInteger("peer"))
       instr["peer"] = *peer * dp;
@@ -290,6 +295,7 @@ json::Object PlanBuilder::manifest(std::vector<RankPlan> &ranks) {
   if (sh.targetsType)
     inputs["targets"] = sh.targetsName;
   json::Array rankArray;
+  rankArray.reserve(ranks.size()); // growth would deep-copy whole programs
   for (RankPlan &rp : ranks)
     rankArray.push_back(rankJson(rp));
   json::Object parallel{{"pp", o.pp},
@@ -364,117 +370,152 @@ json::Object PlanBuilder::manifest(std::vector<RankPlan> &ranks) {
       {"ranks", std::move(rankArray)}};
 }
 
-/// Every pipeline rank's program, with the recomputation each needs.
+/// Pipeline rank p's program, with the least recomputation that fits: on
+/// failure an over-limit message in `overLimit` (emitted by the caller, so
+/// that ranks emitted in parallel report as a loop over them would), or
+/// diagnostics of their own.
+LogicalResult PlanBuilder::emitRank(int64_t p, RankPlan &out, std::string &overLimit) {
+  const int64_t limit = sh.opts.memLimit;
+  // recompute=auto: the least recomputation that fits the limit (the late
+  // stages, with few micro-batches in flight, need none). The smallest
+  // plan tried: more recomputation does not always mean less memory (a
+  // zero-bubble W keeps the recomputed activations its B made), so when
+  // nothing fits the error names the smallest.
+  // A trial whose live bytes alone are over the limit is not laid out
+  // (RankPlan::overBound): the same answers, the planner's time saved. Its
+  // bound stands in for its size in `smallest`.
+  Recompute smallest;
+  int64_t smallestBytes = -1;
+  auto emitWith = [&](Recompute r, bool layOut = false) {
+    out = RankPlan();
+    RankEmitter re(sh, p, r, layOut ? 0 : limit);
+    if (failed(re.run(out)))
+      return false;
+    out.recompute = r;
+    if (smallestBytes < 0 || out.arenaBytes < smallestBytes) {
+      smallest = r;
+      smallestBytes = out.arenaBytes;
+    }
+    return true;
+  };
+  auto fits = [&] { return !limit || out.arenaBytes <= limit; };
+  // recompute=auto's search; forW: with a split backward's W re-running
+  // what it needs (none is then the same plan, so it starts at selective).
+  auto search = [&](bool forW) -> LogicalResult {
+    auto with = [&](Recompute r) {
+      r.againForW = forW;
+      return r;
+    };
+    if (!forW && !emitWith(Recompute::none()))
+      return failure();
+    if (!forW && fits())
+      return success();
+    if (!emitWith(with(Recompute::selective())))
+      return failure();
+    if (fits())
+      return success();
+    // The fewest recomputed layers per chunk that fit (memory falls as
+    // layers are added): a binary search over 1 .. the rank's most layers
+    // in a chunk.
+    int64_t most = 1;
+    for (int64_t c = p; c < sh.step.numChunks; c += sh.step.pp)
+      most = std::max<int64_t>(most, sh.step.layersIn(c).size());
+    int64_t lo = 1, hi = most;
+    while (lo < hi) {
+      int64_t mid = (lo + hi) / 2;
+      if (!emitWith(with(Recompute::firstLayers(mid))))
+        return failure();
+      if (fits())
+        hi = mid;
+      else
+        lo = mid + 1;
+    }
+    // Then the fewest micro-batch positions (of every pp consecutive
+    // micro-batches) that need that many layers, the others one fewer:
+    // recomputation in steps of 1/pp of a layer per micro-batch.
+    int64_t lowPos = 1, highPos = sh.step.pp;
+    while (lowPos < highPos) {
+      int64_t mid = (lowPos + highPos) / 2;
+      if (!emitWith(with(Recompute::firstLayersOn(lo, mid))))
+        return failure();
+      if (fits())
+        highPos = mid;
+      else
+        lowPos = mid + 1;
+    }
+    Recompute chosen = with(lowPos < sh.step.pp ? Recompute::firstLayersOn(lo, lowPos)
+                            : lo == most       ? Recompute::full()
+                                               : Recompute::firstLayers(lo));
+    // The search's last plan is often the chosen one: no need to emit it again.
+    return success(out.recompute == chosen || emitWith(chosen));
+  };
+  if (sh.opts.recompute != "auto") {
+    Recompute r = sh.opts.recompute == "full"        ? Recompute::full()
+                  : sh.opts.recompute == "selective" ? Recompute::selective()
+                                                     : Recompute::none();
+    if (!emitWith(r))
+      return failure();
+  } else if (failed(search(false))) {
+    return failure();
+  }
+  // A zero-bubble W keeps what its B re-ran until the deferred W: on a
+  // stage whose F and B run back to back (the last), recomputing then only
+  // adds memory. Where nothing fit, W re-runs what it needs too.
+  if (sh.opts.recompute == "auto" && !fits() && splitsBackward(sh.sched) && failed(search(true)))
+    return failure();
+  // Nothing fit: the error names the smallest plan tried, laid out.
+  if (limit && out.arenaBytes > limit &&
+      (out.overBound || (sh.opts.recompute == "auto" && smallestBytes < out.arenaBytes)) &&
+      !emitWith(sh.opts.recompute == "auto" ? smallest : out.recompute, /*layOut=*/true))
+    return failure();
+  if (limit && out.arenaBytes > limit) {
+    llvm::raw_string_ostream os(overLimit);
+    os << "pipeline rank " << p << " needs " << out.arenaBytes << " bytes (persistent "
+       << out.persistentBytes << ", activations " << out.activationPeak
+       << ") with recompute=" << recomputeName(out.recompute, sh.step.pp)
+       << ", over mem-limit=" << limit << " bytes: use more pipeline stages"
+       << (llvm::all_of(sh.zeroChunks, [](int64_t z) { return z == 3; }) ? "" : ", zero=2 or 3")
+       << ", or fewer micro-batches in flight"
+       << (sh.opts.recompute == "auto" ? "" : ", or recompute=auto");
+    return failure();
+  }
+  return success();
+}
+
+/// Every pipeline rank's program, with the recomputation each needs. The
+/// ranks are independent (each reads the module and the schedule's rank
+/// programs, nothing writes them): they are emitted in parallel on the
+/// context's threads, and what a failing rank reports is what a loop over
+/// the ranks that stopped at the first failure would have.
 LogicalResult PlanBuilder::emitRanks(func::FuncOp train, std::vector<RankPlan> &ranks) {
   // --pmesh-shard and --pmesh-schedule, then their lowering.
   detail::annotateSharding(sh.module, sh.step, sh.zeroChunks, sh.opts.dp);
   if (failed(detail::buildRankPrograms(sh.module, sh.step, sh.sched, sh.opts.dp, sh.waitLag)))
     return failure();
-  ranks.assign(sh.opts.pp, RankPlan());
-  const int64_t limit = sh.opts.memLimit;
-  for (int64_t p = 0; p < sh.opts.pp; ++p) {
-    // recompute=auto: per rank, the least recomputation that fits the limit
-    // (the late stages, with few micro-batches in flight, need none).
-    // The smallest plan tried: more recomputation does not always mean
-    // less memory (a zero-bubble W keeps the recomputed activations its B
-    // made), so when nothing fits the error names the smallest.
-    Recompute smallest;
-    int64_t smallestBytes = -1;
-    auto emitWith = [&](Recompute r) {
-      ranks[p] = RankPlan();
-      RankEmitter re(sh, p, r);
-      if (failed(re.run(ranks[p])))
-        return false;
-      ranks[p].recompute = r;
-      if (smallestBytes < 0 || ranks[p].arenaBytes < smallestBytes) {
-        smallest = r;
-        smallestBytes = ranks[p].arenaBytes;
-      }
-      return true;
-    };
-    auto fits = [&] { return !limit || ranks[p].arenaBytes <= limit; };
-    // recompute=auto's search; forW: with a split backward's W re-running
-    // what it needs (none is then the same plan, so it starts at selective).
-    auto search = [&](bool forW) -> LogicalResult {
-      auto with = [&](Recompute r) {
-        r.againForW = forW;
-        return r;
-      };
-      if (!forW && !emitWith(Recompute::none()))
+  const size_t pp = sh.opts.pp;
+  ranks.assign(pp, RankPlan());
+  std::vector<std::string> overLimit(pp);
+  std::vector<char> ok(pp, 0);
+  {
+    PerItemDiagnostics diags(sh.module.getContext(), pp);
+    (void)failableParallelForEachN(sh.module.getContext(), 0, pp, [&](size_t p) {
+      diags.beginItem(p);
+      ok[p] = succeeded(emitRank(p, ranks[p], overLimit[p]));
+      diags.endItem();
+      // A failure stops the ranks not started yet: they come after it.
+      return success(ok[p]);
+    });
+    for (size_t p = 0; p < pp; ++p)
+      if (!ok[p]) {
+        diags.report(p);
+        if (!overLimit[p].empty())
+          return sh.module.emitError() << overLimit[p];
         return failure();
-      if (!forW && fits())
-        return success();
-      if (!emitWith(with(Recompute::selective())))
-        return failure();
-      if (fits())
-        return success();
-      // The fewest recomputed layers per chunk that fit (memory falls as
-      // layers are added): a binary search over 1 .. the rank's most layers
-      // in a chunk.
-      int64_t most = 1;
-      for (int64_t c = p; c < sh.step.numChunks; c += sh.step.pp)
-        most = std::max<int64_t>(most, sh.step.layersIn(c).size());
-      int64_t lo = 1, hi = most;
-      while (lo < hi) {
-        int64_t mid = (lo + hi) / 2;
-        if (!emitWith(with(Recompute::firstLayers(mid))))
-          return failure();
-        if (fits())
-          hi = mid;
-        else
-          lo = mid + 1;
       }
-      // Then the fewest micro-batch positions (of every pp consecutive
-      // micro-batches) that need that many layers, the others one fewer:
-      // recomputation in steps of 1/pp of a layer per micro-batch.
-      int64_t lowPos = 1, highPos = sh.step.pp;
-      while (lowPos < highPos) {
-        int64_t mid = (lowPos + highPos) / 2;
-        if (!emitWith(with(Recompute::firstLayersOn(lo, mid))))
-          return failure();
-        if (fits())
-          highPos = mid;
-        else
-          lowPos = mid + 1;
-      }
-      Recompute chosen = with(lowPos < sh.step.pp ? Recompute::firstLayersOn(lo, lowPos)
-                              : lo == most       ? Recompute::full()
-                                                 : Recompute::firstLayers(lo));
-      // The search's last plan is often the chosen one: no need to emit it again.
-      return success(ranks[p].recompute == chosen || emitWith(chosen));
-    };
-    if (sh.opts.recompute != "auto") {
-      Recompute r = sh.opts.recompute == "full"        ? Recompute::full()
-                    : sh.opts.recompute == "selective" ? Recompute::selective()
-                                                       : Recompute::none();
-      if (!emitWith(r))
-        return failure();
-    } else if (failed(search(false))) {
-      return failure();
-    }
-    // A zero-bubble W keeps what its B re-ran until the deferred W: on a
-    // stage whose F and B run back to back (the last), recomputing then only
-    // adds memory. Where nothing fit, W re-runs what it needs too.
-    if (sh.opts.recompute == "auto" && !fits() && splitsBackward(sh.sched) &&
-        failed(search(true)))
-      return failure();
-    if (sh.opts.recompute == "auto" && limit && ranks[p].arenaBytes > limit &&
-        smallestBytes < ranks[p].arenaBytes && !emitWith(smallest))
-      return failure();
-    if (limit && ranks[p].arenaBytes > limit)
-      return sh.module.emitError()
-             << "pipeline rank " << p << " needs " << ranks[p].arenaBytes
-             << " bytes (persistent " << ranks[p].persistentBytes << ", activations "
-             << ranks[p].activationPeak << ") with recompute="
-             << recomputeName(ranks[p].recompute, sh.step.pp) << ", over mem-limit=" << limit
-             << " bytes: use more pipeline stages"
-             << (llvm::all_of(sh.zeroChunks, [](int64_t z) { return z == 3; }) ? ""
-                                                                                : ", zero=2 or 3")
-             << ", or fewer micro-batches in flight"
-             << (sh.opts.recompute == "auto" ? "" : ", or recompute=auto");
-    for (const std::string &c : ranks[p].constantsUsed)
-      weights.constants[c] = {};
   }
+  for (const RankPlan &rp : ranks)
+    for (const std::string &c : rp.constantsUsed)
+      weights.constants[c] = {};
   // The weights blob holds every constant some rank reads.
   for (Operation &op : train.getBody().front())
     if (auto c = dyn_cast<pm::ConstantOp>(op)) {

@@ -510,6 +510,15 @@ void RankEmitter::layout(RankPlan &out) {
     int64_t f = first[i] == INT64_MAX ? 0 : first[i];
     ranges.push_back({buffers[i].bytes(), f, std::max(last[i], f)});
   }
+  if (layoutUpTo > 0) {
+    int64_t bound = liveBytesLowerBound(ranges);
+    if (out.persistentBytes + bound > layoutUpTo) {
+      out.activationPeak = bound;
+      out.arenaBytes = out.persistentBytes + bound;
+      out.overBound = true;
+      return;
+    }
+  }
   llvm::SmallVector<int64_t> offsets;
   out.activationPeak = assignOffsets(ranges, offsets);
   for (auto [i, off] : llvm::zip(transient, offsets))

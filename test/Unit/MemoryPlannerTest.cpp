@@ -62,13 +62,18 @@ TEST(MemoryPlanner, EachRangeAtTheLowestOffsetThatFits) {
   // The greedy's rule, checked directly: in the order of decreasing size
   // (ties in input order), each range sits at the lowest 64-byte multiple
   // where it meets no earlier-placed range alive at the same time.
+  // Short programs, and (the last ten trials) long ones whose ranges span
+  // anything from one instruction to most of the program, as a
+  // breadth-first plan's activations do.
   std::mt19937 rng(11);
-  for (int trial = 0; trial < 30; ++trial) {
+  for (int trial = 0; trial < 40; ++trial) {
+    const bool longProgram = trial >= 30;
+    const int64_t times = longProgram ? 3000 : 200, span = longProgram ? 2500 : 60;
     llvm::SmallVector<LiveRange> ranges;
-    for (int i = 0; i < 80; ++i) {
-      int64_t first = rng() % 200;
+    for (int i = 0; i < (longProgram ? 400 : 80); ++i) {
+      int64_t first = rng() % times;
       ranges.push_back({64 * (1 + (int64_t)(rng() % 8)) - (int64_t)(rng() % 64), first,
-                        first + (int64_t)(rng() % 60)});
+                        first + (int64_t)(rng() % span)});
     }
     llvm::SmallVector<int64_t> off;
     int64_t peak = assignOffsets(ranges, off);
