@@ -155,6 +155,8 @@ public:
   /// persistent bytes plus the most bytes alive at one instruction exceed
   /// it) is not laid out (RankPlan::overBound): the recompute search only
   /// needs to know that it does not fit, and laying out is half the cost.
+  /// layoutUpTo for a plan that is never laid out (only its program is read).
+  static constexpr int64_t kNoLayout = 1;
   RankEmitter(Shared &sh, int64_t p, Recompute recompute, int64_t layoutUpTo = 0)
       : sh(sh), step(sh.step), p(p), recompute(recompute), layoutUpTo(layoutUpTo) {}
   LogicalResult run(RankPlan &out);
@@ -321,6 +323,10 @@ private:
   LogicalResult emitRanks(func::FuncOp train, std::vector<RankPlan> &ranks);
   LogicalResult emitRank(int64_t p, RankPlan &out, std::string &overLimit);
   FailureOr<json::Object> buildManifest(func::FuncOp train);
+  /// Whether the current wait lag's plan without recomputation fails the
+  /// deadlock check (false when it cannot be emitted: the emission proper
+  /// reports that).
+  bool deadlocksWithoutRecompute();
   /// The simulated step of the plan the current options make (errors, e.g.
   /// over mem-limit, in `why` instead of diagnostics).
   struct Prediction {

@@ -539,6 +539,12 @@ FailureOr<json::Object> PlanBuilder::buildManifest(func::FuncOp train) {
   std::vector<RankPlan> ranks;
   for (int64_t lag : kWaitLags) {
     sh.waitLag = lag;
+    // Whether a plan deadlocks is down to its wait lag, not to what it
+    // recomputes (recomputation adds compute, no communication): a lag
+    // whose plan without recomputation deadlocks is passed over before
+    // every rank's recompute search (a dozen emissions each) runs at it.
+    if (lag != 0 && sh.opts.recompute == "auto" && deadlocksWithoutRecompute())
+      continue;
     if (failed(emitRanks(train, ranks)))
       return failure();
     json::Object m = manifest(ranks);
@@ -551,6 +557,21 @@ FailureOr<json::Object> PlanBuilder::buildManifest(func::FuncOp train) {
   return failure();
 }
 
+
+bool PlanBuilder::deadlocksWithoutRecompute() {
+  // Quiet: an emission that fails here fails the same way in emitRanks,
+  // which reports it.
+  ScopedDiagnosticHandler quiet(sh.module.getContext(), [](Diagnostic &) { return success(); });
+  detail::annotateSharding(sh.module, sh.step, sh.zeroChunks, sh.opts.dp);
+  if (failed(detail::buildRankPrograms(sh.module, sh.step, sh.sched, sh.opts.dp, sh.waitLag)))
+    return false;
+  std::vector<RankPlan> ranks(sh.opts.pp);
+  if (failed(failableParallelForEachN(sh.module.getContext(), 0, ranks.size(), [&](size_t p) {
+        return RankEmitter(sh, p, Recompute::none(), RankEmitter::kNoLayout).run(ranks[p]);
+      })))
+    return false;
+  return !checkPlanDeadlock(manifest(ranks)).empty();
+}
 
 LogicalResult PlanBuilder::run(llvm::raw_ostream &os) {
   if (failed(checkOptions()))
