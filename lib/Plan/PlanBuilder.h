@@ -322,6 +322,8 @@ private:
   void countFlops(func::FuncOp train);
   LogicalResult emitRanks(func::FuncOp train, std::vector<RankPlan> &ranks);
   LogicalResult emitRank(int64_t p, RankPlan &out, std::string &overLimit);
+  /// Why no recomputation fits the current plan in mem-limit (empty: it may).
+  std::string overEvenWithFullRecompute();
   FailureOr<json::Object> buildManifest(func::FuncOp train);
   /// Whether the current wait lag's plan without recomputation fails the
   /// deadlock check (false when it cannot be emitted: the emission proper
@@ -362,6 +364,9 @@ private:
 
   Shared sh;
   detail::WeightsSpec weights;
+  /// predict() is emitting a search's candidate: a candidate that no
+  /// recomputation can fit is rejected before the recompute searches.
+  bool searching = false;
 };
 
 } // namespace pipemesh::plan::detail

@@ -492,6 +492,9 @@ LogicalResult PlanBuilder::emitRanks(func::FuncOp train, std::vector<RankPlan> &
   detail::annotateSharding(sh.module, sh.step, sh.zeroChunks, sh.opts.dp);
   if (failed(detail::buildRankPrograms(sh.module, sh.step, sh.sched, sh.opts.dp, sh.waitLag)))
     return failure();
+  if (searching)
+    if (std::string why = overEvenWithFullRecompute(); !why.empty())
+      return sh.module.emitError() << why;
   const size_t pp = sh.opts.pp;
   ranks.assign(pp, RankPlan());
   std::vector<std::string> overLimit(pp);
@@ -557,6 +560,44 @@ FailureOr<json::Object> PlanBuilder::buildManifest(func::FuncOp train) {
   return failure();
 }
 
+
+/// A search's candidate that no recomputation fits is out before every
+/// rank's recompute search (a dozen emissions each) finds that: each rank is
+/// emitted with full recomputation (and, on a split backward, with W
+/// re-running what it needs too), not laid out, and one whose live bytes
+/// alone exceed mem-limit both ways rules the candidate out. Like the
+/// recompute search, this takes more recomputation to need no more memory.
+std::string PlanBuilder::overEvenWithFullRecompute() {
+  const int64_t limit = sh.opts.memLimit;
+  if (sh.opts.recompute != "auto" || !limit)
+    return "";
+  const size_t pp = sh.opts.pp;
+  std::vector<int64_t> least(pp, -1); // -1: may fit
+  // Quiet: an emission that fails here fails the same way in emitRank.
+  ScopedDiagnosticHandler quiet(sh.module.getContext(), [](Diagnostic &) { return success(); });
+  (void)failableParallelForEachN(sh.module.getContext(), 0, pp, [&](size_t p) {
+    int64_t bytes = -1;
+    for (bool forW : {false, true}) {
+      if (forW && !splitsBackward(sh.sched))
+        break;
+      Recompute r = Recompute::full();
+      r.againForW = forW;
+      RankPlan rp;
+      if (failed(RankEmitter(sh, p, r, limit).run(rp)) || !rp.overBound)
+        return success();
+      bytes = bytes < 0 ? rp.arenaBytes : std::min(bytes, rp.arenaBytes);
+    }
+    least[p] = bytes;
+    return failure(); // the ranks after it need not be looked at
+  });
+  for (size_t p = 0; p < pp; ++p)
+    if (least[p] > 0)
+      return "pipeline rank " + std::to_string(p) + " needs at least " +
+             std::to_string(least[p]) +
+             " bytes with full recomputation (persistent plus the most bytes alive at once), "
+             "over mem-limit=" + std::to_string(limit) + " bytes";
+  return "";
+}
 
 bool PlanBuilder::deadlocksWithoutRecompute() {
   // Quiet: an emission that fails here fails the same way in emitRanks,

@@ -35,7 +35,9 @@ PlanBuilder::Prediction PlanBuilder::predict(func::FuncOp train, const cost::Clu
         why = d.str();
       return success();
     });
+    searching = true;
     m = buildManifest(train);
+    searching = false;
   }
   if (failed(m)) {
     out.why = why.empty() ? "cannot be emitted" : why;
