@@ -322,7 +322,8 @@ private:
   void countFlops(func::FuncOp train);
   LogicalResult emitRanks(func::FuncOp train, std::vector<RankPlan> &ranks);
   LogicalResult emitRank(int64_t p, RankPlan &out, std::string &overLimit);
-  /// Why no recomputation fits the current plan in mem-limit (empty: it may).
+  /// Why no recomputation fits the current options' plan at the current
+  /// wait lag in mem-limit (empty: it may).
   std::string overEvenWithFullRecompute();
   FailureOr<json::Object> buildManifest(func::FuncOp train);
   /// Whether the current wait lag's plan without recomputation fails the

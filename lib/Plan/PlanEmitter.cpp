@@ -492,9 +492,6 @@ LogicalResult PlanBuilder::emitRanks(func::FuncOp train, std::vector<RankPlan> &
   detail::annotateSharding(sh.module, sh.step, sh.zeroChunks, sh.opts.dp);
   if (failed(detail::buildRankPrograms(sh.module, sh.step, sh.sched, sh.opts.dp, sh.waitLag)))
     return failure();
-  if (searching)
-    if (std::string why = overEvenWithFullRecompute(); !why.empty())
-      return sh.module.emitError() << why;
   const size_t pp = sh.opts.pp;
   ranks.assign(pp, RankPlan());
   std::vector<std::string> overLimit(pp);
@@ -540,6 +537,12 @@ LogicalResult PlanBuilder::emitRanks(func::FuncOp train, std::vector<RankPlan> &
 /// the deadlock check wins.
 FailureOr<json::Object> PlanBuilder::buildManifest(func::FuncOp train) {
   std::vector<RankPlan> ranks;
+  // A search's hopeless candidate: at the shortest lag, since a longer one
+  // only keeps sent buffers longer.
+  sh.waitLag = kWaitLags[0];
+  if (searching)
+    if (std::string why = overEvenWithFullRecompute(); !why.empty())
+      return sh.module.emitError() << why;
   for (int64_t lag : kWaitLags) {
     sh.waitLag = lag;
     // Whether a plan deadlocks is down to its wait lag, not to what it
@@ -571,10 +574,13 @@ std::string PlanBuilder::overEvenWithFullRecompute() {
   const int64_t limit = sh.opts.memLimit;
   if (sh.opts.recompute != "auto" || !limit)
     return "";
-  const size_t pp = sh.opts.pp;
-  std::vector<int64_t> least(pp, -1); // -1: may fit
   // Quiet: an emission that fails here fails the same way in emitRank.
   ScopedDiagnosticHandler quiet(sh.module.getContext(), [](Diagnostic &) { return success(); });
+  detail::annotateSharding(sh.module, sh.step, sh.zeroChunks, sh.opts.dp);
+  if (failed(detail::buildRankPrograms(sh.module, sh.step, sh.sched, sh.opts.dp, sh.waitLag)))
+    return "";
+  const size_t pp = sh.opts.pp;
+  std::vector<int64_t> least(pp, -1); // -1: may fit
   (void)failableParallelForEachN(sh.module.getContext(), 0, pp, [&](size_t p) {
     int64_t bytes = -1;
     for (bool forW : {false, true}) {
