@@ -1,9 +1,10 @@
 //===- PerItemDiagnostics.h - diagnostics of parallel work, in order -*- C++ -*-===//
 //
 // Work items run in parallel (mlir::failableParallelForEachN) keep what they
-// diagnose per item; the caller then reports the first failing item's, as a
-// serial loop that stopped there would have, whatever order the threads ran
-// in. Unlike mlir::ParallelDiagnosticHandler, which reports every item's.
+// diagnose per item; the caller then reports them item by item up to the
+// first failing one, as a serial loop that stopped there would have,
+// whatever order the threads ran in. Unlike mlir::ParallelDiagnosticHandler,
+// which reports every item's.
 //
 //===----------------------------------------------------------------------===//
 #ifndef PIPEMESH_LIB_PLAN_PERITEMDIAGNOSTICS_H

@@ -505,13 +505,15 @@ LogicalResult PlanBuilder::emitRanks(func::FuncOp train, std::vector<RankPlan> &
       // A failure stops the ranks not started yet: they come after it.
       return success(ok[p]);
     });
-    for (size_t p = 0; p < pp; ++p)
+    // Each rank's diagnostics in rank order, up to the first that failed.
+    for (size_t p = 0; p < pp; ++p) {
+      diags.report(p);
       if (!ok[p]) {
-        diags.report(p);
         if (!overLimit[p].empty())
           return sh.module.emitError() << overLimit[p];
         return failure();
       }
+    }
   }
   for (const RankPlan &rp : ranks)
     for (const std::string &c : rp.constantsUsed)
