@@ -8,7 +8,7 @@
 // (minutes per plan). Here the placed ranges are indexed by time instead: a
 // segment tree over instruction indices whose nodes hold the union of the
 // offset intervals of the ranges registered there, so a placement looks at
-// O(log T) interval sets, each searched in O(log) per jump.
+// O(log T) interval sets, merged lazily through a heap of cursors.
 //
 //===----------------------------------------------------------------------===//
 #include "pipemesh/Plan/MemoryPlanner.h"
