@@ -38,8 +38,7 @@ def compile_once(opt, model, options, workdir):
     err = proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak RSS
     seconds = time.monotonic() - t0
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode:
+    if os.waitstatus_to_exitcode(status):
         sys.exit(f"compile failed ({opt}, {options}): {err.strip()[-400:]}")
     rss = usage.ru_maxrss * 1024
     raw = open(plan, "rb").read()

@@ -112,10 +112,6 @@ struct Shared {
   std::vector<int64_t> tiedRanks;
   int64_t vocab = 0;
   double flopsPerMicrobatch = 0;
-  /// Each action starts by completing the sends of the actions `waitLag`
-  /// and more before it (0: only at the end of the step, the last resort
-  /// when every lag fails the deadlock check).
-  int64_t waitLag = 1;
   /// groups=auto: candidates simulated and the search's wall time (seconds).
   int64_t searchCandidates = 0;
   double searchSeconds = 0;
@@ -151,12 +147,13 @@ struct RankPlan {
 /// Builds one pipeline rank's buffers and program.
 class RankEmitter {
 public:
+  /// layoutUpTo for a plan that is never laid out (only its program is
+  /// read): every plan's arena exceeds one byte.
+  static constexpr int64_t kNoLayout = 1;
   /// layoutUpTo > 0: a plan whose arena cannot fit that many bytes (the
   /// persistent bytes plus the most bytes alive at one instruction exceed
   /// it) is not laid out (RankPlan::overBound): the recompute search only
   /// needs to know that it does not fit, and laying out is half the cost.
-  /// layoutUpTo for a plan that is never laid out (only its program is read).
-  static constexpr int64_t kNoLayout = 1;
   RankEmitter(Shared &sh, int64_t p, Recompute recompute, int64_t layoutUpTo = 0)
       : sh(sh), step(sh.step), p(p), recompute(recompute), layoutUpTo(layoutUpTo) {}
   LogicalResult run(RankPlan &out);
@@ -320,15 +317,23 @@ private:
   LogicalResult collectParams();
   LogicalResult classifyInputs(func::FuncOp train);
   void countFlops(func::FuncOp train);
+  /// Lowers the rank programs in the IR (buildRankPrograms).
   LogicalResult emitRanks(func::FuncOp train, std::vector<RankPlan> &ranks);
   LogicalResult emitRank(int64_t p, RankPlan &out, std::string &overLimit);
-  /// Why no recomputation fits the current options' plan at the current
-  /// wait lag in mem-limit (empty: it may).
+  /// Why no recomputation fits the plan of the rank programs in the IR in
+  /// mem-limit (empty: it may).
   std::string overEvenWithFullRecompute();
-  FailureOr<json::Object> buildManifest(func::FuncOp train);
-  /// Whether the current wait lag's plan without recomputation fails the
-  /// deadlock check (false when it cannot be emitted: the emission proper
-  /// reports that).
+  /// --pmesh-shard and --pmesh-schedule at the current options: each action
+  /// starts by completing the sends of the actions `waitLag` and more before
+  /// it (0: only at the end of the step, the last resort when every lag
+  /// fails the deadlock check).
+  LogicalResult buildRankPrograms(int64_t waitLag);
+  /// `searching`: predict() emits a search's candidate, and a candidate that
+  /// no recomputation can fit is rejected before the recompute searches.
+  FailureOr<json::Object> buildManifest(func::FuncOp train, bool searching = false);
+  /// Whether the plan of the rank programs in the IR, without
+  /// recomputation, fails the deadlock check (false when it cannot be
+  /// emitted: the emission proper reports that).
   bool deadlocksWithoutRecompute();
   /// The simulated step of the plan the current options make (errors, e.g.
   /// over mem-limit, in `why` instead of diagnostics).
@@ -365,9 +370,6 @@ private:
 
   Shared sh;
   detail::WeightsSpec weights;
-  /// predict() is emitting a search's candidate: a candidate that no
-  /// recomputation can fit is rejected before the recompute searches.
-  bool searching = false;
 };
 
 } // namespace pipemesh::plan::detail

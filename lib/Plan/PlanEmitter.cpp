@@ -381,8 +381,9 @@ LogicalResult PlanBuilder::emitRank(int64_t p, RankPlan &out, std::string &overL
   // plan tried: more recomputation does not always mean less memory (a
   // zero-bubble W keeps the recomputed activations its B made), so when
   // nothing fits the error names the smallest.
+  //
   // A trial whose live bytes alone are over the limit is not laid out
-  // (RankPlan::overBound): the same answers, the planner's time saved. Its
+  // (RankPlan::overBound): the same answers, the planner's time saved; its
   // bound stands in for its size in `smallest`.
   Recompute smallest;
   int64_t smallestBytes = -1;
@@ -482,16 +483,19 @@ LogicalResult PlanBuilder::emitRank(int64_t p, RankPlan &out, std::string &overL
   return success();
 }
 
-/// Every pipeline rank's program, with the recomputation each needs. The
-/// ranks are independent (each reads the module and the schedule's rank
-/// programs, nothing writes them): they are emitted in parallel on the
-/// context's threads, and what a failing rank reports is what a loop over
-/// the ranks that stopped at the first failure would have.
-LogicalResult PlanBuilder::emitRanks(func::FuncOp train, std::vector<RankPlan> &ranks) {
-  // --pmesh-shard and --pmesh-schedule, then their lowering.
+/// The rank programs that RankEmitter lowers.
+LogicalResult PlanBuilder::buildRankPrograms(int64_t waitLag) {
   detail::annotateSharding(sh.module, sh.step, sh.zeroChunks, sh.opts.dp);
-  if (failed(detail::buildRankPrograms(sh.module, sh.step, sh.sched, sh.opts.dp, sh.waitLag)))
-    return failure();
+  return detail::buildRankPrograms(sh.module, sh.step, sh.sched, sh.opts.dp, waitLag);
+}
+
+/// Every pipeline rank's program (lowered from the rank programs in the
+/// IR), with the recomputation each needs. The ranks are independent (each
+/// reads the module and the rank programs, nothing writes them): they are
+/// emitted in parallel on the context's threads, and what a failing rank
+/// reports is what a loop over the ranks that stopped at the first failure
+/// would have.
+LogicalResult PlanBuilder::emitRanks(func::FuncOp train, std::vector<RankPlan> &ranks) {
   const size_t pp = sh.opts.pp;
   ranks.assign(pp, RankPlan());
   std::vector<std::string> overLimit(pp);
@@ -537,16 +541,16 @@ LogicalResult PlanBuilder::emitRanks(func::FuncOp train, std::vector<RankPlan> &
 
 /// Emits every rank and the manifest; the first wait lag whose plan passes
 /// the deadlock check wins.
-FailureOr<json::Object> PlanBuilder::buildManifest(func::FuncOp train) {
+FailureOr<json::Object> PlanBuilder::buildManifest(func::FuncOp train, bool searching) {
   std::vector<RankPlan> ranks;
-  // A search's hopeless candidate: at the shortest lag, since a longer one
-  // only keeps sent buffers longer.
-  sh.waitLag = kWaitLags[0];
-  if (searching)
-    if (std::string why = overEvenWithFullRecompute(); !why.empty())
-      return sh.module.emitError() << why;
   for (int64_t lag : kWaitLags) {
-    sh.waitLag = lag;
+    if (failed(buildRankPrograms(lag)))
+      return failure();
+    // A search's hopeless candidate, at the shortest lag (a longer one only
+    // keeps sent buffers longer).
+    if (searching && lag == kWaitLags[0])
+      if (std::string why = overEvenWithFullRecompute(); !why.empty())
+        return sh.module.emitError() << why;
     // Whether a plan deadlocks is down to its wait lag, not to what it
     // recomputes (recomputation adds compute, no communication): a lag
     // whose plan without recomputation deadlocks is passed over before
@@ -578,9 +582,6 @@ std::string PlanBuilder::overEvenWithFullRecompute() {
     return "";
   // Quiet: an emission that fails here fails the same way in emitRank.
   ScopedDiagnosticHandler quiet(sh.module.getContext(), [](Diagnostic &) { return success(); });
-  detail::annotateSharding(sh.module, sh.step, sh.zeroChunks, sh.opts.dp);
-  if (failed(detail::buildRankPrograms(sh.module, sh.step, sh.sched, sh.opts.dp, sh.waitLag)))
-    return "";
   const size_t pp = sh.opts.pp;
   std::vector<int64_t> least(pp, -1); // -1: may fit
   (void)failableParallelForEachN(sh.module.getContext(), 0, pp, [&](size_t p) {
@@ -611,9 +612,6 @@ bool PlanBuilder::deadlocksWithoutRecompute() {
   // Quiet: an emission that fails here fails the same way in emitRanks,
   // which reports it.
   ScopedDiagnosticHandler quiet(sh.module.getContext(), [](Diagnostic &) { return success(); });
-  detail::annotateSharding(sh.module, sh.step, sh.zeroChunks, sh.opts.dp);
-  if (failed(detail::buildRankPrograms(sh.module, sh.step, sh.sched, sh.opts.dp, sh.waitLag)))
-    return false;
   std::vector<RankPlan> ranks(sh.opts.pp);
   if (failed(failableParallelForEachN(sh.module.getContext(), 0, ranks.size(), [&](size_t p) {
         return RankEmitter(sh, p, Recompute::none(), RankEmitter::kNoLayout).run(ranks[p]);

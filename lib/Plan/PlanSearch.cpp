@@ -35,9 +35,7 @@ PlanBuilder::Prediction PlanBuilder::predict(func::FuncOp train, const cost::Clu
         why = d.str();
       return success();
     });
-    searching = true;
-    m = buildManifest(train);
-    searching = false;
+    m = buildManifest(train, /*searching=*/true);
   }
   if (failed(m)) {
     out.why = why.empty() ? "cannot be emitted" : why;
@@ -146,10 +144,9 @@ LogicalResult PlanBuilder::chooseGroups(func::FuncOp train, const cost::Cluster 
 sim::SimResult PlanBuilder::skeletonStep(const cost::Cluster &cluster) {
   const double tokens =
       (double)sh.opts.batch * sh.opts.seq * sh.opts.microbatches * sh.opts.dp;
-  detail::annotateSharding(sh.module, sh.step, sh.zeroChunks, sh.opts.dp);
   sim::SimResult r;
   for (int64_t lag : kWaitLags) {
-    if (failed(detail::buildRankPrograms(sh.module, sh.step, sh.sched, sh.opts.dp, lag)))
+    if (failed(buildRankPrograms(lag)))
       break;
     r = sim::simulate(
         detail::skeletonJob(sh.module, sh.step, sh.sched, sh.opts.dp, cluster.device, tokens),
