@@ -302,6 +302,12 @@ private:
 };
 
 
+/// The text of `object` without its member `key`, and that text with `key`
+/// set to `value` (the first member: the order of an object's members means
+/// nothing in JSON): a large object whose member changes kept as text.
+std::string objectTextWithout(json::Object object, llvm::StringRef key);
+std::string objectTextWith(std::string textWithout, llvm::StringRef key, json::Value value);
+
 /// The wait_sends lags tried, in order, until a plan does not deadlock: a
 /// send completes `lag` actions later; 0 only at the end of the step.
 inline constexpr int64_t kWaitLags[] = {1, 2, 4, 0};
@@ -331,18 +337,34 @@ private:
   /// `searching`: predict() emits a search's candidate, and a candidate that
   /// no recomputation can fit is rejected before the recompute searches.
   FailureOr<json::Object> buildManifest(func::FuncOp train, bool searching = false);
-  /// Whether the plan of the rank programs in the IR, without
-  /// recomputation, fails the deadlock check (false when it cannot be
-  /// emitted: the emission proper reports that).
-  bool deadlocksWithoutRecompute();
   /// The simulated step of the plan the current options make (errors, e.g.
   /// over mem-limit, in `why` instead of diagnostics).
   struct Prediction {
     bool ok = false;
     std::string why;
     sim::SimResult result;
+    /// With `keepManifest`: the text of the plan simulated, all but its
+    /// `parallel` member (objectTextWithout), when its emission reported
+    /// nothing (what it would report is then not lost by reusing it).
+    std::optional<std::string> manifestText;
   };
-  Prediction predict(func::FuncOp train, const cost::Cluster &cluster);
+  Prediction predict(func::FuncOp train, const cost::Cluster &cluster,
+                     bool keepManifest = false);
+  /// What the searches set and the emission depends on besides the options.
+  struct PlanChoice {
+    ScheduleConfig sched;
+    std::vector<int64_t> zeroChunks;
+    int64_t prefetch = 1;
+    bool operator==(const PlanChoice &o) const;
+  };
+  PlanChoice currentChoice() const { return {sh.sched, sh.zeroChunks, sh.prefetch}; }
+  /// A search's chosen plan, emitted and simulated while searching, as
+  /// Prediction::manifestText: the compile writes it (with the `parallel`
+  /// member of now, which holds the searches' own results) instead of
+  /// emitting it again, if nothing was changed since. Text, not the
+  /// json::Object, which is 30 times larger and would be held while the
+  /// next candidate is emitted.
+  std::optional<std::pair<PlanChoice, std::string>> searched;
   /// The skeleton simulation (SkeletonJob.h: no recompute, costs per
   /// action) of the current options' rank programs, with the first
   /// wait-lag that does not deadlock; !ok when none.
@@ -350,6 +372,8 @@ private:
   /// The searches' exact check: emits and simulates candidates in order
   /// (`apply(i)` sets the options of the i-th) until two fit, and returns
   /// the faster of those, or -1 with the last failure in `why`.
+  /// The faster's manifest is kept in `searched` (set by apply of the
+  /// returned index).
   int64_t fasterOfFirstTwoFitting(func::FuncOp train, const cost::Cluster &cluster,
                                   size_t candidates, llvm::function_ref<void(size_t)> apply,
                                   std::string &why);
@@ -367,6 +391,8 @@ private:
   /// (`parallel.replicas_elided`); its readers derive the other replicas
   /// (expandReplicas, pipemesh-run's plan reader, the simulator's loader).
   json::Object manifest(std::vector<RankPlan> &ranks);
+  /// The manifest's `parallel` object (the searches' results included).
+  json::Object parallelJson();
 
   Shared sh;
   detail::WeightsSpec weights;

@@ -298,6 +298,29 @@ json::Object PlanBuilder::manifest(std::vector<RankPlan> &ranks) {
   rankArray.reserve(ranks.size()); // growth would deep-copy whole programs
   for (RankPlan &rp : ranks)
     rankArray.push_back(rankJson(rp));
+  return json::Object{
+      {"format", "pipemesh-plan"},
+      {"version", (int64_t)kPlanFormatVersion},
+      {"model",
+       json::Object{{"source", source},
+                    {"batch", o.batch},
+                    {"seq", o.seq},
+                    {"vocab", sh.vocab},
+                    {"num_params", numParams},
+                    {"flops_per_step", sh.flopsPerMicrobatch * o.microbatches * o.dp},
+                    {"loss", sh.lossMode},
+                    {"shapes_only", o.shapesOnly}}},
+      {"activations", o.activations},
+      {"param_dtype", o.params},
+      {"grad_reduce", o.gradReduce},
+      {"parallel", parallelJson()},
+      {"inputs", std::move(inputs)},
+      {"params", std::move(params)},
+      {"ranks", std::move(rankArray)}};
+}
+
+json::Object PlanBuilder::parallelJson() {
+  const CompileOptions &o = sh.opts;
   json::Object parallel{{"pp", o.pp},
                         {"dp", o.dp},
                         {"vpp", o.vpp},
@@ -349,25 +372,7 @@ json::Object PlanBuilder::manifest(std::vector<RankPlan> &ranks) {
     parallel["defer_w"] = deferWName(sh.sched.deferW);
   if (effectiveKind(sh.sched) != sh.sched.kind)
     parallel["schedule_run"] = scheduleKindName(effectiveKind(sh.sched));
-  return json::Object{
-      {"format", "pipemesh-plan"},
-      {"version", (int64_t)kPlanFormatVersion},
-      {"model",
-       json::Object{{"source", source},
-                    {"batch", o.batch},
-                    {"seq", o.seq},
-                    {"vocab", sh.vocab},
-                    {"num_params", numParams},
-                    {"flops_per_step", sh.flopsPerMicrobatch * o.microbatches * o.dp},
-                    {"loss", sh.lossMode},
-                    {"shapes_only", o.shapesOnly}}},
-      {"activations", o.activations},
-      {"param_dtype", o.params},
-      {"grad_reduce", o.gradReduce},
-      {"parallel", std::move(parallel)},
-      {"inputs", std::move(inputs)},
-      {"params", std::move(params)},
-      {"ranks", std::move(rankArray)}};
+  return parallel;
 }
 
 /// Pipeline rank p's program, with the least recomputation that fits: on
@@ -551,11 +556,12 @@ FailureOr<json::Object> PlanBuilder::buildManifest(func::FuncOp train, bool sear
     if (searching && lag == kWaitLags[0])
       if (std::string why = overEvenWithFullRecompute(); !why.empty())
         return sh.module.emitError() << why;
-    // Whether a plan deadlocks is down to its wait lag, not to what it
-    // recomputes (recomputation adds compute, no communication): a lag
-    // whose plan without recomputation deadlocks is passed over before
-    // every rank's recompute search (a dozen emissions each) runs at it.
-    if (lag != 0 && sh.opts.recompute == "auto" && deadlocksWithoutRecompute())
+    // A lag whose rank programs deadlock is passed over before anything is
+    // emitted at it (the emitted plan, whatever it recomputes, deadlocks
+    // exactly when its rank programs do: communicationOfRankPrograms); at
+    // lag 0, the last resort, the emitted plan's check names the
+    // instructions that block.
+    if (lag != 0 && !findDeadlock(communicationOfRankPrograms(sh.module, sh.tiedRanks)).empty())
       continue;
     if (failed(emitRanks(train, ranks)))
       return failure();
@@ -569,6 +575,24 @@ FailureOr<json::Object> PlanBuilder::buildManifest(func::FuncOp train, bool sear
   return failure();
 }
 
+
+std::string objectTextWithout(json::Object object, llvm::StringRef key) {
+  object.erase(key);
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << json::Value(std::move(object));
+  return text;
+}
+
+std::string objectTextWith(std::string textWithout, llvm::StringRef key, json::Value value) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << "{" << json::Value(key.str()) << ":" << value;
+  if (textWithout != "{}")
+    os << ",";
+  os << llvm::StringRef(textWithout).drop_front();
+  return text;
+}
 
 /// A search's candidate that no recomputation fits is out before every
 /// rank's recompute search (a dozen emissions each) finds that: each rank is
@@ -606,18 +630,6 @@ std::string PlanBuilder::overEvenWithFullRecompute() {
              " bytes with full recomputation (persistent plus the most bytes alive at once), "
              "over mem-limit=" + std::to_string(limit) + " bytes";
   return "";
-}
-
-bool PlanBuilder::deadlocksWithoutRecompute() {
-  // Quiet: an emission that fails here fails the same way in emitRanks,
-  // which reports it.
-  ScopedDiagnosticHandler quiet(sh.module.getContext(), [](Diagnostic &) { return success(); });
-  std::vector<RankPlan> ranks(sh.opts.pp);
-  if (failed(failableParallelForEachN(sh.module.getContext(), 0, ranks.size(), [&](size_t p) {
-        return RankEmitter(sh, p, Recompute::none(), RankEmitter::kNoLayout).run(ranks[p]);
-      })))
-    return false;
-  return !checkPlanDeadlock(manifest(ranks)).empty();
 }
 
 LogicalResult PlanBuilder::run(llvm::raw_ostream &os) {
@@ -663,17 +675,21 @@ LogicalResult PlanBuilder::run(llvm::raw_ostream &os) {
     choosePrefetch(train, cluster);
   if (sh.opts.explain)
     explain(train, cluster);
-  auto built = buildManifest(train);
-  if (failed(built))
-    return failure();
-  json::Object m = std::move(*built);
+  std::string manifestText;
+  if (searched && searched->first == currentChoice()) {
+    manifestText = objectTextWith(std::move(searched->second), "parallel", parallelJson());
+  } else {
+    auto built = buildManifest(train);
+    if (failed(built))
+      return failure();
+    llvm::raw_string_ostream ms(manifestText);
+    ms << json::Value(std::move(*built));
+  }
+  searched.reset();
 
   std::string blob;
   if (failed(detail::writeWeights(sh.module, weights, sh.opts.shapesOnly, blob)))
     return failure();
-  std::string manifestText;
-  llvm::raw_string_ostream ms(manifestText);
-  ms << json::Value(std::move(m));
   uint64_t hash = fnv1a64(blob, fnv1a64(manifestText));
   uint32_t version = kPlanFormatVersion, reserved = 0;
   uint64_t lm = manifestText.size(), lw = blob.size();

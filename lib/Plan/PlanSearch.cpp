@@ -24,7 +24,16 @@ namespace pm = pipemesh::pmesh;
 
 namespace pipemesh::plan::detail {
 
-PlanBuilder::Prediction PlanBuilder::predict(func::FuncOp train, const cost::Cluster &cluster) {
+bool PlanBuilder::PlanChoice::operator==(const PlanChoice &o) const {
+  const ScheduleConfig &a = sched, &b = o.sched;
+  return a.kind == b.kind && a.pp == b.pp && a.vpp == b.vpp &&
+         a.microbatches == b.microbatches && a.group == b.group && a.fwdGroups == b.fwdGroups &&
+         a.bwdGroups == b.bwdGroups && a.deferW == b.deferW && zeroChunks == o.zeroChunks &&
+         prefetch == o.prefetch;
+}
+
+PlanBuilder::Prediction PlanBuilder::predict(func::FuncOp train, const cost::Cluster &cluster,
+                                             bool keepManifest) {
   Prediction out;
   std::string why;
   FailureOr<json::Object> m = failure();
@@ -48,6 +57,8 @@ PlanBuilder::Prediction PlanBuilder::predict(func::FuncOp train, const cost::Clu
   out.ok = out.result.ok;
   if (!out.ok)
     out.why = out.result.error;
+  else if (keepManifest && why.empty())
+    out.manifestText = objectTextWithout(std::move(*m), "parallel");
   return out;
 }
 
@@ -164,9 +175,10 @@ int64_t PlanBuilder::fasterOfFirstTwoFitting(func::FuncOp train, const cost::Clu
   double bestExact = INFINITY;
   int64_t chosen = -1;
   int fitting = 0;
+  searched.reset();
   for (size_t i = 0; i < candidates && fitting < 2; ++i) {
     apply(i);
-    Prediction p = predict(train, cluster);
+    Prediction p = predict(train, cluster, /*keepManifest=*/true);
     if (!p.ok) {
       why = p.why;
       continue;
@@ -175,6 +187,9 @@ int64_t PlanBuilder::fasterOfFirstTwoFitting(func::FuncOp train, const cost::Clu
     if (p.result.stepTimeS < bestExact) {
       bestExact = p.result.stepTimeS;
       chosen = (int64_t)i;
+      searched.reset();
+      if (p.manifestText)
+        searched.emplace(currentChoice(), std::move(*p.manifestText));
     }
   }
   return chosen;
@@ -256,6 +271,8 @@ void PlanBuilder::chooseZero(func::FuncOp train, const cost::Cluster &cluster) {
   // prefetch=auto: each ZeRO-3 candidate at its best depth (and what it tried).
   std::map<std::vector<int64_t>, std::pair<int64_t, std::vector<std::pair<int64_t, double>>>>
       depths;
+  searched.reset();
+  double fastestKept = INFINITY; // the step of the plan in `searched`
   auto check = [&](const std::vector<int64_t> &z) {
     auto [it, added] = exact.try_emplace(z, INFINITY);
     if (added) {
@@ -263,8 +280,13 @@ void PlanBuilder::chooseZero(func::FuncOp train, const cost::Cluster &cluster) {
       if (sh.opts.prefetchAuto && llvm::is_contained(z, 3)) {
         auto &[depth, tried] = depths[z];
         std::tie(depth, it->second) = fastestPrefetch(train, cluster, &tried);
-      } else if (Prediction p = predict(train, cluster); p.ok)
+      } else if (Prediction p = predict(train, cluster, /*keepManifest=*/true); p.ok) {
         it->second = p.result.stepTimeS;
+        if (p.manifestText && it->second < fastestKept) {
+          fastestKept = it->second;
+          searched.emplace(currentChoice(), std::move(*p.manifestText));
+        }
+      }
     }
     return it->second < INFINITY;
   };
@@ -409,8 +431,19 @@ void PlanBuilder::explain(func::FuncOp train, const cost::Cluster &cluster) {
     if ((k == ScheduleKind::Interleaved && c.vpp == 1) || !validateSchedule(c, why))
       continue;
     sh.sched = c;
-    if (k == ScheduleKind::Elastic && failed(chooseGroups(train, cluster)))
-      continue;
+    if (k == ScheduleKind::Elastic) {
+      // No group sizes that fit is this row's answer, not the compile's error.
+      Prediction none;
+      ScopedDiagnosticHandler quiet(sh.module.getContext(), [&](Diagnostic &d) {
+        if (none.why.empty())
+          none.why = d.str();
+        return success();
+      });
+      if (failed(chooseGroups(train, cluster))) {
+        row("elastic groups=auto", none, false);
+        continue;
+      }
+    }
     row(nameOf(sh.sched), predict(train, cluster), false);
   }
   sh.sched = chosen;

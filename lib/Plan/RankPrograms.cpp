@@ -431,4 +431,34 @@ LogicalResult buildRankPrograms(ModuleOp module, const StagedStep &step,
   return success();
 }
 
+std::vector<RankProgram> communicationOfRankPrograms(ModuleOp module,
+                                                     llvm::ArrayRef<int64_t> tiedRanks) {
+  std::vector<RankProgram> out;
+  for (auto rankProgram : module.getOps<pm::RankProgramOp>()) {
+    RankProgram rp;
+    rp.rank = rankProgram.getPpRank();
+    rp.groups["dp"] = {rp.rank};
+    if (llvm::is_contained(tiedRanks, rp.rank))
+      rp.groups["tied"] = std::vector<int64_t>(tiedRanks.begin(), tiedRanks.end());
+    for (Operation &op : rankProgram.getBody().front()) {
+      if (auto sd = dyn_cast<pm::SendOp>(op))
+        rp.ops.push_back(CommOp::send(sd.getPeer(), sd.getTag(), 0));
+      else if (auto r = dyn_cast<pm::RecvOp>(op))
+        rp.ops.push_back(CommOp::recv(r.getPeer(), r.getTag(), 0));
+      else if (auto w = dyn_cast<pm::WaitSendsOp>(op))
+        rp.ops.push_back(CommOp::waitSends(w.getKeep()));
+      else if (auto ar = dyn_cast<pm::AllReduceGradsOp>(op))
+        rp.ops.push_back(CommOp::collective(ar.getGroup().str(), "allreduce"));
+      else if (isa<pm::ReduceScatterGradsOp>(op))
+        rp.ops.push_back(CommOp::collective("dp", "reduce_scatter"));
+      else if (isa<pm::AllGatherParamsOp>(op))
+        rp.ops.push_back(CommOp::collective("dp", "allgather"));
+      else
+        rp.ops.push_back(CommOp::compute());
+    }
+    out.push_back(std::move(rp));
+  }
+  return out;
+}
+
 } // namespace pipemesh::plan::detail

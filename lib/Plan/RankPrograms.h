@@ -26,6 +26,7 @@
 
 #include "StagedStep.h"
 
+#include "pipemesh/Plan/DeadlockCheck.h"
 #include "pipemesh/Plan/Schedule.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -43,6 +44,19 @@ int64_t zeroLevelOf(mlir::ModuleOp module, llvm::StringRef param);
 mlir::LogicalResult buildRankPrograms(mlir::ModuleOp module, const StagedStep &step,
                                       const ScheduleConfig &sched, int64_t dp,
                                       int64_t waitLag);
+
+/// What the deadlock check (DeadlockCheck.h) sees of the rank programs in
+/// the IR, one program per pipeline rank (ranks and peers are pipeline
+/// ranks; each dp group is the rank alone, as in an elided plan). The
+/// emitter lowers these sends, receives, wait_sends and collectives in the
+/// same order, but for the sends that follow an action, which it moves into
+/// the action right behind the op computing their value: sends never block,
+/// and a wait_sends between actions completes all of them or none. So the
+/// emitted plan deadlocks exactly when these programs do, found without
+/// emitting it. Buffer sizes are not checked here (messages carry no bytes,
+/// collectives are named by op and group): the emitted plan's check does that.
+std::vector<RankProgram> communicationOfRankPrograms(mlir::ModuleOp module,
+                                                     llvm::ArrayRef<int64_t> tiedRanks);
 
 } // namespace pipemesh::plan::detail
 
