@@ -122,10 +122,35 @@ struct Shared {
   std::vector<std::pair<int64_t, double>> prefetchSearch;
 };
 
-/// A rank's instructions. A deque, not a vector: json::Object's move is not
+/// One instruction while a rank's program is emitted: its fields in order.
+/// As a json::Object, every instruction allocated a hash table of at least
+/// 64 entries (about 3.5 KB): building and freeing them was most of an
+/// emission's time, and a plan held in memory took 30 times its text. The
+/// object is built once, for the manifest (toJson), and a compute
+/// instruction's `attrs` are read from its op only then.
+class Instr {
+public:
+  Instr(std::initializer_list<json::Object::KV> fields);
+  /// The field `key`, added (null) if absent.
+  json::Value &operator[](const json::ObjectKey &key);
+  const json::Value *get(llvm::StringRef key) const;
+  const json::Array *getArray(llvm::StringRef key) const {
+    const json::Value *v = get(key);
+    return v ? v->getAsArray() : nullptr;
+  }
+  /// A compute op's attributes become the instruction's `attrs` (toJson).
+  void setAttrsFrom(Operation *op) { attrsFrom = op; }
+  json::Object toJson() &&;
+
+private:
+  llvm::SmallVector<json::Object::KV, 6> fields; // a compute op's: op in out flops bytes action
+  Operation *attrsFrom = nullptr;
+};
+
+/// A rank's instructions. A deque, not a vector: json::Value's move is not
 /// noexcept, so a growing vector would deep-copy every instruction on each
-/// reallocation (a third of a large plan's emission time).
-using Program = std::deque<json::Object>;
+/// reallocation.
+using Program = std::deque<Instr>;
 
 /// One pipeline rank's program, the template of its dp replicas: `peer`
 /// fields hold pipeline ranks, shards hold their size but not their offset.
@@ -202,7 +227,7 @@ private:
     return b;
   }
   std::string tmpName() { return "v" + std::to_string(buffers.size()); }
-  void emit(json::Object inst) { program.push_back(std::move(inst)); }
+  void emit(Instr inst) { program.push_back(std::move(inst)); }
 
   void createParamBuffers();
   /// The ZeRO level of a parameter (`pmesh.zero`, set by --pmesh-shard).
@@ -252,14 +277,14 @@ private:
       bufs.push_back(kv.second);
     gathered.clear();
     if (!bufs.empty())
-      emit(json::Object{{"op", "free"}, {"bufs", std::move(bufs)}});
+      emit(Instr{{"op", "free"}, {"bufs", std::move(bufs)}});
   }
   /// Async collectives issued and not yet waited for, in issue order (the
   /// previous step's parameter gathers first), each with the instructions
   /// its completion allows: a ZeRO-2/3 reduce-scatter's accumulation into
   /// the persistent shard, the frees of its transient gradients.
   struct InFlight {
-    std::vector<json::Object> then;
+    std::vector<Instr> then;
     json::Array freed;
     int64_t seq = -1; // issue number (issueAsync's return)
   };
@@ -291,7 +316,7 @@ private:
   llvm::StringSet<> scattered;
   /// Emits an async collective and queues what its completion allows;
   /// returns its issue number.
-  int64_t issueAsync(json::Object collective, InFlight after);
+  int64_t issueAsync(Instr collective, InFlight after);
   /// A wait_collectives completing all but the `keep` most recent async
   /// collectives, then what their completion allows. `always`: even when
   /// this step issued nothing since the last one (the program's own waits,

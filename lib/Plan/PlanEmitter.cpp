@@ -241,12 +241,12 @@ json::Object PlanBuilder::rankJson(RankPlan &rp) {
   }
   json::Array program;
   program.reserve(rp.program.size());
-  for (json::Object &instr : rp.program) { // moved: a plan's programs are large
-    if (auto peer = instr.getInteger("peer"))
-      instr["peer"] = *peer * dp;
-    program.push_back(std::move(instr));
+  for (; !rp.program.empty(); rp.program.pop_front()) { // each freed once it is converted
+    json::Object o = std::move(rp.program.front()).toJson();
+    if (auto peer = o.getInteger("peer"))
+      o["peer"] = *peer * dp;
+    program.push_back(std::move(o));
   }
-  rp.program.clear();
   json::Array dpGroup, tiedGroup;
   for (int64_t e = 0; e < dp; ++e)
     dpGroup.push_back(rp.pp * dp + e);

@@ -117,7 +117,7 @@ void RankEmitter::ensureLoaded(int64_t mb) {
   if (needTargets)
     outs.push_back(tgt = input(sh.targetsType, sh.targetsName));
   StringRef what = needTokens && needTargets ? "both" : needTokens ? "tokens" : "targets";
-  emit(json::Object{{"op", "load_microbatch"},
+  emit(Instr{{"op", "load_microbatch"},
                     {"index", mb},
                     {"what", what},
                     {"out", std::move(outs)}});
@@ -147,7 +147,7 @@ int RankEmitter::paramBuffer(StringRef name, ActionCtx &ctx) {
   if (prefetched.count(name))
     return takePrefetched(name);
   int id = addGatherTarget(name);
-  emit(json::Object{{"op", "allgather"},
+  emit(Instr{{"op", "allgather"},
                     {"group", "dp"},
                     {"in", json::Array{pb.gatherSource()}},
                     {"out", json::Array{id}}});
@@ -245,12 +245,54 @@ int RankEmitter::gradTarget(StringRef name) {
   if (pb.transientGrad < 0) {
     // zero 2/3: the whole gradient lives from here to its reduce-scatter.
     pb.transientGrad = addWholeTemporary(name, ".grad.full");
-    emit(json::Object{{"op", "zero"}, {"out", json::Array{pb.transientGrad}}});
+    emit(Instr{{"op", "zero"}, {"out", json::Array{pb.transientGrad}}});
   }
   return pb.transientGrad;
 }
 
-int64_t RankEmitter::issueAsync(json::Object collective, InFlight after) {
+Instr::Instr(std::initializer_list<json::Object::KV> init) {
+  fields.reserve(init.size());
+  // Moved out of the list, as json::Object's own constructor does.
+  for (const json::Object::KV &kv : init)
+    fields.push_back({kv.K, std::move(const_cast<json::Value &>(kv.V))});
+}
+
+json::Value &Instr::operator[](const json::ObjectKey &key) {
+  for (json::Object::KV &kv : fields)
+    if (StringRef(kv.K) == StringRef(key))
+      return kv.V;
+  fields.push_back({key, nullptr});
+  return fields.back().V;
+}
+
+const json::Value *Instr::get(StringRef key) const {
+  for (const json::Object::KV &kv : fields)
+    if (StringRef(kv.K) == key)
+      return &kv.V;
+  return nullptr;
+}
+
+json::Object Instr::toJson() && {
+  json::Object o;
+  for (json::Object::KV &kv : fields)
+    o.try_emplace(std::move(kv.K), std::move(kv.V));
+  if (attrsFrom) {
+    json::Object attrs;
+    for (NamedAttribute a : attrsFrom->getAttrs())
+      if (a.getName().getValue() != "pmesh.stage")
+        attrs[a.getName().getValue()] = detail::attrToJson(a.getValue());
+    // Defaults are not stored on the op but the runtime needs them spelled out.
+    if (auto mm = dyn_cast<pm::MatMulOp>(attrsFrom)) {
+      attrs["transpose_a"] = mm.getTransposeA();
+      attrs["transpose_b"] = mm.getTransposeB();
+    }
+    if (!attrs.empty())
+      o["attrs"] = std::move(attrs);
+  }
+  return o;
+}
+
+int64_t RankEmitter::issueAsync(Instr collective, InFlight after) {
   collective["async"] = true;
   emit(std::move(collective));
   after.seq = asyncIssued++;
@@ -272,7 +314,7 @@ void RankEmitter::prefetchGathers(llvm::ArrayRef<std::string> names) {
   }
   if (issued.empty())
     return;
-  int64_t seq = issueAsync(json::Object{{"op", "allgather"},
+  int64_t seq = issueAsync(Instr{{"op", "allgather"},
                                         {"group", "dp"},
                                         {"in", std::move(in)},
                                         {"out", std::move(out)}},
@@ -315,22 +357,22 @@ void RankEmitter::waitCollectives(bool always, int64_t keep) {
   if (!always && !asyncCollectives)
     return;
   if (keep > 0)
-    emit(json::Object{{"op", "wait_collectives"}, {"keep", keep}});
+    emit(Instr{{"op", "wait_collectives"}, {"keep", keep}});
   else
-    emit(json::Object{{"op", "wait_collectives"}});
+    emit(Instr{{"op", "wait_collectives"}});
   if (keep == 0)
     asyncCollectives = false;
   json::Array freed;
   while ((int64_t)inFlight.size() > keep) {
     InFlight done = std::move(inFlight.front());
     inFlight.pop_front();
-    for (json::Object &i : done.then)
+    for (Instr &i : done.then)
       emit(std::move(i));
     for (json::Value &b : done.freed)
       freed.push_back(std::move(b));
   }
   if (!freed.empty())
-    emit(json::Object{{"op", "free"}, {"bufs", std::move(freed)}});
+    emit(Instr{{"op", "free"}, {"bufs", std::move(freed)}});
 }
 
 LogicalResult RankEmitter::emitOp(Operation *op, ActionCtx &ctx) {
@@ -348,7 +390,7 @@ LogicalResult RankEmitter::emitOp(Operation *op, ActionCtx &ctx) {
       return acc.emitOpError() << "accumulates the gradient of '" << acc.getParam()
                                << "', which @optimizer_step does not update";
     int dst = gradTarget(acc.getParam());
-    emit(json::Object{{"op", "accumulate"},
+    emit(Instr{{"op", "accumulate"},
                       {"in", json::Array{*src}},
                       {"out", json::Array{dst}},
                       {"scale", sh.invM}});
@@ -367,20 +409,10 @@ LogicalResult RankEmitter::emitOp(Operation *op, ActionCtx &ctx) {
       inst[{r, mb}] = id;
       outs.push_back(id);
     }
-    json::Object attrs;
-    for (NamedAttribute a : op->getAttrs())
-      if (a.getName().getValue() != "pmesh.stage")
-        attrs[a.getName().getValue()] = detail::attrToJson(a.getValue());
-    // Defaults are not stored on the op but the runtime needs them spelled out.
-    if (auto mm = dyn_cast<pm::MatMulOp>(op)) {
-      attrs["transpose_a"] = mm.getTransposeA();
-      attrs["transpose_b"] = mm.getTransposeB();
-    }
-    json::Object i{{"op", op->getName().getStringRef().drop_front(6)},
-                   {"in", std::move(ins)},
-                   {"out", std::move(outs)}};
-    if (!attrs.empty())
-      i["attrs"] = std::move(attrs);
+    Instr i{{"op", op->getName().getStringRef().drop_front(6)},
+            {"in", std::move(ins)},
+            {"out", std::move(outs)}};
+    i.setAttrsFrom(op);
     // The cost model's work estimate, which pipemesh-sim turns into time.
     cost::OpCost c = cost::opCost(op);
     // The cost model counts the IR's f32 bytes; bf16 storage moves fewer.
@@ -401,7 +433,7 @@ LogicalResult RankEmitter::emitOp(Operation *op, ActionCtx &ctx) {
   if (ctx.recompute)
     return success();
   if (op == step.lossOp)
-    emit(json::Object{{"op", "loss"},
+    emit(Instr{{"op", "loss"},
                       {"in", json::Array{inst.lookup({step.loss, mb})}},
                       {"scale", sh.invM}});
   return success();
@@ -462,7 +494,7 @@ void RankEmitter::waitSends(size_t keep) {
   size_t upto = sentRoots.size() > keep ? sentRoots.size() - keep : 0;
   if (upto <= sendsCompleted)
     return;
-  json::Object w{{"op", "wait_sends"}};
+  Instr w{{"op", "wait_sends"}};
   if (keep)
     w["keep"] = (int64_t)keep;
   for (size_t i = sendsCompleted; i < upto; ++i)
@@ -661,7 +693,7 @@ LogicalResult RankEmitter::run(RankPlan &out) {
       return sh.module.emitError() << "pipeline rank " << p << " sends channel "
                                    << sd.getChannel() << " of micro-batch " << mb
                                    << " before computing it (internal error)";
-    emit(json::Object{{"op", "send"},
+    emit(Instr{{"op", "send"},
                       {"in", json::Array{it->second}},
                       {"peer", (int64_t)sd.getPeer()},
                       {"tag", (int64_t)sd.getTag()}});
@@ -679,7 +711,7 @@ LogicalResult RankEmitter::run(RankPlan &out) {
       bufs.push_back(ar.getGroup() != "tied" ? pbufs[n].grad
                      : scattered.contains(n) ? pbufs[n].gradShard
                                              : gradTarget(n));
-    json::Object o{{"op", "allreduce"}, {"group", ar.getGroup()}, {"bufs", std::move(bufs)}};
+    Instr o{{"op", "allreduce"}, {"group", ar.getGroup()}, {"bufs", std::move(bufs)}};
     if (ar.getGroup() == "dp" && sh.step.bf16GradReduce)
       o["dtype"] = "bf16"; // summed in bf16 (the tied sum of two copies stays f32)
     if (ar.getAsync())
@@ -720,8 +752,8 @@ LogicalResult RankEmitter::run(RankPlan &out) {
     }
     if (accumulate)
       after.then.push_back(
-          json::Object{{"op", "accumulate"}, {"in", json::Array(out)}, {"out", std::move(sums)}});
-    json::Object o{
+          Instr{{"op", "accumulate"}, {"in", json::Array(out)}, {"out", std::move(sums)}});
+    Instr o{
         {"op", "reduce_scatter"}, {"group", "dp"}, {"in", std::move(in)}, {"out", std::move(out)}};
     if (sh.step.bf16GradReduce)
       o["dtype"] = "bf16";
@@ -730,10 +762,10 @@ LogicalResult RankEmitter::run(RankPlan &out) {
       return;
     }
     emit(std::move(o));
-    for (json::Object &i : after.then)
+    for (Instr &i : after.then)
       emit(std::move(i));
     if (!after.freed.empty())
-      emit(json::Object{{"op", "free"}, {"bufs", std::move(after.freed)}});
+      emit(Instr{{"op", "free"}, {"bufs", std::move(after.freed)}});
   };
   // An async data-parallel reduction of gradients (not a tied sum, not a
   // ZeRO-2/3 accumulating one): what may be issued inside the action before it.
@@ -848,14 +880,14 @@ LogicalResult RankEmitter::run(RankPlan &out) {
         else if (pbufs[n].gradShard >= 0)
           zeroed.push_back(pbufs[n].gradShard);
       if (!zeroed.empty())
-        emit(json::Object{{"op", "zero"}, {"out", std::move(zeroed)}});
+        emit(Instr{{"op", "zero"}, {"out", std::move(zeroed)}});
     } else if (auto w = dyn_cast<pm::WaitSendsOp>(op)) {
       waitSends(w.getKeep());
     } else if (auto r = dyn_cast<pm::RecvOp>(op)) {
       Value v = step.channelValue[r.getChannel()];
       int64_t mb = r.getMicrobatch();
       int id = add(valueBuffer(v, "activation", tmpName()));
-      emit(json::Object{{"op", "recv"},
+      emit(Instr{{"op", "recv"},
                         {"out", json::Array{id}},
                         {"peer", (int64_t)r.getPeer()},
                         {"tag", (int64_t)r.getTag()}});
@@ -896,7 +928,7 @@ LogicalResult RankEmitter::run(RankPlan &out) {
             ++it;
           }
         if (!stale.empty())
-          emit(json::Object{{"op", "free"}, {"bufs", std::move(stale)}});
+          emit(Instr{{"op", "free"}, {"bufs", std::move(stale)}});
       }
       static const std::vector<std::vector<std::string>> none;
       const std::vector<std::vector<std::string>> &nextLayers =
@@ -1009,7 +1041,7 @@ LogicalResult RankEmitter::run(RankPlan &out) {
             gathered.erase(it);
           }
         if (!freed.empty())
-          emit(json::Object{{"op", "free"}, {"bufs", std::move(freed)}});
+          emit(Instr{{"op", "free"}, {"bufs", std::move(freed)}});
       }
       flushWaits(pendingWaits.size());
       // Which action each instruction belongs to, for pipemesh-sim's and
@@ -1072,7 +1104,7 @@ LogicalResult RankEmitter::run(RankPlan &out) {
           e["norm_dp0_only"] = true; // resolved per dp rank
         entries.push_back(std::move(e));
       }
-      emit(json::Object{{"op", "adamw"}, {"params", std::move(entries)}});
+      emit(Instr{{"op", "adamw"}, {"params", std::move(entries)}});
     } else if (auto ag = dyn_cast<pm::AllGatherParamsOp>(op)) {
       json::Array in, out;
       for (const std::string &n : names(ag.getParams())) {
@@ -1083,7 +1115,7 @@ LogicalResult RankEmitter::run(RankPlan &out) {
         }
       }
       if (!in.empty()) {
-        json::Object o{
+        Instr o{
             {"op", "allgather"}, {"group", "dp"}, {"in", std::move(in)}, {"out", std::move(out)}};
         // Completed by the next step's wait_collectives (keep), not this
         // one's: the next program starts with it in flight.
