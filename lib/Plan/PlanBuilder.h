@@ -257,6 +257,7 @@ private:
   std::vector<std::string> heldParams; // declaration order
   llvm::DenseMap<std::pair<Value, int64_t>, int> inst;
   llvm::DenseMap<Operation *, int> constBufs;
+  llvm::DenseMap<Operation *, cost::OpCost> opCosts;
   llvm::DenseMap<Value, int> globalViews;
   int maskBuf = -1;
   std::map<int64_t, std::pair<int, int>> loaded; // micro-batch -> (tokens, targets)

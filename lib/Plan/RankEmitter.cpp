@@ -414,7 +414,10 @@ LogicalResult RankEmitter::emitOp(Operation *op, ActionCtx &ctx) {
             {"out", std::move(outs)}};
     i.setAttrsFrom(op);
     // The cost model's work estimate, which pipemesh-sim turns into time.
-    cost::OpCost c = cost::opCost(op);
+    auto [cached, added] = opCosts.try_emplace(op);
+    if (added) // the same op is emitted once per micro-batch
+      cached->second = cost::opCost(op);
+    cost::OpCost c = cached->second;
     // The cost model counts the IR's f32 bytes; bf16 storage moves fewer.
     double irBytes = 0, storedBytes = 0;
     for (Value v : op->getOperands())

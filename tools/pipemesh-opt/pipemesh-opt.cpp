@@ -28,6 +28,10 @@
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 using namespace mlir;
 using namespace llvm;
 
@@ -236,6 +240,14 @@ int compileToPlan(StringRef inputFilename, StringRef outputFilename, DialectRegi
 
 int main(int argc, char **argv) {
   InitLLVM y(argc, argv);
+#ifdef __GLIBC__
+  // A plan's emission allocates and frees a rank's program many times over
+  // (the recompute and schedule searches): glibc would hand large blocks
+  // back to the kernel at each free and fault them in again at the next
+  // allocation (a tenth of a 128-micro-batch groups=auto compile).
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
   DialectRegistry registry;
   registry.insert<pipemesh::pmesh::PMeshDialect, func::FuncDialect>();
   pipemesh::registerPMeshPasses();
