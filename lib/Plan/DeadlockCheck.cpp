@@ -1,6 +1,7 @@
 //===- DeadlockCheck.cpp - every rank of a plan runs to completion ---------===//
 #include "pipemesh/Plan/DeadlockCheck.h"
 #include "pipemesh/Plan/Replicas.h"
+#include "pipemesh/Sim/ProgramView.h"
 
 #include "llvm/ADT/DenseMap.h"
 
@@ -228,6 +229,49 @@ private:
 
 std::string findDeadlock(llvm::ArrayRef<RankProgram> ranks) { return Simulator(ranks).run(); }
 
+bool readCommunication(const sim::ProgramView &prog, const std::map<int64_t, int64_t> &bytes,
+                       RankProgram &rp, std::string &why) {
+  std::string label = "rank " + std::to_string(rp.rank);
+  auto bytesOf = [&](int64_t id) {
+    auto it = bytes.find(id);
+    return it == bytes.end() ? 0 : it->second;
+  };
+  auto sizes = [&](size_t k, llvm::StringRef field) {
+    std::string s;
+    if (const json::Array *a = prog.getArray(k, field))
+      for (const json::Value &id : *a)
+        s += " " + std::to_string(bytesOf(id.getAsInteger().value_or(-1)));
+    return s;
+  };
+  auto firstBytes = [&](size_t k, llvm::StringRef field) -> int64_t {
+    const json::Array *a = prog.getArray(k, field);
+    return a && !a->empty() ? bytesOf((*a)[0].getAsInteger().value_or(-1)) : 0;
+  };
+  for (size_t k = 0, n = prog.size(); k < n; ++k) {
+    llvm::StringRef op = prog.getString(k, "op").value_or("");
+    if (op == "send" || op == "recv") {
+      auto peer = prog.getInteger(k, "peer"), tag = prog.getInteger(k, "tag");
+      if (!peer || !tag) {
+        why = label + " instruction " + std::to_string(rp.ops.size()) + ": " + op.str() +
+              " needs peer and tag";
+        return false;
+      }
+      rp.ops.push_back(op == "send" ? CommOp::send(*peer, *tag, firstBytes(k, "in"))
+                                    : CommOp::recv(*peer, *tag, firstBytes(k, "out")));
+    } else if (op == "wait_sends") {
+      rp.ops.push_back(CommOp::waitSends(prog.getInteger(k, "keep").value_or(0)));
+    } else if (op == "allreduce" || op == "reduce_scatter" || op == "allgather") {
+      std::string group = prog.getString(k, "group").value_or("").str();
+      std::string sig = op.str() + " of" + sizes(k, "bufs") + sizes(k, "in") + " ->" +
+                        sizes(k, "out") + " bytes";
+      rp.ops.push_back(CommOp::collective(group, sig));
+    } else {
+      rp.ops.push_back(CommOp::compute());
+    }
+  }
+  return true;
+}
+
 bool programsFromManifest(const json::Object &manifest, std::vector<RankProgram> &out,
                           std::string &why) {
   const json::Array *ranks = manifest.getArray("ranks");
@@ -262,40 +306,8 @@ bool programsFromManifest(const json::Object &manifest, std::vector<RankProgram>
       why = label + " has no program";
       return false;
     }
-    auto sizes = [&](const json::Object &in, llvm::StringRef field) {
-      std::string s;
-      if (const json::Array *a = in.getArray(field))
-        for (const json::Value &id : *a)
-          s += " " + std::to_string(bytes[id.getAsInteger().value_or(-1)]);
-      return s;
-    };
-    auto firstBytes = [&](const json::Object &in, llvm::StringRef field) -> int64_t {
-      const json::Array *a = in.getArray(field);
-      return a && !a->empty() ? bytes[(*a)[0].getAsInteger().value_or(-1)] : 0;
-    };
-    for (const json::Value &iv : *prog) {
-      const json::Object *in = iv.getAsObject();
-      llvm::StringRef op = in ? in->getString("op").value_or("") : "";
-      if (op == "send" || op == "recv") {
-        auto peer = in->getInteger("peer"), tag = in->getInteger("tag");
-        if (!peer || !tag) {
-          why = label + " instruction " + std::to_string(rp.ops.size()) + ": " + op.str() +
-                " needs peer and tag";
-          return false;
-        }
-        rp.ops.push_back(op == "send" ? CommOp::send(*peer, *tag, firstBytes(*in, "in"))
-                                      : CommOp::recv(*peer, *tag, firstBytes(*in, "out")));
-      } else if (op == "wait_sends") {
-        rp.ops.push_back(CommOp::waitSends(in->getInteger("keep").value_or(0)));
-      } else if (op == "allreduce" || op == "reduce_scatter" || op == "allgather") {
-        std::string group = in->getString("group").value_or("").str();
-        std::string sig = op.str() + " of" + sizes(*in, "bufs") + sizes(*in, "in") + " ->" +
-                          sizes(*in, "out") + " bytes";
-        rp.ops.push_back(CommOp::collective(group, sig));
-      } else {
-        rp.ops.push_back(CommOp::compute());
-      }
-    }
+    if (!readCommunication(sim::JsonProgramView(*prog), bytes, rp, why))
+      return false;
     out.push_back(std::move(rp));
   }
   return true;

@@ -18,6 +18,8 @@
 #include "pipemesh/CostModel/CostModel.h"
 #include "pipemesh/Plan/Schedule.h"
 #include "pipemesh/Plan/Sharding.h"
+#include "pipemesh/Sim/PlanLoader.h"
+#include "pipemesh/Sim/ProgramView.h"
 #include "pipemesh/Sim/Simulator.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -147,13 +149,27 @@ private:
   Operation *attrsFrom = nullptr;
 };
 
+/// A rank's program as the plan's readers see it (sim::ProgramView: the
+/// simulator's loader, the deadlock check), before it becomes JSON.
+class InstrProgramView : public sim::ProgramView {
+public:
+  explicit InstrProgramView(const std::deque<Instr> &program) : program(program) {}
+  size_t size() const override { return program.size(); }
+  const json::Value *field(size_t k, llvm::StringRef key) const override {
+    return program[k].get(key);
+  }
+
+private:
+  const std::deque<Instr> &program;
+};
+
 /// A rank's instructions. A deque, not a vector: json::Value's move is not
 /// noexcept, so a growing vector would deep-copy every instruction on each
 /// reallocation.
 using Program = std::deque<Instr>;
 
-/// One pipeline rank's program, the template of its dp replicas: `peer`
-/// fields hold pipeline ranks, shards hold their size but not their offset.
+/// One pipeline rank's program, the template of its dp replicas (its dp
+/// rank 0): shards hold their size but not their offset.
 struct RankPlan {
   int64_t pp = 0;
   std::vector<Buffer> buffers;
@@ -328,12 +344,6 @@ private:
 };
 
 
-/// The text of `object` without its member `key`, and that text with `key`
-/// set to `value` (the first member: the order of an object's members means
-/// nothing in JSON): a large object whose member changes kept as text.
-std::string objectTextWithout(json::Object object, llvm::StringRef key);
-std::string objectTextWith(std::string textWithout, llvm::StringRef key, json::Value value);
-
 /// The wait_sends lags tried, in order, until a plan does not deadlock: a
 /// send completes `lag` actions later; 0 only at the end of the step.
 inline constexpr int64_t kWaitLags[] = {1, 2, 4, 0};
@@ -360,22 +370,31 @@ private:
   /// it (0: only at the end of the step, the last resort when every lag
   /// fails the deadlock check).
   LogicalResult buildRankPrograms(int64_t waitLag);
+  /// Every rank's program at the first wait lag that does not deadlock
+  /// (checked on the rank programs in the IR, then on the emitted ranks).
   /// `searching`: predict() emits a search's candidate, and a candidate that
   /// no recomputation can fit is rejected before the recompute searches.
-  FailureOr<json::Object> buildManifest(func::FuncOp train, bool searching = false);
+  LogicalResult buildRanks(func::FuncOp train, std::vector<RankPlan> &ranks,
+                           bool searching = false);
+  /// The deadlock check (DeadlockCheck.h) of the emitted ranks, read as
+  /// they are (no manifest built); empty when they run to completion.
+  std::string ranksDeadlock(const std::vector<RankPlan> &ranks);
+  /// The emitted ranks as the simulator's job, read as they are (the
+  /// simulator's loader through InstrProgramView, no manifest built).
+  bool jobOfRanks(const std::vector<RankPlan> &ranks, sim::LoadedPlan &out, std::string &why);
+  /// A rank's groups (dp; tied on ranks holding tied copies), global ranks.
+  std::map<std::string, std::vector<int64_t>> rankGroups(const RankPlan &rp) const;
   /// The simulated step of the plan the current options make (errors, e.g.
   /// over mem-limit, in `why` instead of diagnostics).
   struct Prediction {
     bool ok = false;
     std::string why;
     sim::SimResult result;
-    /// With `keepManifest`: the text of the plan simulated, all but its
-    /// `parallel` member (objectTextWithout), when its emission reported
-    /// nothing (what it would report is then not lost by reusing it).
-    std::optional<std::string> manifestText;
+    /// With `keepRanks`: the ranks simulated, when their emission reported
+    /// nothing (what it would report is then not lost by reusing them).
+    std::optional<std::vector<RankPlan>> ranks;
   };
-  Prediction predict(func::FuncOp train, const cost::Cluster &cluster,
-                     bool keepManifest = false);
+  Prediction predict(func::FuncOp train, const cost::Cluster &cluster, bool keepRanks = false);
   /// What the searches set and the emission depends on besides the options.
   struct PlanChoice {
     ScheduleConfig sched;
@@ -384,13 +403,10 @@ private:
     bool operator==(const PlanChoice &o) const;
   };
   PlanChoice currentChoice() const { return {sh.sched, sh.zeroChunks, sh.prefetch}; }
-  /// A search's chosen plan, emitted and simulated while searching, as
-  /// Prediction::manifestText: the compile writes it (with the `parallel`
-  /// member of now, which holds the searches' own results) instead of
-  /// emitting it again, if nothing was changed since. Text, not the
-  /// json::Object, which is 30 times larger and would be held while the
-  /// next candidate is emitted.
-  std::optional<std::pair<PlanChoice, std::string>> searched;
+  /// A search's chosen plan, emitted and simulated while searching: the
+  /// compile writes these ranks instead of emitting them again, if nothing
+  /// was changed since.
+  std::optional<std::pair<PlanChoice, std::vector<RankPlan>>> searched;
   /// The skeleton simulation (SkeletonJob.h: no recompute, costs per
   /// action) of the current options' rank programs, with the first
   /// wait-lag that does not deadlock; !ok when none.
@@ -398,7 +414,7 @@ private:
   /// The searches' exact check: emits and simulates candidates in order
   /// (`apply(i)` sets the options of the i-th) until two fit, and returns
   /// the faster of those, or -1 with the last failure in `why`.
-  /// The faster's manifest is kept in `searched` (set by apply of the
+  /// The faster's ranks are kept in `searched` (set by apply of the
   /// returned index).
   int64_t fasterOfFirstTwoFitting(func::FuncOp train, const cost::Cluster &cluster,
                                   size_t candidates, llvm::function_ref<void(size_t)> apply,

@@ -241,18 +241,11 @@ json::Object PlanBuilder::rankJson(RankPlan &rp) {
   }
   json::Array program;
   program.reserve(rp.program.size());
-  for (; !rp.program.empty(); rp.program.pop_front()) { // each freed once it is converted
-    json::Object o = std::move(rp.program.front()).toJson();
-    if (auto peer = o.getInteger("peer"))
-      o["peer"] = *peer * dp;
-    program.push_back(std::move(o));
-  }
-  json::Array dpGroup, tiedGroup;
-  for (int64_t e = 0; e < dp; ++e)
-    dpGroup.push_back(rp.pp * dp + e);
-  if (rp.tied)
-    for (int64_t q : sh.tiedRanks)
-      tiedGroup.push_back(q * dp);
+  for (; !rp.program.empty(); rp.program.pop_front()) // each freed once it is converted
+    program.push_back(std::move(rp.program.front()).toJson());
+  json::Object groups;
+  for (auto &[name, members] : rankGroups(rp))
+    groups[name] = json::Array(members);
   std::string schedule;
   for (const std::string &t : rp.row)
     schedule += (schedule.empty() ? "" : " ") + t;
@@ -260,8 +253,7 @@ json::Object PlanBuilder::rankJson(RankPlan &rp) {
                       {"pp_rank", rp.pp},
                       {"dp_rank", 0},
                       {"chunks", json::Array(rp.chunks)},
-                      {"groups",
-                       json::Object{{"dp", std::move(dpGroup)}, {"tied", std::move(tiedGroup)}}},
+                      {"groups", std::move(groups)},
                       {"first_stage", rp.firstStage},
                       {"last_stage", rp.lastStage},
                       {"schedule", schedule},
@@ -544,10 +536,82 @@ LogicalResult PlanBuilder::emitRanks(func::FuncOp train, std::vector<RankPlan> &
   return success();
 }
 
-/// Emits every rank and the manifest; the first wait lag whose plan passes
-/// the deadlock check wins.
-FailureOr<json::Object> PlanBuilder::buildManifest(func::FuncOp train, bool searching) {
-  std::vector<RankPlan> ranks;
+std::map<std::string, std::vector<int64_t>> PlanBuilder::rankGroups(const RankPlan &rp) const {
+  const int64_t dp = sh.opts.dp;
+  std::map<std::string, std::vector<int64_t>> groups{{"dp", {}}, {"tied", {}}};
+  for (int64_t e = 0; e < dp; ++e)
+    groups["dp"].push_back(rp.pp * dp + e);
+  if (rp.tied)
+    for (int64_t q : sh.tiedRanks)
+      groups["tied"].push_back(q * dp);
+  return groups;
+}
+
+std::string PlanBuilder::ranksDeadlock(const std::vector<RankPlan> &ranks) {
+  std::vector<RankProgram> programs;
+  for (const RankPlan &rp : ranks) {
+    RankProgram prog;
+    prog.rank = rp.pp * sh.opts.dp;
+    prog.groups = rankGroups(rp);
+    // dp replicas run the same program against their own peers and reach
+    // their collectives in the same order: replica 0 stands for all, as in
+    // checkPlanDeadlock of an elided manifest.
+    prog.groups["dp"] = {prog.rank};
+    std::map<int64_t, int64_t> bytes;
+    for (auto [i, b] : llvm::enumerate(rp.buffers))
+      bytes[(int64_t)i] = b.bytes();
+    std::string why;
+    if (!readCommunication(InstrProgramView(rp.program), bytes, prog, why))
+      return why;
+    programs.push_back(std::move(prog));
+  }
+  return findDeadlock(programs);
+}
+
+bool PlanBuilder::jobOfRanks(const std::vector<RankPlan> &ranks, sim::LoadedPlan &out,
+                             std::string &why) {
+  const CompileOptions &o = sh.opts;
+  sim::PlanInfo info;
+  info.batch = o.batch;
+  info.seq = o.seq;
+  info.pp = o.pp;
+  info.dp = o.dp;
+  info.vpp = o.vpp;
+  info.microbatches = o.microbatches;
+  info.worldSize = o.pp * o.dp;
+  info.zero = *llvm::max_element(sh.zeroChunks);
+  info.schedule = o.schedule;
+  info.shapesOnly = o.shapesOnly;
+  info.flopsPerStep = sh.flopsPerMicrobatch * o.microbatches * o.dp;
+  std::vector<InstrProgramView> views;
+  views.reserve(ranks.size()); // sources point into it
+  std::vector<sim::RankSource> sources(ranks.size());
+  for (auto [k, rp] : llvm::enumerate(ranks)) {
+    sim::RankSource &src = sources[k];
+    src.rank = rp.pp * o.dp;
+    src.path = "pipeline rank " + std::to_string(rp.pp);
+    for (auto [i, b] : llvm::enumerate(rp.buffers)) {
+      sim::BufferDesc d;
+      d.id = (int64_t)i;
+      d.bytes = b.bytes();
+      for (int64_t dim : b.shape)
+        d.numel *= dim;
+      d.aliasOf = b.aliasOf;
+      d.persistent = sim::isPersistentKind(b.kind);
+      src.buffers.push_back(d);
+    }
+    src.groups = rankGroups(rp);
+    src.arenaBytes = rp.arenaBytes;
+    views.emplace_back(rp.program);
+    src.program = &views.back();
+  }
+  return sim::jobFromRanks(info, /*replicasElided=*/o.dp > 1, sources, out, why);
+}
+
+/// Emits every rank; the first wait lag whose plan passes the deadlock
+/// check wins.
+LogicalResult PlanBuilder::buildRanks(func::FuncOp train, std::vector<RankPlan> &ranks,
+                                      bool searching) {
   for (int64_t lag : kWaitLags) {
     if (failed(buildRankPrograms(lag)))
       return failure();
@@ -565,33 +629,13 @@ FailureOr<json::Object> PlanBuilder::buildManifest(func::FuncOp train, bool sear
       continue;
     if (failed(emitRanks(train, ranks)))
       return failure();
-    json::Object m = manifest(ranks);
-    std::string why = checkPlanDeadlock(m);
+    std::string why = ranksDeadlock(ranks);
     if (why.empty())
-      return m;
+      return success();
     if (lag == 0)
       return sh.module.emitError() << "the plan fails the deadlock check: " << why;
   }
   return failure();
-}
-
-
-std::string objectTextWithout(json::Object object, llvm::StringRef key) {
-  object.erase(key);
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  os << json::Value(std::move(object));
-  return text;
-}
-
-std::string objectTextWith(std::string textWithout, llvm::StringRef key, json::Value value) {
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  os << "{" << json::Value(key.str()) << ":" << value;
-  if (textWithout != "{}")
-    os << ",";
-  os << llvm::StringRef(textWithout).drop_front();
-  return text;
 }
 
 /// A search's candidate that no recomputation fits is out before every
@@ -675,17 +719,17 @@ LogicalResult PlanBuilder::run(llvm::raw_ostream &os) {
     choosePrefetch(train, cluster);
   if (sh.opts.explain)
     explain(train, cluster);
-  std::string manifestText;
-  if (searched && searched->first == currentChoice()) {
-    manifestText = objectTextWith(std::move(searched->second), "parallel", parallelJson());
-  } else {
-    auto built = buildManifest(train);
-    if (failed(built))
-      return failure();
-    llvm::raw_string_ostream ms(manifestText);
-    ms << json::Value(std::move(*built));
-  }
+  std::vector<RankPlan> ranks;
+  if (searched && searched->first == currentChoice())
+    ranks = std::move(searched->second);
+  else if (failed(buildRanks(train, ranks)))
+    return failure();
   searched.reset();
+  std::string manifestText;
+  {
+    llvm::raw_string_ostream ms(manifestText);
+    ms << json::Value(manifest(ranks));
+  }
 
   std::string blob;
   if (failed(detail::writeWeights(sh.module, weights, sh.opts.shapesOnly, blob)))

@@ -33,10 +33,11 @@ bool PlanBuilder::PlanChoice::operator==(const PlanChoice &o) const {
 }
 
 PlanBuilder::Prediction PlanBuilder::predict(func::FuncOp train, const cost::Cluster &cluster,
-                                             bool keepManifest) {
+                                             bool keepRanks) {
   Prediction out;
   std::string why;
-  FailureOr<json::Object> m = failure();
+  std::vector<RankPlan> ranks;
+  bool emitted;
   {
     // A candidate that does not fit is an answer of the search, not an error.
     ScopedDiagnosticHandler quiet(sh.module.getContext(), [&](Diagnostic &d) {
@@ -44,21 +45,21 @@ PlanBuilder::Prediction PlanBuilder::predict(func::FuncOp train, const cost::Clu
         why = d.str();
       return success();
     });
-    m = buildManifest(train, /*searching=*/true);
+    emitted = succeeded(buildRanks(train, ranks, /*searching=*/true));
   }
-  if (failed(m)) {
+  if (!emitted) {
     out.why = why.empty() ? "cannot be emitted" : why;
     return out;
   }
   sim::LoadedPlan lp;
-  if (!sim::jobFromManifest(*m, lp, out.why))
+  if (!jobOfRanks(ranks, lp, out.why))
     return out;
   out.result = sim::simulate(lp.job, cluster);
   out.ok = out.result.ok;
   if (!out.ok)
     out.why = out.result.error;
-  else if (keepManifest && why.empty())
-    out.manifestText = objectTextWithout(std::move(*m), "parallel");
+  else if (keepRanks && why.empty())
+    out.ranks = std::move(ranks);
   return out;
 }
 
@@ -178,7 +179,7 @@ int64_t PlanBuilder::fasterOfFirstTwoFitting(func::FuncOp train, const cost::Clu
   searched.reset();
   for (size_t i = 0; i < candidates && fitting < 2; ++i) {
     apply(i);
-    Prediction p = predict(train, cluster, /*keepManifest=*/true);
+    Prediction p = predict(train, cluster, /*keepRanks=*/true);
     if (!p.ok) {
       why = p.why;
       continue;
@@ -188,8 +189,8 @@ int64_t PlanBuilder::fasterOfFirstTwoFitting(func::FuncOp train, const cost::Clu
       bestExact = p.result.stepTimeS;
       chosen = (int64_t)i;
       searched.reset();
-      if (p.manifestText)
-        searched.emplace(currentChoice(), std::move(*p.manifestText));
+      if (p.ranks)
+        searched.emplace(currentChoice(), std::move(*p.ranks));
     }
   }
   return chosen;
@@ -280,11 +281,11 @@ void PlanBuilder::chooseZero(func::FuncOp train, const cost::Cluster &cluster) {
       if (sh.opts.prefetchAuto && llvm::is_contained(z, 3)) {
         auto &[depth, tried] = depths[z];
         std::tie(depth, it->second) = fastestPrefetch(train, cluster, &tried);
-      } else if (Prediction p = predict(train, cluster, /*keepManifest=*/true); p.ok) {
+      } else if (Prediction p = predict(train, cluster, /*keepRanks=*/true); p.ok) {
         it->second = p.result.stepTimeS;
-        if (p.manifestText && it->second < fastestKept) {
+        if (p.ranks && it->second < fastestKept) {
           fastestKept = it->second;
-          searched.emplace(currentChoice(), std::move(*p.manifestText));
+          searched.emplace(currentChoice(), std::move(*p.ranks));
         }
       }
     }

@@ -698,7 +698,7 @@ LogicalResult RankEmitter::run(RankPlan &out) {
                                    << " before computing it (internal error)";
     emit(Instr{{"op", "send"},
                       {"in", json::Array{it->second}},
-                      {"peer", (int64_t)sd.getPeer()},
+                      {"peer", (int64_t)sd.getPeer() * sh.opts.dp}, // dp rank 0's peer
                       {"tag", (int64_t)sd.getTag()}});
     sentRoots.push_back(root(it->second));
     sendCompletedAt.push_back(-1);
@@ -892,7 +892,7 @@ LogicalResult RankEmitter::run(RankPlan &out) {
       int id = add(valueBuffer(v, "activation", tmpName()));
       emit(Instr{{"op", "recv"},
                         {"out", json::Array{id}},
-                        {"peer", (int64_t)r.getPeer()},
+                        {"peer", (int64_t)r.getPeer() * sh.opts.dp},
                         {"tag", (int64_t)r.getTag()}});
       inst[{v, mb}] = id;
       pendingRecvTokens.push_back(direction(v) + std::to_string(mb));

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <memory>
 
 using namespace pipemesh;
 using namespace pipemesh::sim;
@@ -18,10 +19,6 @@ constexpr size_t kHeaderBytes = 40;
 
 int64_t align64(int64_t v) { return (v + 63) / 64 * 64; }
 
-bool persistentKind(llvm::StringRef kind) {
-  return kind == "param" || kind == "param_copy" || kind == "grad" || kind == "adam_m" ||
-         kind == "adam_v" || kind == "constant";
-}
 
 struct BufferInfo {
   int64_t bytes = 0;
@@ -33,20 +30,20 @@ struct BufferInfo {
 /// Reads one rank's buffers and program.
 class RankReader {
 public:
-  RankReader(const json::Object &rank, std::string path, Job &job, std::string &why)
-      : rank(rank), path(std::move(path)), job(job), why(why) {}
+  RankReader(const RankSource &src, Job &job, std::string &why)
+      : src(src), program(*src.program), job(job), why(why) {}
   bool read(Program &out, std::vector<std::string> &opNames);
 
 private:
-  const json::Object &rank;
-  std::string path;
+  const RankSource &src;
+  const ProgramView &program;
   Job &job;
   std::string &why;
-  std::vector<BufferInfo> bufs; // by id
+  std::vector<BufferInfo> bufs; // by position in src.buffers
   std::vector<int32_t> index;   // id -> bufs position (ids may be sparse)
 
   bool fail(const std::string &where, const std::string &msg) {
-    why = path + where + ": " + msg;
+    why = src.path + where + ": " + msg;
     return false;
   }
   const BufferInfo *buffer(const json::Value &v) const {
@@ -60,13 +57,13 @@ private:
       pos = bufs[pos].aliasOf;
     return pos;
   }
-  bool sumBytes(const json::Object &instr, llvm::StringRef field, double &bytes, double &numel,
+  bool sumBytes(size_t k, llvm::StringRef field, double &bytes, double &numel,
                 const std::string &where);
 };
 
-bool RankReader::sumBytes(const json::Object &instr, llvm::StringRef field, double &bytes,
-                          double &numel, const std::string &where) {
-  const json::Array *a = instr.getArray(field);
+bool RankReader::sumBytes(size_t k, llvm::StringRef field, double &bytes, double &numel,
+                          const std::string &where) {
+  const json::Array *a = program.getArray(k, field);
   if (!a)
     return true;
   for (const json::Value &v : *a) {
@@ -81,79 +78,49 @@ bool RankReader::sumBytes(const json::Object &instr, llvm::StringRef field, doub
 
 bool RankReader::read(Program &out, std::vector<std::string> &opNames) {
   // Buffers.
-  const json::Array *buffers = rank.getArray("buffers");
-  if (!buffers)
-    return fail(".buffers", "missing");
-  std::vector<int64_t> ids;
-  for (auto [k, bv] : llvm::enumerate(*buffers)) {
+  for (auto [k, b] : llvm::enumerate(src.buffers)) {
     std::string where = ".buffers[" + std::to_string(k) + "]";
-    const json::Object *b = bv.getAsObject();
-    std::optional<int64_t> id = b ? b->getInteger("id") : std::nullopt;
-    std::optional<int64_t> bytes = b ? b->getInteger("bytes") : std::nullopt;
-    if (!id || *id < 0 || *id > (int64_t)1 << 30)
+    if (b.id < 0 || b.id > (int64_t)1 << 30)
       return fail(where + ".id", "expected a non-negative integer");
-    if (!bytes || *bytes < 0)
+    if (b.bytes < 0)
       return fail(where + ".bytes", "expected a non-negative integer");
-    BufferInfo info;
-    info.bytes = *bytes;
-    info.numel = 1;
-    if (const json::Array *shape = b->getArray("shape"))
-      for (const json::Value &d : *shape)
-        info.numel *= d.getAsInteger().value_or(1);
-    info.persistent = persistentKind(b->getString("kind").value_or(""));
-    if (*id >= (int64_t)index.size())
-      index.resize(*id + 1, -1);
-    if (index[*id] >= 0)
-      return fail(where + ".id", "duplicate buffer id " + std::to_string(*id));
-    index[*id] = bufs.size();
-    ids.push_back(b->getInteger("alias_of").value_or(-1));
-    bufs.push_back(info);
+    if (b.id >= (int64_t)index.size())
+      index.resize(b.id + 1, -1);
+    if (index[b.id] >= 0)
+      return fail(where + ".id", "duplicate buffer id " + std::to_string(b.id));
+    index[b.id] = bufs.size();
+    bufs.push_back({b.bytes, b.numel, -1, b.persistent});
   }
-  for (size_t k = 0; k < bufs.size(); ++k)
-    if (ids[k] >= 0) {
-      if (ids[k] >= (int64_t)index.size() || index[ids[k]] < 0)
+  for (auto [k, b] : llvm::enumerate(src.buffers))
+    if (b.aliasOf >= 0) {
+      if (b.aliasOf >= (int64_t)index.size() || index[b.aliasOf] < 0)
         return fail(".buffers[" + std::to_string(k) + "].alias_of", "unknown buffer id");
-      bufs[k].aliasOf = index[ids[k]];
+      bufs[k].aliasOf = index[b.aliasOf];
     }
   for (const BufferInfo &b : bufs)
     if (b.aliasOf < 0 && b.persistent)
       out.persistentBytes += align64(b.bytes);
-  out.arenaBytes = rank.getInteger("arena_bytes").value_or(0);
+  out.arenaBytes = src.arenaBytes;
 
   // Groups: name -> members.
   std::map<std::string, int32_t> groups;
-  if (const json::Object *g = rank.getObject("groups"))
-    for (auto &kv : *g) {
-      const json::Array *members = kv.second.getAsArray();
-      if (!members)
-        return fail(".groups." + kv.first.str(), "expected an array of ranks");
-      std::vector<int64_t> ms;
-      for (const json::Value &m : *members) {
-        std::optional<int64_t> r = m.getAsInteger();
-        if (!r)
-          return fail(".groups." + kv.first.str(), "expected an array of ranks");
-        ms.push_back(*r);
-      }
-      if (!ms.empty())
-        groups[kv.first.str()] = job.group(kv.first.str(), ms);
-    }
+  for (auto &[name, members] : src.groups)
+    if (!members.empty())
+      groups[name] = job.group(name, members);
 
   // Liveness, as the planner computes it.
-  const json::Array *program = rank.getArray("program");
-  if (!program)
-    return fail(".program", "missing");
-  size_t n = program->size();
+  size_t n = program.size();
   std::vector<int64_t> first(bufs.size(), INT64_MAX), last(bufs.size(), -1);
   // Sent buffers in send order, and the wait_sends that completes each.
   std::vector<int32_t> sent;
   std::vector<int64_t> completedAt;
   size_t completed = 0;
-  for (auto [k, iv] : llvm::enumerate(*program)) {
-    const json::Object *instr = iv.getAsObject();
-    if (!instr)
+  for (size_t k = 0; k < n; ++k) {
+    if (!program.isObject(k))
       return fail(".program[" + std::to_string(k) + "]", "expected an object");
+    std::optional<llvm::StringRef> op = program.getString(k, "op");
     for (llvm::StringRef field : {"in", "out", "bufs"})
-      if (const json::Array *a = instr->getArray(field))
+      if (const json::Array *a = program.getArray(k, field))
         for (const json::Value &v : *a) {
           std::optional<int64_t> id = v.getAsInteger();
           if (!id || *id < 0 || *id >= (int64_t)index.size() || index[*id] < 0)
@@ -162,14 +129,14 @@ bool RankReader::read(Program &out, std::vector<std::string> &opNames) {
           int32_t r = root(index[*id]);
           first[r] = std::min<int64_t>(first[r], k);
           last[r] = std::max<int64_t>(last[r], k);
-          if (field == "in" && instr->getString("op") == "send") {
+          if (field == "in" && op == "send") {
             sent.push_back(r);
             completedAt.push_back(-1);
           }
         }
-    if (instr->getString("op") == "wait_sends") {
+    if (op == "wait_sends") {
       // Completes every earlier send but the `keep` most recent.
-      int64_t keep = std::max<int64_t>(0, instr->getInteger("keep").value_or(0));
+      int64_t keep = std::max<int64_t>(0, program.getInteger(k, "keep").value_or(0));
       size_t upto = sent.size() > (size_t)keep ? sent.size() - keep : 0;
       for (; completed < upto; ++completed)
         completedAt[completed] = k;
@@ -191,24 +158,23 @@ bool RankReader::read(Program &out, std::vector<std::string> &opNames) {
 
   // Instructions.
   out.instrs.reserve(n);
-  for (auto [k, iv] : llvm::enumerate(*program)) {
-    const json::Object &instr = *iv.getAsObject();
+  for (size_t k = 0; k < n; ++k) {
     std::string where = ".program[" + std::to_string(k) + "]";
-    llvm::StringRef op = instr.getString("op").value_or("");
+    llvm::StringRef op = program.getString(k, "op").value_or("");
     if (op.empty())
       return fail(where + ".op", "missing");
     opNames.push_back(op.str());
-    llvm::StringRef action = instr.getString("action").value_or("");
+    llvm::StringRef action = program.getString(k, "action").value_or("");
     int32_t label = action.empty() ? -1 : out.label(action);
     Work work = workOfAction(action);
     Instr in;
     double inBytes = 0, inNumel = 0, outBytes = 0, outNumel = 0, bufBytes = 0, bufNumel = 0;
-    if (!sumBytes(instr, "in", inBytes, inNumel, where) ||
-        !sumBytes(instr, "out", outBytes, outNumel, where) ||
-        !sumBytes(instr, "bufs", bufBytes, bufNumel, where))
+    if (!sumBytes(k, "in", inBytes, inNumel, where) ||
+        !sumBytes(k, "out", outBytes, outNumel, where) ||
+        !sumBytes(k, "bufs", bufBytes, bufNumel, where))
       return false;
     auto peerTag = [&](int32_t &peer, int64_t &tag) {
-      std::optional<int64_t> p = instr.getInteger("peer"), t = instr.getInteger("tag");
+      std::optional<int64_t> p = program.getInteger(k, "peer"), t = program.getInteger(k, "tag");
       if (!p || !t)
         return fail(where, op.str() + " needs integer \"peer\" and \"tag\"");
       peer = (int32_t)*p;
@@ -216,7 +182,7 @@ bool RankReader::read(Program &out, std::vector<std::string> &opNames) {
       return true;
     };
     auto group = [&](int32_t &g) {
-      llvm::StringRef name = instr.getString("group").value_or("dp");
+      llvm::StringRef name = program.getString(k, "group").value_or("dp");
       auto it = groups.find(name.str());
       if (it == groups.end())
         return fail(where + ".group", "rank has no group '" + name.str() + "'");
@@ -230,7 +196,7 @@ bool RankReader::read(Program &out, std::vector<std::string> &opNames) {
         return false;
       in = op == "send" ? Instr::send(peer, tag, inBytes) : Instr::recv(peer, tag, outBytes);
     } else if (op == "wait_sends") {
-      in = Instr::waitSends((int32_t)instr.getInteger("keep").value_or(0));
+      in = Instr::waitSends((int32_t)program.getInteger(k, "keep").value_or(0));
     } else if (op == "allreduce" || op == "reduce_scatter" || op == "allgather") {
       int32_t g = -1;
       if (!group(g))
@@ -241,17 +207,18 @@ bool RankReader::read(Program &out, std::vector<std::string> &opNames) {
       // The whole buffers: the reduce-scatter's input, the all-gather's output.
       double bytes = op == "allreduce" ? bufBytes : op == "reduce_scatter" ? inBytes : outBytes;
       // An f32 reduction carried out in bf16 (grad-reduce=bf16) moves half.
-      if (instr.getString("dtype") == "bf16" && op != "allgather")
+      if (program.getString(k, "dtype") == "bf16" && op != "allgather")
         bytes /= 2;
-      in = Instr::collective(c, g, bytes, instr.getBoolean("async").value_or(false));
+      in = Instr::collective(c, g, bytes, program.getBoolean(k, "async").value_or(false));
     } else if (op == "wait") {
-      in = Instr::wait((int32_t)instr.getInteger("handle").value_or(-1));
+      in = Instr::wait((int32_t)program.getInteger(k, "handle").value_or(-1));
     } else if (op == "wait_collectives") {
-      in = Instr::wait(-1, (int32_t)std::max<int64_t>(0, instr.getInteger("keep").value_or(0)));
+      in = Instr::wait(-1,
+                       (int32_t)std::max<int64_t>(0, program.getInteger(k, "keep").value_or(0)));
     } else if (op == "adamw") {
       // Reads p, g, m, v and writes p, m, v (the norm pass reads g again).
       double bytes = 0, numel = 0;
-      if (const json::Array *entries = instr.getArray("params"))
+      if (const json::Array *entries = program.getArray(k, "params"))
         for (const json::Value &ev : *entries) {
           const json::Object *e = ev.getAsObject();
           if (!e)
@@ -267,7 +234,8 @@ bool RankReader::read(Program &out, std::vector<std::string> &opNames) {
     } else if (op == "free") {
       in = Instr::compute(0.0, work, label);
     } else {
-      std::optional<double> flops = instr.getNumber("flops"), bytes = instr.getNumber("bytes");
+      std::optional<double> flops = program.getNumber(k, "flops"),
+                            bytes = program.getNumber(k, "bytes");
       double f = flops.value_or(0.0), b = bytes.value_or(inBytes + outBytes);
       if (op == "accumulate") {
         f = outNumel;
@@ -287,10 +255,113 @@ bool RankReader::read(Program &out, std::vector<std::string> &opNames) {
   return true;
 }
 
+/// A manifest rank's buffers, groups and program as a RankSource.
+bool rankFromJson(const json::Object &rank, std::string path, RankSource &out,
+                  std::unique_ptr<JsonProgramView> &view, std::string &why) {
+  auto fail = [&](const std::string &where, const std::string &msg) {
+    why = path + where + ": " + msg;
+    return false;
+  };
+  const json::Array *buffers = rank.getArray("buffers");
+  if (!buffers)
+    return fail(".buffers", "missing");
+  for (auto [k, bv] : llvm::enumerate(*buffers)) {
+    std::string where = ".buffers[" + std::to_string(k) + "]";
+    const json::Object *b = bv.getAsObject();
+    std::optional<int64_t> id = b ? b->getInteger("id") : std::nullopt;
+    std::optional<int64_t> bytes = b ? b->getInteger("bytes") : std::nullopt;
+    if (!id || *id < 0 || *id > (int64_t)1 << 30)
+      return fail(where + ".id", "expected a non-negative integer");
+    if (!bytes || *bytes < 0)
+      return fail(where + ".bytes", "expected a non-negative integer");
+    BufferDesc d;
+    d.id = *id;
+    d.bytes = *bytes;
+    if (const json::Array *shape = b->getArray("shape"))
+      for (const json::Value &dim : *shape)
+        d.numel *= dim.getAsInteger().value_or(1);
+    d.persistent = isPersistentKind(b->getString("kind").value_or(""));
+    d.aliasOf = b->getInteger("alias_of").value_or(-1);
+    out.buffers.push_back(d);
+  }
+  if (const json::Object *g = rank.getObject("groups"))
+    for (auto &kv : *g) {
+      const json::Array *members = kv.second.getAsArray();
+      if (!members)
+        return fail(".groups." + kv.first.str(), "expected an array of ranks");
+      std::vector<int64_t> ms;
+      for (const json::Value &m : *members) {
+        std::optional<int64_t> r = m.getAsInteger();
+        if (!r)
+          return fail(".groups." + kv.first.str(), "expected an array of ranks");
+        ms.push_back(*r);
+      }
+      out.groups[kv.first.str()] = std::move(ms);
+    }
+  out.arenaBytes = rank.getInteger("arena_bytes").value_or(0);
+  const json::Array *program = rank.getArray("program");
+  if (!program)
+    return fail(".program", "missing");
+  view = std::make_unique<JsonProgramView>(*program);
+  out.program = view.get();
+  out.path = std::move(path);
+  return true;
+}
+
 } // namespace
 
+bool pipemesh::sim::isPersistentKind(llvm::StringRef kind) {
+  return kind == "param" || kind == "param_copy" || kind == "grad" || kind == "adam_m" ||
+         kind == "adam_v" || kind == "constant";
+}
+
+bool pipemesh::sim::jobFromRanks(const PlanInfo &info, bool replicasElided,
+                                 llvm::ArrayRef<RankSource> ranks, LoadedPlan &out,
+                                 std::string &why) {
+  out.info = info;
+  const size_t numRanks = replicasElided ? (size_t)info.worldSize : ranks.size();
+  Job &job = out.job;
+  job.ranks.assign(numRanks, Program());
+  out.opNames.assign(numRanks, {});
+  std::vector<bool> seen(numRanks, false);
+  for (const RankSource &src : ranks) {
+    int64_t g = src.rank;
+    if (g < 0 || g >= (int64_t)numRanks || seen[g] || (replicasElided && g % info.dp != 0)) {
+      why = src.path + ".rank: " + std::to_string(g) + " is out of range or repeated";
+      return false;
+    }
+    seen[g] = true;
+    Program &p = job.ranks[g];
+    p.rank = (int32_t)g;
+    RankReader reader(src, job, why);
+    if (!reader.read(p, out.opNames[g]))
+      return false;
+    carryAsyncTailIntoStep(p);
+  }
+  if (replicasElided) {
+    // Replica d of pipeline rank p is global rank p * dp + d: its peers and
+    // its groups other than dp (the tied group) are replica 0's shifted by d.
+    for (int64_t base = 0; base < (int64_t)numRanks; base += info.dp) {
+      if (!seen[base]) {
+        why = "manifest: replicas_elided but pipeline rank " + std::to_string(base / info.dp) +
+              " is missing";
+        return false;
+      }
+      for (int64_t d = 1; d < info.dp; ++d)
+        out.opNames[base + d] = out.opNames[base];
+    }
+    buildReplicas(job, info.dp);
+  }
+  job.tokensPerStep = (double)info.batch * info.seq * info.microbatches * info.dp;
+  job.description = "pp=" + std::to_string(info.pp) + " dp=" + std::to_string(info.dp) +
+                    " vpp=" + std::to_string(info.vpp) +
+                    " microbatches=" + std::to_string(info.microbatches) +
+                    " schedule=" + info.schedule + " zero=" + std::to_string(info.zero);
+  return true;
+}
+
 bool pipemesh::sim::jobFromManifest(const json::Object &m, LoadedPlan &out, std::string &why) {
-  PlanInfo &info = out.info;
+  PlanInfo info;
   const json::Object *model = m.getObject("model");
   const json::Object *par = m.getObject("parallel");
   if (!model || !par) {
@@ -321,13 +392,10 @@ bool pipemesh::sim::jobFromManifest(const json::Object &m, LoadedPlan &out, std:
   }
   // A search's manifest may list only dp rank 0 of each pipeline rank
   // (`parallel.replicas_elided`); the other replicas run the same program
-  // against their own peers and are built here.
+  // against their own peers and are built by jobFromRanks.
   const bool elided = par->getBoolean("replicas_elided").value_or(false);
-  const size_t numRanks = elided ? (size_t)info.worldSize : ranks->size();
-  Job &job = out.job;
-  job.ranks.assign(numRanks, Program());
-  out.opNames.assign(numRanks, {});
-  std::vector<bool> seen(numRanks, false);
+  std::vector<RankSource> sources(ranks->size());
+  std::vector<std::unique_ptr<JsonProgramView>> views(ranks->size());
   for (auto [k, rv] : llvm::enumerate(*ranks)) {
     std::string path = "ranks[" + std::to_string(k) + "]";
     const json::Object *r = rv.getAsObject();
@@ -335,39 +403,11 @@ bool pipemesh::sim::jobFromManifest(const json::Object &m, LoadedPlan &out, std:
       why = path + ": expected an object";
       return false;
     }
-    int64_t g = r->getInteger("rank").value_or((int64_t)k);
-    if (g < 0 || g >= (int64_t)numRanks || seen[g] || (elided && g % info.dp != 0)) {
-      why = path + ".rank: " + std::to_string(g) + " is out of range or repeated";
+    sources[k].rank = r->getInteger("rank").value_or((int64_t)k);
+    if (!rankFromJson(*r, path, sources[k], views[k], why))
       return false;
-    }
-    seen[g] = true;
-    Program &p = job.ranks[g];
-    p.rank = (int32_t)g;
-    RankReader reader(*r, path, job, why);
-    if (!reader.read(p, out.opNames[g]))
-      return false;
-    carryAsyncTailIntoStep(p);
   }
-  if (elided) {
-    // Replica d of pipeline rank p is global rank p * dp + d: its peers and
-    // its groups other than dp (the tied group) are replica 0's shifted by d.
-    for (int64_t base = 0; base < (int64_t)numRanks; base += info.dp) {
-      if (!seen[base]) {
-        why = "manifest: replicas_elided but pipeline rank " + std::to_string(base / info.dp) +
-              " is missing";
-        return false;
-      }
-      for (int64_t d = 1; d < info.dp; ++d)
-        out.opNames[base + d] = out.opNames[base];
-    }
-    buildReplicas(job, info.dp);
-  }
-  job.tokensPerStep = (double)info.batch * info.seq * info.microbatches * info.dp;
-  job.description = "pp=" + std::to_string(info.pp) + " dp=" + std::to_string(info.dp) +
-                    " vpp=" + std::to_string(info.vpp) +
-                    " microbatches=" + std::to_string(info.microbatches) +
-                    " schedule=" + info.schedule + " zero=" + std::to_string(info.zero);
-  return true;
+  return jobFromRanks(info, elided, sources, out, why);
 }
 
 bool pipemesh::sim::loadPlanFile(llvm::StringRef path, LoadedPlan &out, std::string &why) {

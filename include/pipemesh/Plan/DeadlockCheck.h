@@ -22,6 +22,10 @@
 #include <string>
 #include <vector>
 
+namespace pipemesh::sim {
+class ProgramView;
+}
+
 namespace pipemesh::plan {
 
 /// What one instruction means to the check.
@@ -74,6 +78,12 @@ struct RankProgram {
 /// each blocked rank, its instruction index and what it waits for (or the
 /// first mismatch found).
 std::string findDeadlock(llvm::ArrayRef<RankProgram> ranks);
+
+/// Appends what the check sees of each instruction of `program` to rp.ops;
+/// `bytes` maps buffer ids to their sizes. False with `why` when an
+/// instruction is malformed.
+bool readCommunication(const sim::ProgramView &program, const std::map<int64_t, int64_t> &bytes,
+                       RankProgram &rp, std::string &why);
 
 /// Reads the ranks of a plan manifest (the JSON of docs/plan-format.md)
 /// into programs; false with `why` when the manifest is malformed.

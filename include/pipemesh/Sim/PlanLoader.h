@@ -37,11 +37,13 @@
 #define PIPEMESH_SIM_PLANLOADER_H
 
 #include "pipemesh/Sim/Program.h"
+#include "pipemesh/Sim/ProgramView.h"
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/JSON.h"
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -63,6 +65,33 @@ struct LoadedPlan {
   /// for per-op breakdowns.
   std::vector<std::vector<std::string>> opNames;
 };
+
+/// A buffer as the loader needs it (a manifest's "buffers" entry).
+struct BufferDesc {
+  int64_t id = 0, bytes = 0, numel = 1;
+  int64_t aliasOf = -1;
+  /// Alive all step (isPersistentKind of its kind).
+  bool persistent = false;
+};
+
+/// param, param_copy, grad, adam_m, adam_v and constant buffers live all step.
+bool isPersistentKind(llvm::StringRef kind);
+
+/// One rank of a plan as jobFromRanks reads it.
+struct RankSource {
+  int64_t rank = 0; // global
+  std::string path; // names the rank in messages ("ranks[2]")
+  std::vector<BufferDesc> buffers;
+  /// Group name -> member (global) ranks.
+  std::map<std::string, std::vector<int64_t>> groups;
+  int64_t arenaBytes = 0;
+  const ProgramView *program = nullptr;
+};
+
+/// The ranks as programs; with `replicasElided` the ranks are dp rank 0 of
+/// each pipeline rank and the other replicas are derived. False with `why`.
+bool jobFromRanks(const PlanInfo &info, bool replicasElided, llvm::ArrayRef<RankSource> ranks,
+                  LoadedPlan &out, std::string &why);
 
 /// Reads the header and manifest of a plan file. False with `why`.
 bool loadPlanFile(llvm::StringRef path, LoadedPlan &out, std::string &why);
