@@ -427,12 +427,17 @@ private:
   std::pair<int64_t, double> fastestPrefetch(func::FuncOp train, const cost::Cluster &cluster,
                                              std::vector<std::pair<int64_t, double>> *tried);
   void explain(func::FuncOp train, const cost::Cluster &cluster);
-  /// Takes rp's program (moved into the entry).
-  json::Object rankJson(RankPlan &rp);
-  /// With dp > 1 the manifest holds dp rank 0's program of each pipeline rank
+  /// A rank's entry in the manifest but for its "buffers" and "program".
+  json::Object rankJson(const RankPlan &rp);
+  /// The manifest but for its "ranks".
+  json::Object manifestWithoutRanks();
+  /// The manifest's text (docs/plan-format.md), each rank's buffers and
+  /// program written as they are read, the programs moved out of `ranks`:
+  /// a large plan's JSON objects are never all built at once. With dp > 1
+  /// the manifest holds dp rank 0's program of each pipeline rank
   /// (`parallel.replicas_elided`); its readers derive the other replicas
   /// (expandReplicas, pipemesh-run's plan reader, the simulator's loader).
-  json::Object manifest(std::vector<RankPlan> &ranks);
+  std::string manifestText(std::vector<RankPlan> &ranks);
   /// The manifest's `parallel` object (the searches' results included).
   json::Object parallelJson();
 

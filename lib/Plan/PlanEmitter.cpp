@@ -213,43 +213,59 @@ void PlanBuilder::countFlops(func::FuncOp train) {
   });
 }
 
-json::Object PlanBuilder::rankJson(RankPlan &rp) {
+/// `o`'s members and the members `extra` writes (`extraKeys`), in key order:
+/// what `os << json::Value(o with them)` writes, without building them.
+static void writeObject(json::OStream &j, const json::Object &o,
+                        llvm::ArrayRef<llvm::StringRef> extraKeys,
+                        llvm::function_ref<void(llvm::StringRef)> extra) {
+  std::vector<std::pair<llvm::StringRef, const json::Value *>> members;
+  for (const auto &kv : o)
+    members.push_back({kv.first, &kv.second});
+  for (llvm::StringRef k : extraKeys)
+    members.push_back({k, nullptr});
+  llvm::sort(members, [](const auto &a, const auto &b) { return a.first < b.first; });
+  j.object([&] {
+    for (auto &[key, value] : members) {
+      j.attributeBegin(key);
+      if (value)
+        j.value(*value);
+      else
+        extra(key);
+      j.attributeEnd();
+    }
+  });
+}
+
+static json::Object bufferJson(const Buffer &b, int64_t id) {
+  json::Object o{{"id", id},          {"name", b.name},
+                 {"shape", json::Array(b.shape)}, {"dtype", b.dtype},
+                 {"offset", b.offset},        {"bytes", b.bytes()},
+                 {"kind", b.kind}};
+  if (!b.param.empty())
+    o["param"] = b.param;
+  if (!b.data.empty())
+    o["data"] = b.data;
+  if (b.aliasOf >= 0)
+    o["alias_of"] = b.aliasOf;
+  if (b.sharded) {
+    o["elem_offset"] = 0;
+    o["shard_numel"] = b.shardNumel;
+    o["padded_numel"] = b.paddedNumel;
+  }
+  return o;
+}
+
+json::Object PlanBuilder::rankJson(const RankPlan &rp) {
   // dp rank 0's program of pipeline rank rp.pp; the other replicas derive
   // from it (expandReplicas: peers, tied group and shard offsets shifted by
   // the dp rank, norm_dp0_only resolved).
-  const int64_t dp = sh.opts.dp;
-  // Reserved: json::Value's move is not noexcept, so growth would copy.
-  json::Array bufs;
-  bufs.reserve(rp.buffers.size());
-  for (auto [i, b] : llvm::enumerate(rp.buffers)) {
-    json::Object o{{"id", (int64_t)i},          {"name", b.name},
-                   {"shape", json::Array(b.shape)}, {"dtype", b.dtype},
-                   {"offset", b.offset},        {"bytes", b.bytes()},
-                   {"kind", b.kind}};
-    if (!b.param.empty())
-      o["param"] = b.param;
-    if (!b.data.empty())
-      o["data"] = b.data;
-    if (b.aliasOf >= 0)
-      o["alias_of"] = b.aliasOf;
-    if (b.sharded) {
-      o["elem_offset"] = 0;
-      o["shard_numel"] = b.shardNumel;
-      o["padded_numel"] = b.paddedNumel;
-    }
-    bufs.push_back(std::move(o));
-  }
-  json::Array program;
-  program.reserve(rp.program.size());
-  for (; !rp.program.empty(); rp.program.pop_front()) // each freed once it is converted
-    program.push_back(std::move(rp.program.front()).toJson());
   json::Object groups;
   for (auto &[name, members] : rankGroups(rp))
     groups[name] = json::Array(members);
   std::string schedule;
   for (const std::string &t : rp.row)
     schedule += (schedule.empty() ? "" : " ") + t;
-  return json::Object{{"rank", rp.pp * dp},
+  return json::Object{{"rank", rp.pp * sh.opts.dp},
                       {"pp_rank", rp.pp},
                       {"dp_rank", 0},
                       {"chunks", json::Array(rp.chunks)},
@@ -260,12 +276,10 @@ json::Object PlanBuilder::rankJson(RankPlan &rp) {
                       {"arena_bytes", rp.arenaBytes},
                       {"persistent_bytes", rp.persistentBytes},
                       {"activation_peak_bytes", rp.activationPeak},
-                      {"recompute", recomputeName(rp.recompute, sh.step.pp)},
-                      {"buffers", std::move(bufs)},
-                      {"program", std::move(program)}};
+                      {"recompute", recomputeName(rp.recompute, sh.step.pp)}};
 }
 
-json::Object PlanBuilder::manifest(std::vector<RankPlan> &ranks) {
+json::Object PlanBuilder::manifestWithoutRanks() {
   const CompileOptions &o = sh.opts;
   json::Array params;
   int64_t numParams = 0;
@@ -286,10 +300,6 @@ json::Object PlanBuilder::manifest(std::vector<RankPlan> &ranks) {
   json::Object inputs{{"tokens", sh.tokensName}};
   if (sh.targetsType)
     inputs["targets"] = sh.targetsName;
-  json::Array rankArray;
-  rankArray.reserve(ranks.size()); // growth would deep-copy whole programs
-  for (RankPlan &rp : ranks)
-    rankArray.push_back(rankJson(rp));
   return json::Object{
       {"format", "pipemesh-plan"},
       {"version", (int64_t)kPlanFormatVersion},
@@ -307,8 +317,30 @@ json::Object PlanBuilder::manifest(std::vector<RankPlan> &ranks) {
       {"grad_reduce", o.gradReduce},
       {"parallel", parallelJson()},
       {"inputs", std::move(inputs)},
-      {"params", std::move(params)},
-      {"ranks", std::move(rankArray)}};
+      {"params", std::move(params)}};
+}
+
+std::string PlanBuilder::manifestText(std::vector<RankPlan> &ranks) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  json::OStream j(os);
+  writeObject(j, manifestWithoutRanks(), {"ranks"}, [&](llvm::StringRef) {
+    j.array([&] {
+      for (RankPlan &rp : ranks)
+        writeObject(j, rankJson(rp), {"buffers", "program"}, [&](llvm::StringRef key) {
+          j.array([&] {
+            if (key == "buffers") {
+              for (auto [i, b] : llvm::enumerate(rp.buffers))
+                j.value(bufferJson(b, (int64_t)i));
+              return;
+            }
+            for (; !rp.program.empty(); rp.program.pop_front()) // each freed once written
+              j.value(std::move(rp.program.front()).toJson());
+          });
+        });
+    });
+  });
+  return text;
 }
 
 json::Object PlanBuilder::parallelJson() {
@@ -725,25 +757,21 @@ LogicalResult PlanBuilder::run(llvm::raw_ostream &os) {
   else if (failed(buildRanks(train, ranks)))
     return failure();
   searched.reset();
-  std::string manifestText;
-  {
-    llvm::raw_string_ostream ms(manifestText);
-    ms << json::Value(manifest(ranks));
-  }
+  std::string manifest = manifestText(ranks);
 
   std::string blob;
   if (failed(detail::writeWeights(sh.module, weights, sh.opts.shapesOnly, blob)))
     return failure();
-  uint64_t hash = fnv1a64(blob, fnv1a64(manifestText));
+  uint64_t hash = fnv1a64(blob, fnv1a64(manifest));
   uint32_t version = kPlanFormatVersion, reserved = 0;
-  uint64_t lm = manifestText.size(), lw = blob.size();
+  uint64_t lm = manifest.size(), lw = blob.size();
   os.write(kPlanMagic, 8);
   os.write(reinterpret_cast<const char *>(&version), 4);
   os.write(reinterpret_cast<const char *>(&reserved), 4);
   os.write(reinterpret_cast<const char *>(&lm), 8);
   os.write(reinterpret_cast<const char *>(&lw), 8);
   os.write(reinterpret_cast<const char *>(&hash), 8);
-  os << manifestText << blob;
+  os << manifest << blob;
   return success();
 }
 
