@@ -34,6 +34,9 @@ CONFIGS = [  # (pp, dp, zero, microbatches, schedule)
     (2, 2, 1, 2, "bfs defer-w=chunk"),
     (2, 1, 0, 4, "elastic fwd-groups=4 bwd-groups=2,2 defer-w=all"),
     (2, 2, 1, 2, "elastic groups=auto cluster=a100-40g-25gbps recompute=full"),
+    # the plan written is the search's own (its ranks as emitted while searching),
+    # rank 0 recomputing its attention cores to fit
+    (2, 2, 1, 4, "elastic groups=auto cluster=a100-40g-25gbps recompute=auto mem-limit=1500KB"),
     (2, 1, 0, 4, "zb-h1 recompute=auto mem-limit=1600KB"),
     # the last stage fits only with its W re-running what it needs ("again for W")
     (2, 1, 0, 4, "zb-h1 recompute=auto mem-limit=1450000"),
