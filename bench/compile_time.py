@@ -12,7 +12,8 @@ Wall time, peak RSS and plan size for each; with --baseline-opt the same compile
 another pipemesh-opt binary (an older build) in the same run, and their ratio.
 
     bench/compile_time.py [--opt build/bin/pipemesh-opt] [--baseline-opt OLD/pipemesh-opt]
-                          [--microbatches 8,32,128] [--groups-auto 128] [--json OUT]
+                          [--microbatches 8,32,128] [--groups-auto 128] [--single-thread]
+                          [--json OUT]
 """
 import argparse
 import json
@@ -29,11 +30,11 @@ COMMON = ("batch=1 seq=2048 pp=4 dp=16 vpp=3 zero=1 recompute=auto mem-limit=40G
           "shapes-only=true activations=bf16 params=bf16 grad-reduce=bf16")
 
 
-def compile_once(opt, model, options, workdir):
+def compile_once(opt, model, options, workdir, extra=()):
     """(seconds, peak RSS bytes, plan bytes, the plan's manifest or None)."""
     plan = os.path.join(workdir, "plan")
     t0 = time.monotonic()
-    proc = subprocess.Popen([opt, model, f"--pipemesh-compile={options}", "-o", plan],
+    proc = subprocess.Popen([opt, model, f"--pipemesh-compile={options}", "-o", plan, *extra],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     err = proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak RSS
@@ -54,6 +55,8 @@ def main():
     ap.add_argument("--microbatches", default="8,16,32,64,128")
     ap.add_argument("--groups-auto", type=int, default=128,
                     help="micro-batches of the groups=auto compile (0: none)")
+    ap.add_argument("--single-thread", action="store_true",
+                    help="compile with --mlir-disable-threading (the ranks emitted one by one)")
     ap.add_argument("--json", help="write the rows here")
     args = ap.parse_args()
     model = model_file("1.3B")
@@ -70,7 +73,9 @@ def main():
         for name, options in jobs:
             row = {"plan": name, "options": options}
             for label, opt in opts:
-                s, rss, size, m = compile_once(opt, model, options, work)
+                s, rss, size, m = compile_once(
+                    opt, model, options, work,
+                    ("--mlir-disable-threading",) if args.single_thread else ())
                 row[label] = {"seconds": round(s, 2), "rss_bytes": rss, "plan_bytes": size}
                 search = m.get("parallel", {}).get("groups_search")
                 if search:
