@@ -395,6 +395,9 @@ private:
     std::optional<std::vector<RankPlan>> ranks;
   };
   Prediction predict(func::FuncOp train, const cost::Cluster &cluster, bool keepRanks = false);
+  /// The simulated step of emitted ranks (into out.ok / result / why).
+  void simulateRanks(const std::vector<RankPlan> &ranks, const cost::Cluster &cluster,
+                     Prediction &out);
   /// What the searches set and the emission depends on besides the options.
   struct PlanChoice {
     ScheduleConfig sched;

@@ -51,16 +51,21 @@ PlanBuilder::Prediction PlanBuilder::predict(func::FuncOp train, const cost::Clu
     out.why = why.empty() ? "cannot be emitted" : why;
     return out;
   }
+  simulateRanks(ranks, cluster, out);
+  if (out.ok && keepRanks && why.empty())
+    out.ranks = std::move(ranks);
+  return out;
+}
+
+void PlanBuilder::simulateRanks(const std::vector<RankPlan> &ranks, const cost::Cluster &cluster,
+                                Prediction &out) {
   sim::LoadedPlan lp;
   if (!jobOfRanks(ranks, lp, out.why))
-    return out;
+    return;
   out.result = sim::simulate(lp.job, cluster);
   out.ok = out.result.ok;
   if (!out.ok)
     out.why = out.result.error;
-  else if (keepRanks && why.empty())
-    out.ranks = std::move(ranks);
-  return out;
 }
 
 /// groups=auto: forward and backward group sizes from pp (depth-first) to
@@ -409,7 +414,12 @@ void PlanBuilder::explain(func::FuncOp train, const cost::Cluster &cluster) {
     return name;
   };
   std::string chosenName = nameOf(chosen);
-  Prediction mine = predict(train, cluster);
+  // The choice of a search was simulated from these ranks already.
+  Prediction mine;
+  if (searched && searched->first == currentChoice())
+    simulateRanks(searched->second, cluster, mine);
+  else
+    mine = predict(train, cluster);
   row(chosenName, mine, true);
   if (mine.ok) {
     const sim::SimResult &r = mine.result;
