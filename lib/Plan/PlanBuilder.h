@@ -99,6 +99,9 @@ struct Shared {
   int64_t zero = 0; // effective: 0 when dp = 1
   /// Effective ZeRO level of every chunk (all 0 when dp = 1).
   std::vector<int64_t> zeroChunks;
+  /// Every parameter's level under zeroChunks (`pmesh.zero`, zeroLevels),
+  /// set with the rank programs.
+  llvm::StringMap<int64_t> zeroLevels;
   /// ZeRO-3 gathers run this many layers ahead (CompileOptions::prefetch, or
   /// prefetch=auto's choice).
   int64_t prefetch = 1;

@@ -515,6 +515,7 @@ LogicalResult PlanBuilder::emitRank(int64_t p, RankPlan &out, std::string &overL
 /// The rank programs that RankEmitter lowers.
 LogicalResult PlanBuilder::buildRankPrograms(int64_t waitLag) {
   detail::annotateSharding(sh.module, sh.step, sh.zeroChunks, sh.opts.dp);
+  sh.zeroLevels = detail::zeroLevels(sh.module);
   return detail::buildRankPrograms(sh.module, sh.step, sh.sched, sh.opts.dp, waitLag);
 }
 

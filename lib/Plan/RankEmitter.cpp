@@ -42,7 +42,7 @@ std::string recomputeName(Recompute r, int64_t pp) {
 
 
 int64_t RankEmitter::zeroOf(StringRef name) const {
-  return sh.opts.dp > 1 ? detail::zeroLevelOf(sh.module, name) : 0;
+  return sh.opts.dp > 1 ? sh.zeroLevels.lookup(name) : 0;
 }
 
 void RankEmitter::createParamBuffers() {

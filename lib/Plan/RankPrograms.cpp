@@ -28,12 +28,13 @@ void annotateSharding(ModuleOp module, const StagedStep &step, llvm::ArrayRef<in
   }
 }
 
-int64_t zeroLevelOf(ModuleOp module, llvm::StringRef name) {
-  auto param = module.lookupSymbol<pm::ParamOp>(name);
-  if (!param)
-    return 0;
-  auto attr = param->getAttrOfType<IntegerAttr>("pmesh.zero");
-  return attr ? attr.getInt() : 0;
+llvm::StringMap<int64_t> zeroLevels(ModuleOp module) {
+  llvm::StringMap<int64_t> levels;
+  for (auto param : module.getOps<pm::ParamOp>()) {
+    auto attr = param->getAttrOfType<IntegerAttr>("pmesh.zero");
+    levels[param.getSymName()] = attr ? attr.getInt() : 0;
+  }
+  return levels;
 }
 
 namespace {
@@ -45,7 +46,7 @@ public:
                  int64_t waitLag, const llvm::StringSet<> &trained, int64_t p,
                  const std::vector<Action> &actions)
       : module(module), step(step), sched(sched), dp(dp), waitLag(waitLag), trained(trained),
-        p(p), actions(actions), b(module.getContext()) {}
+        p(p), actions(actions), b(module.getContext()), levels(zeroLevels(module)) {}
 
   void build(OpBuilder &outer);
 
@@ -53,14 +54,8 @@ private:
   const std::vector<Operation *> &actionOps(const Action &a) const {
     return step.phaseOps(a.chunk, a.weight ? 2 : a.backward ? 1 : 0, splitsBackward(sched));
   }
-  /// `pmesh.zero` of a parameter, read once per program (a symbol lookup
-  /// scans the module).
-  int64_t zeroOf(llvm::StringRef name) {
-    auto [it, added] = levels.try_emplace(name, 0);
-    if (added)
-      it->second = zeroLevelOf(module, name);
-    return it->second;
-  }
+  /// `pmesh.zero` of a parameter (0 when absent).
+  int64_t zeroOf(llvm::StringRef name) const { return levels.lookup(name); }
   ArrayAttr symbols(llvm::ArrayRef<std::string> names) {
     llvm::SmallVector<Attribute> refs;
     for (const std::string &n : names)

@@ -30,6 +30,7 @@
 #include "pipemesh/Plan/Schedule.h"
 
 #include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/StringMap.h"
 
 namespace pipemesh::plan::detail {
 
@@ -37,8 +38,9 @@ namespace pipemesh::plan::detail {
 void annotateSharding(mlir::ModuleOp module, const StagedStep &step,
                       llvm::ArrayRef<int64_t> zeroChunks, int64_t dp);
 
-/// The `pmesh.zero` of a parameter (0 when absent or dp = 1).
-int64_t zeroLevelOf(mlir::ModuleOp module, llvm::StringRef param);
+/// The `pmesh.zero` of every pmesh.param (absent: 0), in one pass over the
+/// module (a symbol lookup by name walks the module each time).
+llvm::StringMap<int64_t> zeroLevels(mlir::ModuleOp module);
 
 /// Builds the pmesh.rank_program ops (annotateSharding first).
 mlir::LogicalResult buildRankPrograms(mlir::ModuleOp module, const StagedStep &step,

@@ -34,11 +34,9 @@ sim::Job skeletonJob(ModuleOp module, const StagedStep &step, const ScheduleConf
   // Per (chunk, phase 0 F / 1 B / 2 W): time, saved bytes, zero-3 params.
   std::map<std::pair<int64_t, int>, PhaseCost> phases;
   // Every parameter's bytes and ZeRO level, looked up once.
-  llvm::StringMap<int64_t> bytesOf, levelOf;
-  for (auto param : module.getOps<pm::ParamOp>()) {
+  llvm::StringMap<int64_t> bytesOf, levelOf = zeroLevels(module);
+  for (auto param : module.getOps<pm::ParamOp>())
     bytesOf[param.getSymName()] = cost::typeBytes(param.getType());
-    levelOf[param.getSymName()] = zeroLevelOf(module, param.getSymName());
-  }
   auto paramBytes = [&](llvm::StringRef name) { return bytesOf.lookup(name); };
   auto shardBytes = [&](int64_t bytes) { return shardLayout(bytes / 4, dp).shardNumel * 4; };
   // What a ZeRO gather moves: the parameters' compute copies (bf16 with
