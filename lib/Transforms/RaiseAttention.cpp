@@ -84,9 +84,17 @@ std::vector<int64_t> broadcastTo(const IntTensor &in, ArrayRef<int64_t> outShape
   return gather(in, outShape, 0, steps);
 }
 
+/// Constants' values, decoded once per pass run: every layer's mask chain
+/// starts from the same [ctx, ctx] constant, and decoding it element by
+/// element through APInt was most of a large model's import. Keyed by the
+/// attribute (immutable, alive as long as the context), not by a value
+/// that the rewrites may erase.
+using DecodedConstants = llvm::DenseMap<Attribute, std::vector<int64_t>>;
+
 /// Evaluates an integer or boolean tensor built from constants by the ops a
 /// mask computation uses; nullopt for anything else.
-std::optional<IntTensor> evaluateIntTensor(Value v, unsigned depth = 0) {
+std::optional<IntTensor> evaluateIntTensor(Value v, DecodedConstants &decoded,
+                                           unsigned depth = 0) {
   auto type = dyn_cast<RankedTensorType>(v.getType());
   if (!type || !isa<IntegerType>(type.getElementType()) || depth > 16 ||
       type.getNumElements() > kMaxMaskElements)
@@ -98,16 +106,23 @@ std::optional<IntTensor> evaluateIntTensor(Value v, unsigned depth = 0) {
 
   DenseIntElementsAttr attr;
   if (matchPattern(v, m_Constant(&attr))) {
-    bool isBool = attr.getElementType().isInteger(1);
-    for (const APInt &value : attr.getValues<APInt>())
-      result.data.push_back(isBool ? (int64_t)value.getBoolValue() : value.getSExtValue());
+    auto [it, added] = decoded.try_emplace(attr);
+    if (added) {
+      bool isBool = attr.getElementType().isInteger(1);
+      it->second.reserve(attr.getNumElements());
+      for (const APInt &value : attr.getValues<APInt>())
+        it->second.push_back(isBool ? (int64_t)value.getBoolValue() : value.getSExtValue());
+    }
+    result.data = it->second;
     return result;
   }
 
   if (!isa<ReshapeOp, CastOp, BroadcastOp, NotOp, SliceOp, TransposeOp, AndOp, EqualOp, LessOp>(
           op))
     return std::nullopt;
-  auto operand = [&](unsigned i) { return evaluateIntTensor(op->getOperand(i), depth + 1); };
+  auto operand = [&](unsigned i) {
+    return evaluateIntTensor(op->getOperand(i), decoded, depth + 1);
+  };
   std::optional<IntTensor> in = operand(0);
   if (!in)
     return std::nullopt;
@@ -312,6 +327,9 @@ PeeledOperand peelFactors(Value v) {
 /// exact causal pattern sets `causal`, any other where stays unraised.
 struct RaiseAttention : OpRewritePattern<MatMulOp> {
   using OpRewritePattern::OpRewritePattern;
+  // The patterns of one pass run, applied by one greedy driver on the module:
+  // one thread, one context.
+  mutable DecodedConstants decoded;
 
   LogicalResult matchAndRewrite(MatMulOp pv, PatternRewriter &rewriter) const override {
     if (pv.getBias() || pv.getTransposeA() || pv.getTransposeB())
@@ -333,7 +351,7 @@ struct RaiseAttention : OpRewritePattern<MatMulOp> {
     // Causality, element by element.
     int64_t tq = scoresType.getDimSize(rank - 2), tk = scoresType.getDimSize(rank - 1);
     if (chain.causalCond) {
-      std::optional<IntTensor> cond = evaluateIntTensor(chain.causalCond);
+      std::optional<IntTensor> cond = evaluateIntTensor(chain.causalCond, decoded);
       if (!cond)
         return rewriter.notifyMatchFailure(pv, "where condition is not a constant mask");
       // With tq > tk some rows would hide every key: no causal attention.
