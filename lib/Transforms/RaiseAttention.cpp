@@ -24,6 +24,7 @@
 #include "mlir/IR/Matchers.h"
 
 #include <cmath>
+#include <mutex>
 
 using namespace mlir;
 using namespace pipemesh;
@@ -327,9 +328,10 @@ PeeledOperand peelFactors(Value v) {
 /// exact causal pattern sets `causal`, any other where stays unraised.
 struct RaiseAttention : OpRewritePattern<MatMulOp> {
   using OpRewritePattern::OpRewritePattern;
-  // The patterns of one pass run, applied by one greedy driver on the module:
-  // one thread, one context.
+  // One pattern set serves one context (--pmesh-raise builds it per run); the
+  // lock keeps the cache sound if a pass ever applies it on several threads.
   mutable DecodedConstants decoded;
+  mutable std::mutex decodedMutex;
 
   LogicalResult matchAndRewrite(MatMulOp pv, PatternRewriter &rewriter) const override {
     if (pv.getBias() || pv.getTransposeA() || pv.getTransposeB())
@@ -351,7 +353,11 @@ struct RaiseAttention : OpRewritePattern<MatMulOp> {
     // Causality, element by element.
     int64_t tq = scoresType.getDimSize(rank - 2), tk = scoresType.getDimSize(rank - 1);
     if (chain.causalCond) {
-      std::optional<IntTensor> cond = evaluateIntTensor(chain.causalCond, decoded);
+      std::optional<IntTensor> cond;
+      {
+        std::lock_guard<std::mutex> lock(decodedMutex);
+        cond = evaluateIntTensor(chain.causalCond, decoded);
+      }
       if (!cond)
         return rewriter.notifyMatchFailure(pv, "where condition is not a constant mask");
       // With tq > tk some rows would hide every key: no causal attention.
