@@ -398,21 +398,25 @@ private:
     std::optional<std::vector<RankPlan>> ranks;
   };
   Prediction predict(func::FuncOp train, const cost::Cluster &cluster, bool keepRanks = false);
-  /// The simulated step of emitted ranks (into out.ok / result / why).
-  void simulateRanks(const std::vector<RankPlan> &ranks, const cost::Cluster &cluster,
-                     Prediction &out);
   /// What the searches set and the emission depends on besides the options.
   struct PlanChoice {
     ScheduleConfig sched;
     std::vector<int64_t> zeroChunks;
     int64_t prefetch = 1;
-    bool operator==(const PlanChoice &o) const;
+    bool operator==(const PlanChoice &o) const {
+      return sched == o.sched && zeroChunks == o.zeroChunks && prefetch == o.prefetch;
+    }
   };
   PlanChoice currentChoice() const { return {sh.sched, sh.zeroChunks, sh.prefetch}; }
   /// A search's chosen plan, emitted and simulated while searching: the
-  /// compile writes these ranks instead of emitting them again, if nothing
-  /// was changed since.
-  std::optional<std::pair<PlanChoice, std::vector<RankPlan>>> searched;
+  /// compile writes these ranks, and --explain reports their simulation,
+  /// instead of doing either again, if nothing was changed since.
+  struct Searched {
+    PlanChoice choice;
+    std::vector<RankPlan> ranks;
+    sim::SimResult result; // the search's simulation of them
+  };
+  std::optional<Searched> searched;
   /// The skeleton simulation (SkeletonJob.h: no recompute, costs per
   /// action) of the current options' rank programs, with the first
   /// wait-lag that does not deadlock; !ok when none.

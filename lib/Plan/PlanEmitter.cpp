@@ -753,8 +753,8 @@ LogicalResult PlanBuilder::run(llvm::raw_ostream &os) {
   if (sh.opts.explain)
     explain(train, cluster);
   std::vector<RankPlan> ranks;
-  if (searched && searched->first == currentChoice())
-    ranks = std::move(searched->second);
+  if (searched && searched->choice == currentChoice())
+    ranks = std::move(searched->ranks);
   else if (failed(buildRanks(train, ranks)))
     return failure();
   searched.reset();

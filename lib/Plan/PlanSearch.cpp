@@ -24,14 +24,6 @@ namespace pm = pipemesh::pmesh;
 
 namespace pipemesh::plan::detail {
 
-bool PlanBuilder::PlanChoice::operator==(const PlanChoice &o) const {
-  const ScheduleConfig &a = sched, &b = o.sched;
-  return a.kind == b.kind && a.pp == b.pp && a.vpp == b.vpp &&
-         a.microbatches == b.microbatches && a.group == b.group && a.fwdGroups == b.fwdGroups &&
-         a.bwdGroups == b.bwdGroups && a.deferW == b.deferW && zeroChunks == o.zeroChunks &&
-         prefetch == o.prefetch;
-}
-
 PlanBuilder::Prediction PlanBuilder::predict(func::FuncOp train, const cost::Cluster &cluster,
                                              bool keepRanks) {
   Prediction out;
@@ -51,21 +43,16 @@ PlanBuilder::Prediction PlanBuilder::predict(func::FuncOp train, const cost::Clu
     out.why = why.empty() ? "cannot be emitted" : why;
     return out;
   }
-  simulateRanks(ranks, cluster, out);
-  if (out.ok && keepRanks && why.empty())
-    out.ranks = std::move(ranks);
-  return out;
-}
-
-void PlanBuilder::simulateRanks(const std::vector<RankPlan> &ranks, const cost::Cluster &cluster,
-                                Prediction &out) {
   sim::LoadedPlan lp;
   if (!jobOfRanks(ranks, lp, out.why))
-    return;
+    return out;
   out.result = sim::simulate(lp.job, cluster);
   out.ok = out.result.ok;
   if (!out.ok)
     out.why = out.result.error;
+  else if (keepRanks && why.empty())
+    out.ranks = std::move(ranks);
+  return out;
 }
 
 /// groups=auto: forward and backward group sizes from pp (depth-first) to
@@ -195,7 +182,7 @@ int64_t PlanBuilder::fasterOfFirstTwoFitting(func::FuncOp train, const cost::Clu
       chosen = (int64_t)i;
       searched.reset();
       if (p.ranks)
-        searched.emplace(currentChoice(), std::move(*p.ranks));
+        searched = Searched{currentChoice(), std::move(*p.ranks), p.result};
     }
   }
   return chosen;
@@ -290,7 +277,7 @@ void PlanBuilder::chooseZero(func::FuncOp train, const cost::Cluster &cluster) {
         it->second = p.result.stepTimeS;
         if (p.ranks && it->second < fastestKept) {
           fastestKept = it->second;
-          searched.emplace(currentChoice(), std::move(*p.ranks));
+          searched = Searched{currentChoice(), std::move(*p.ranks), p.result};
         }
       }
     }
@@ -414,12 +401,14 @@ void PlanBuilder::explain(func::FuncOp train, const cost::Cluster &cluster) {
     return name;
   };
   std::string chosenName = nameOf(chosen);
-  // The choice of a search was simulated from these ranks already.
+  // The choice of a search was simulated there already.
   Prediction mine;
-  if (searched && searched->first == currentChoice())
-    simulateRanks(searched->second, cluster, mine);
-  else
+  if (searched && searched->choice == currentChoice()) {
+    mine.ok = true;
+    mine.result = searched->result;
+  } else {
     mine = predict(train, cluster);
+  }
   row(chosenName, mine, true);
   if (mine.ok) {
     const sim::SimResult &r = mine.result;

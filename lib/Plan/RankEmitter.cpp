@@ -118,9 +118,9 @@ void RankEmitter::ensureLoaded(int64_t mb) {
     outs.push_back(tgt = input(sh.targetsType, sh.targetsName));
   StringRef what = needTokens && needTargets ? "both" : needTokens ? "tokens" : "targets";
   emit(Instr{{"op", "load_microbatch"},
-                    {"index", mb},
-                    {"what", what},
-                    {"out", std::move(outs)}});
+             {"index", mb},
+             {"what", what},
+             {"out", std::move(outs)}});
   loaded[mb] = {tok, tgt};
 }
 
@@ -148,9 +148,9 @@ int RankEmitter::paramBuffer(StringRef name, ActionCtx &ctx) {
     return takePrefetched(name);
   int id = addGatherTarget(name);
   emit(Instr{{"op", "allgather"},
-                    {"group", "dp"},
-                    {"in", json::Array{pb.gatherSource()}},
-                    {"out", json::Array{id}}});
+             {"group", "dp"},
+             {"in", json::Array{pb.gatherSource()}},
+             {"out", json::Array{id}}});
   gathered[name] = id;
   return id;
 }
@@ -315,9 +315,9 @@ void RankEmitter::prefetchGathers(llvm::ArrayRef<std::string> names) {
   if (issued.empty())
     return;
   int64_t seq = issueAsync(Instr{{"op", "allgather"},
-                                        {"group", "dp"},
-                                        {"in", std::move(in)},
-                                        {"out", std::move(out)}},
+                                 {"group", "dp"},
+                                 {"in", std::move(in)},
+                                 {"out", std::move(out)}},
                            {});
   for (auto &[n, id] : issued)
     prefetched[n] = {id, seq};
@@ -391,9 +391,9 @@ LogicalResult RankEmitter::emitOp(Operation *op, ActionCtx &ctx) {
                                << "', which @optimizer_step does not update";
     int dst = gradTarget(acc.getParam());
     emit(Instr{{"op", "accumulate"},
-                      {"in", json::Array{*src}},
-                      {"out", json::Array{dst}},
-                      {"scale", sh.invM}});
+               {"in", json::Array{*src}},
+               {"out", json::Array{dst}},
+               {"scale", sh.invM}});
   } else {
     if (op->getDialect()->getNamespace() != "pmesh")
       return op->emitOpError("cannot be emitted into a plan");
@@ -437,8 +437,8 @@ LogicalResult RankEmitter::emitOp(Operation *op, ActionCtx &ctx) {
     return success();
   if (op == step.lossOp)
     emit(Instr{{"op", "loss"},
-                      {"in", json::Array{inst.lookup({step.loss, mb})}},
-                      {"scale", sh.invM}});
+               {"in", json::Array{inst.lookup({step.loss, mb})}},
+               {"scale", sh.invM}});
   return success();
 }
 
@@ -697,9 +697,9 @@ LogicalResult RankEmitter::run(RankPlan &out) {
                                    << sd.getChannel() << " of micro-batch " << mb
                                    << " before computing it (internal error)";
     emit(Instr{{"op", "send"},
-                      {"in", json::Array{it->second}},
-                      {"peer", (int64_t)sd.getPeer() * sh.opts.dp}, // dp rank 0's peer
-                      {"tag", (int64_t)sd.getTag()}});
+               {"in", json::Array{it->second}},
+               {"peer", (int64_t)sd.getPeer() * sh.opts.dp}, // dp rank 0's peer
+               {"tag", (int64_t)sd.getTag()}});
     sentRoots.push_back(root(it->second));
     sendCompletedAt.push_back(-1);
     std::string token = tokenOf(lastChunk, "SEND_", v, mb);
@@ -891,9 +891,9 @@ LogicalResult RankEmitter::run(RankPlan &out) {
       int64_t mb = r.getMicrobatch();
       int id = add(valueBuffer(v, "activation", tmpName()));
       emit(Instr{{"op", "recv"},
-                        {"out", json::Array{id}},
-                        {"peer", (int64_t)r.getPeer() * sh.opts.dp},
-                        {"tag", (int64_t)r.getTag()}});
+                 {"out", json::Array{id}},
+                 {"peer", (int64_t)r.getPeer() * sh.opts.dp},
+                 {"tag", (int64_t)r.getTag()}});
       inst[{v, mb}] = id;
       pendingRecvTokens.push_back(direction(v) + std::to_string(mb));
     } else if (auto c = dyn_cast<pm::ComputeOp>(op)) {

@@ -74,6 +74,12 @@ struct ScheduleConfig {
   std::vector<int64_t> fwdGroups, bwdGroups;
   /// Elastic and bfs: the backward split into B and W (DeferW).
   DeferW deferW = DeferW::None;
+
+  bool operator==(const ScheduleConfig &o) const {
+    return kind == o.kind && pp == o.pp && vpp == o.vpp && microbatches == o.microbatches &&
+           group == o.group && fwdGroups == o.fwdGroups && bwdGroups == o.bwdGroups &&
+           deferW == o.deferW;
+  }
 };
 
 /// One compute action: the forward or backward of `chunk` on `microbatch`.
