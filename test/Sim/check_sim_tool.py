@@ -180,6 +180,33 @@ def main():
     head[24:32] = struct.pack("<Q", 0)
     with open(full_plan, "wb") as f:
         f.write(bytes(head) + text)
+    # A malformed manifest: the loader names the JSON path and what is wrong.
+    def broken(name, edit):
+        bm = manifest(elided_plan)
+        edit(bm)
+        btext = json.dumps(bm).encode()
+        bhead = bytearray(head)
+        bhead[16:24] = struct.pack("<Q", len(btext))
+        path = os.path.join(work, name + ".plan")
+        with open(path, "wb") as f:
+            f.write(bytes(bhead) + btext)
+        return path
+    def set_program_entry(bm):
+        bm["ranks"][0]["program"][3] = 5
+    def dup_id(bm):
+        bm["ranks"][0]["buffers"][1]["id"] = bm["ranks"][0]["buffers"][0]["id"]
+    def bad_alias(bm):
+        bm["ranks"][0]["buffers"][1]["alias_of"] = 99999
+    def bad_in(bm):
+        bm["ranks"][0]["program"][2]["in"] = [123456]
+    for name, edit, text in (
+            ("notobj", set_program_entry, "ranks[0].program[3]: expected an object"),
+            ("nobufs", lambda bm: bm["ranks"][1].pop("buffers"), "ranks[1].buffers: missing"),
+            ("dupid", dup_id, "ranks[0].buffers[1].id: duplicate buffer id"),
+            ("alias", bad_alias, "ranks[0].buffers[1].alias_of: unknown buffer id"),
+            ("badin", bad_in, "ranks[0].program[2].in: unknown buffer id")):
+        p = run([sim, broken(name, edit), "--cluster", "a100-40g-25gbps"], ok=False)
+        assert p.returncode == 1 and text in p.stderr, (name, p.returncode, p.stderr)
     results = []
     for path in (full_plan, elided_plan):
         out = path + ".json"
