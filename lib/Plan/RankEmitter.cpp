@@ -600,7 +600,7 @@ LogicalResult RankEmitter::run(RankPlan &out) {
   const bool split = splitsBackward(sh.sched);
   auto phaseKey = [](const Action &a) { return a.weight ? 2 : a.backward ? 1 : 0; };
   auto actionOps = [&](const Action &a) -> const std::vector<Operation *> & {
-    return step.phaseOps(a.chunk, phaseKey(a), split);
+    return a.weight ? step.weightOps(a.chunk, a.part) : step.phaseOps(a.chunk, phaseKey(a), split);
   };
   // (zero 3) After which op of a phase a gathered parameter is no longer read.
   auto freeAfter = [&](llvm::ArrayRef<Operation *> ops) {
@@ -809,8 +809,7 @@ LogicalResult RankEmitter::run(RankPlan &out) {
   };
   std::vector<Action> computeActions; // every compute action, in order
   for (auto c : rankProgram.getBody().front().getOps<pm::ComputeOp>())
-    computeActions.push_back(Action{(int64_t)c.getChunk(), (int64_t)c.getMicrobatch(),
-                                    c.getPhase() != "F", c.getPhase() == "W"});
+    computeActions.push_back(actionOf(c));
   // zero 3: the parameters an action's ops (and what it recomputes) read
   // whole, one list per layer (StagedStep::layerOf of the first reader), in
   // first-read order.
@@ -897,8 +896,7 @@ LogicalResult RankEmitter::run(RankPlan &out) {
       inst[{v, mb}] = id;
       pendingRecvTokens.push_back(direction(v) + std::to_string(mb));
     } else if (auto c = dyn_cast<pm::ComputeOp>(op)) {
-      Action a{(int64_t)c.getChunk(), (int64_t)c.getMicrobatch(), c.getPhase() != "F",
-               c.getPhase() == "W"};
+      Action a = actionOf(c);
       lastChunk = a.chunk;
       ActionCtx ctx;
       ctx.a = a;

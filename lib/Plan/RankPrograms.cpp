@@ -15,6 +15,14 @@ namespace pm = pipemesh::pmesh;
 
 namespace pipemesh::plan::detail {
 
+Action actionOf(pm::ComputeOp compute) {
+  Action a{(int64_t)compute.getChunk(), (int64_t)compute.getMicrobatch(),
+           compute.getPhase() != "F", compute.getPhase() == "W"};
+  if (auto part = compute.getPartAttr())
+    a.part = part.getInt();
+  return a;
+}
+
 void annotateSharding(ModuleOp module, const StagedStep &step, llvm::ArrayRef<int64_t> zeroChunks,
                       int64_t dp) {
   Builder b(module.getContext());
@@ -52,7 +60,14 @@ public:
 
 private:
   const std::vector<Operation *> &actionOps(const Action &a) const {
-    return step.phaseOps(a.chunk, a.weight ? 2 : a.backward ? 1 : 0, splitsBackward(sched));
+    if (a.weight)
+      return step.weightOps(a.chunk, a.part);
+    return step.phaseOps(a.chunk, a.backward ? 1 : 0, splitsBackward(sched));
+  }
+  /// The parameters whose gradient an accumulating action adds to.
+  const std::set<std::string> &accumulatedBy(const Action &a) const {
+    return a.weight && a.part >= 0 ? step.accumulatedByPart[a.chunk][a.part]
+                                   : step.accumulated[a.chunk];
   }
   /// `pmesh.zero` of a parameter (0 when absent).
   int64_t zeroOf(llvm::StringRef name) const { return levels.lookup(name); }
@@ -91,13 +106,12 @@ void ProgramBuilder::waitSends(int64_t keep) {
   sendsCompleted = numSends - keep;
 }
 
-/// Splits `names` into one bucket per layer, in the order the ops of an
-/// action of `chunk` reach them: byFirst, the op that first reads a
+/// Splits `names` into their gradient buckets (StagedStep::gradientBuckets:
+/// one per layer, the embedding and the head apart), in the order the ops
+/// of an action of `chunk` reach them: byFirst, the op that first reads a
 /// parameter (a forward, for its gather); otherwise the op that last
-/// accumulates its gradient (a backward, for its reduction). A parameter's
-/// layer is that of the chunk's first forward op reading it
-/// (StagedStep::layerOf: the embedding before the first layer, the final
-/// norm with the last). Names the ops do not touch form a first bucket.
+/// accumulates its gradient (a backward, for its reduction). Names the ops
+/// do not touch form a first bucket.
 std::vector<std::vector<std::string>>
 ProgramBuilder::layerBuckets(llvm::ArrayRef<std::string> names, int64_t chunk,
                              llvm::ArrayRef<Operation *> ops, bool byFirst) const {
@@ -106,11 +120,7 @@ ProgramBuilder::layerBuckets(llvm::ArrayRef<std::string> names, int64_t chunk,
   llvm::StringSet<> wanted;
   for (const std::string &n : names)
     wanted.insert(n);
-  llvm::StringMap<int64_t> layer;
-  for (Operation *op : step.fwdOps[chunk])
-    for (Value v : op->getOperands())
-      if (llvm::StringRef n = step.paramRoot(v); wanted.contains(n))
-        layer.try_emplace(n, step.layerOf.lookup(op));
+  llvm::StringMap<int64_t> bucketOf = step.gradientBuckets(chunk);
   llvm::StringMap<size_t> position; // name -> index in ops
   for (auto [i, op] : llvm::enumerate(ops)) {
     auto note = [&](llvm::StringRef n) {
@@ -130,15 +140,15 @@ ProgramBuilder::layerBuckets(llvm::ArrayRef<std::string> names, int64_t chunk,
   std::vector<std::vector<std::string>> buckets;
   std::vector<size_t> reachedAt; // per bucket: its first (byFirst) or last op
   std::vector<std::string> untouched;
-  std::map<int64_t, size_t> bucketOfLayer;
+  std::map<int64_t, size_t> indexOfBucket;
   for (const std::string &n : names) {
     auto pos = position.find(n);
-    auto l = layer.find(n);
-    if (pos == position.end() || l == layer.end()) {
+    auto l = bucketOf.find(n);
+    if (pos == position.end() || l == bucketOf.end()) {
       untouched.push_back(n);
       continue;
     }
-    auto [it, added] = bucketOfLayer.try_emplace(l->second, buckets.size());
+    auto [it, added] = indexOfBucket.try_emplace(l->second, buckets.size());
     if (added) {
       buckets.emplace_back();
       reachedAt.push_back(pos->second);
@@ -209,7 +219,7 @@ void ProgramBuilder::build(OpBuilder &outer) {
   llvm::StringMap<size_t> lastAccumulation;
   for (auto [k, a] : llvm::enumerate(actions))
     if (a.backward && (!split || a.weight))
-      for (const std::string &n : step.accumulated[a.chunk])
+      for (const std::string &n : accumulatedBy(a))
         lastAccumulation[n] = k;
 
   // ZeRO-1/2: the updated shards are gathered at the end of the step, one
@@ -335,7 +345,8 @@ void ProgramBuilder::build(OpBuilder &outer) {
         (!runsSpanForwards || (runStarts && runReductionChunk == a.chunk)))
       completeRunReduction();
     b.create<pm::ComputeOp>(loc, b.getI64IntegerAttr(a.chunk), b.getI64IntegerAttr(mb),
-                            b.getStringAttr(a.weight ? "W" : a.backward ? "B" : "F"));
+                            b.getStringAttr(a.weight ? "W" : a.backward ? "B" : "F"),
+                            a.part >= 0 ? b.getI64IntegerAttr(a.part) : IntegerAttr());
     // Values it computes for other ranks: sent right after.
     for (Operation *op : ops)
       for (Value v : op->getResults())
@@ -419,6 +430,11 @@ LogicalResult buildRankPrograms(ModuleOp module, const StagedStep &step,
   OpBuilder outer(module.getContext());
   outer.setInsertionPointToEnd(module.getBody());
   std::vector<std::vector<Action>> orders = rankSchedules(sched);
+  std::vector<int64_t> partsOfChunk;
+  for (const auto &parts : step.bwdWeightParts)
+    partsOfChunk.push_back((int64_t)parts.size());
+  for (std::vector<Action> &order : orders)
+    order = orderWeightParts(order, partsOfChunk, sched.deferW);
   for (int64_t p = 0; p < sched.pp; ++p) {
     ProgramBuilder builder(module, step, sched, dp, waitLag, trained, p, orders[p]);
     builder.build(outer);

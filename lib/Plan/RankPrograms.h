@@ -26,6 +26,7 @@
 
 #include "StagedStep.h"
 
+#include "pipemesh/Dialect/PMesh/PMesh.h"
 #include "pipemesh/Plan/DeadlockCheck.h"
 #include "pipemesh/Plan/Schedule.h"
 
@@ -33,6 +34,9 @@
 #include "llvm/ADT/StringMap.h"
 
 namespace pipemesh::plan::detail {
+
+/// The action a pmesh.compute op runs.
+Action actionOf(pmesh::ComputeOp compute);
 
 /// ZeRO level of every chunk (one entry per chunk) over `dp` replicas.
 void annotateSharding(mlir::ModuleOp module, const StagedStep &step,

@@ -64,6 +64,8 @@ std::optional<DeferW> parseDeferW(llvm::StringRef name) {
     return DeferW::Chunk;
   if (name == "all")
     return DeferW::All;
+  if (name == "bucket")
+    return DeferW::Bucket;
   return std::nullopt;
 }
 
@@ -75,6 +77,8 @@ llvm::StringRef deferWName(DeferW d) {
     return "chunk";
   case DeferW::All:
     return "all";
+  case DeferW::Bucket:
+    return "bucket";
   }
   return "?";
 }
@@ -434,7 +438,7 @@ deferWeightGradients(const ScheduleConfig &cfg, const std::vector<std::vector<Ac
     int64_t ready = !a.backward ? (a.chunk > 0 ? doneAt(fDone, a.chunk - 1, a.microbatch) : 0)
                                 : (a.chunk + 1 < chunks ? doneAt(bDone, a.chunk + 1, a.microbatch)
                                                         : 0);
-    if (ready <= t && a.backward && cfg.deferW == DeferW::Chunk && !pending[r].empty() &&
+    if (ready <= t && a.backward && cfg.deferW != DeferW::All && !pending[r].empty() &&
         pending[r].front().chunk != a.chunk) {
       runW(r); // the previous chunk's gradient completes first
       continue;
@@ -556,9 +560,88 @@ std::vector<RankProgram> chainPrograms(const ScheduleConfig &cfg) {
   return programsOf(cfg, [&](int64_t r) { return orders[r]; });
 }
 
+std::vector<Action> orderWeightParts(const std::vector<Action> &order,
+                                     llvm::ArrayRef<int64_t> partsOfChunk, DeferW deferW) {
+  auto parts = [&](int64_t chunk) {
+    return chunk < (int64_t)partsOfChunk.size() ? partsOfChunk[chunk] : 1;
+  };
+  if (deferW == DeferW::None ||
+      llvm::none_of(order, [&](const Action &a) { return a.weight && parts(a.chunk) > 1; }))
+    return order;
+  const size_t n = order.size();
+  // Runs: maximal sequences of one chunk's B's among the rank's B's (F's and
+  // W's between do not end one: bfs's last chunk alternates F and B). A W
+  // belongs to its B's run; a run's parts flush after its last W.
+  std::vector<int64_t> runOf(n, -1);
+  std::map<std::pair<int64_t, int64_t>, int64_t> runOfB; // (chunk, mb) -> run
+  int64_t runs = 0, lastBChunk = -1;
+  for (size_t k = 0; k < n; ++k) {
+    const Action &a = order[k];
+    if (!a.backward)
+      continue;
+    if (!a.weight) {
+      if (a.chunk != lastBChunk)
+        ++runs;
+      lastBChunk = a.chunk;
+      runOf[k] = runs - 1;
+      runOfB[{a.chunk, a.microbatch}] = runs - 1;
+    } else if (auto it = runOfB.find({a.chunk, a.microbatch}); it != runOfB.end()) {
+      runOf[k] = it->second;
+    }
+  }
+  std::map<int64_t, size_t> lastWOfRun, lastBOfRun;
+  for (size_t k = 0; k < n; ++k)
+    if (runOf[k] >= 0)
+      (order[k].weight ? lastWOfRun : lastBOfRun)[runOf[k]] = k;
+  // Bucket: a run's flush moves behind the last B of the next run of B's,
+  // if that starts before any forward.
+  auto flushAfter = [&](size_t k) -> size_t {
+    if (deferW != DeferW::Bucket)
+      return k;
+    for (size_t j = k + 1; j < n; ++j) {
+      const Action &a = order[j];
+      if (!a.backward)
+        break;
+      if (!a.weight && runOf[j] > runOf[k])
+        return std::max(k, lastBOfRun[runOf[j]]);
+    }
+    return k;
+  };
+  std::map<size_t, std::vector<int64_t>> flushes; // position -> chunks flushed after it
+  for (auto [run, k] : lastWOfRun)
+    if (parts(order[k].chunk) > 1)
+      flushes[flushAfter(k)].push_back(order[k].chunk);
+  std::map<int64_t, std::vector<int64_t>> deferred; // chunk -> micro-batches
+  std::vector<Action> out;
+  out.reserve(n * 2);
+  auto flush = [&](int64_t chunk) {
+    std::vector<int64_t> mbs = std::move(deferred[chunk]);
+    deferred.erase(chunk);
+    for (int64_t part = 1; part < parts(chunk); ++part)
+      for (int64_t mb : mbs)
+        out.push_back(Action{chunk, mb, true, true, part});
+  };
+  for (size_t k = 0; k < n; ++k) {
+    const Action &a = order[k];
+    if (a.weight && parts(a.chunk) > 1) {
+      out.push_back(Action{a.chunk, a.microbatch, true, true, 0});
+      deferred[a.chunk].push_back(a.microbatch);
+    } else {
+      out.push_back(a);
+    }
+    if (auto it = flushes.find(k); it != flushes.end())
+      for (int64_t chunk : it->second)
+        flush(chunk);
+  }
+  return out;
+}
+
 std::string formatAction(const Action &a) {
-  return std::to_string(a.chunk) + (a.weight ? "W" : a.backward ? "B" : "F") +
-         std::to_string(a.microbatch);
+  std::string s = std::to_string(a.chunk) + (a.weight ? "W" : a.backward ? "B" : "F") +
+                  std::to_string(a.microbatch);
+  if (a.weight && a.part >= 0)
+    s += "." + std::to_string(a.part);
+  return s;
 }
 
 std::string formatSchedule(llvm::ArrayRef<Action> actions) {

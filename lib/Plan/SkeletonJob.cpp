@@ -33,6 +33,8 @@ sim::Job skeletonJob(ModuleOp module, const StagedStep &step, const ScheduleConf
   const bool split = splitsBackward(sched);
   // Per (chunk, phase 0 F / 1 B / 2 W): time, saved bytes, zero-3 params.
   std::map<std::pair<int64_t, int>, PhaseCost> phases;
+  // Per (chunk, W part): time (a W of one gradient bucket, orderWeightParts).
+  std::map<std::pair<int64_t, int64_t>, double> partSeconds;
   // Every parameter's bytes and ZeRO level, looked up once.
   llvm::StringMap<int64_t> bytesOf, levelOf = zeroLevels(module);
   for (auto param : module.getOps<pm::ParamOp>())
@@ -65,6 +67,9 @@ sim::Job skeletonJob(ModuleOp module, const StagedStep &step, const ScheduleConf
       pc.gathered.assign(zero3.begin(), zero3.end());
       phases[{c, ph}] = std::move(pc);
     }
+    for (auto [k, ops] : llvm::enumerate(step.bwdWeightParts[c]))
+      for (Operation *op : ops)
+        partSeconds[{c, (int64_t)k}] += cost::opTime(op, device);
     // What the backward reads of the forward: kept from F to B.
     llvm::DenseSet<Value> kept;
     for (Operation *op : step.bwdOps[c])
@@ -157,13 +162,19 @@ sim::Job skeletonJob(ModuleOp module, const StagedStep &step, const ScheduleConf
         sim::Work w = ph == 0 ? sim::Work::Forward
                       : ph == 1 ? sim::Work::Backward
                                 : sim::Work::WeightGrad;
-        sim::Instr in = sim::Instr::compute(pc.seconds, w, prog.label(label));
+        // A W part frees the forward's share for W with the chunk's last part.
+        const Action a = actionOf(c);
+        const int64_t lastPart = (int64_t)step.bwdWeightParts[a.chunk].size() - 1;
+        if (a.part >= 0)
+          label += "." + std::to_string(a.part);
+        sim::Instr in = sim::Instr::compute(
+            a.part >= 0 ? partSeconds[{a.chunk, a.part}] : pc.seconds, w, prog.label(label));
         int64_t keeps = phases[{(int64_t)c.getChunk(), 0}].keeps;
         if (ph == 0)
           in.mem(keeps, 0);
         else if (ph == 1)
           in.mem(0, split ? keeps / 2 : keeps);
-        else
+        else if (a.part < 0 || a.part == lastPart)
           in.mem(0, keeps - keeps / 2);
         prog.instrs.push_back(in);
       } else if (auto s = dyn_cast<pm::SendOp>(op)) {

@@ -5,6 +5,8 @@
 #include "pipemesh/Dialect/PMesh/PMesh.h"
 #include "pipemesh/Transforms/Partition.h"
 
+#include <map>
+
 using namespace mlir;
 namespace pm = pipemesh::pmesh;
 
@@ -92,6 +94,60 @@ std::set<int64_t> StagedStep::layersIn(int64_t chunk) const {
   for (Operation *op : fwdOps[chunk])
     layers.insert(layerOf.lookup(op));
   return layers;
+}
+
+llvm::StringMap<int64_t> StagedStep::gradientBuckets(int64_t chunk) const {
+  llvm::StringMap<int64_t> bucket;
+  for (Operation *op : fwdOps[chunk])
+    for (Value v : op->getOperands())
+      if (llvm::StringRef n = paramRoot(v); !n.empty() && !bucket.count(n)) {
+        int64_t layer = layerOf.lookup(op);
+        bucket[n] = partition::layerOfParam(n) ? 2 * layer : 2 * layer + 1;
+      }
+  return bucket;
+}
+
+/// Splits chunk `c`'s W ops into per-bucket parts (bwdWeightParts).
+static void splitWeightParts(StagedStep &s, int64_t c) {
+  const std::vector<Operation *> &ops = s.bwdWeightOps[c];
+  llvm::StringMap<int64_t> bucket = s.gradientBuckets(c);
+  auto keyOf = [&](pm::AccumulateGradOp acc) {
+    auto it = bucket.find(acc.getParam());
+    return it != bucket.end() ? it->second : 2 * s.layerOf.lookup(acc);
+  };
+  // Parts in the order the W completes their buckets (last accumulation).
+  std::map<int64_t, size_t> lastAt;
+  for (auto [i, op] : llvm::enumerate(ops))
+    if (auto acc = dyn_cast<pm::AccumulateGradOp>(op))
+      lastAt[keyOf(acc)] = i;
+  std::vector<std::pair<size_t, int64_t>> byEnd;
+  for (auto [key, at] : lastAt)
+    byEnd.push_back({at, key});
+  llvm::sort(byEnd);
+  std::map<int64_t, int64_t> partOfKey;
+  for (auto [k, e] : llvm::enumerate(byEnd))
+    partOfKey[e.second] = (int64_t)k;
+  const int64_t numParts = std::max<int64_t>(1, (int64_t)byEnd.size());
+  // An op belongs to the first part among its users' (later ops only).
+  llvm::DenseMap<Operation *, int64_t> part;
+  for (Operation *op : llvm::reverse(ops)) {
+    int64_t p = numParts;
+    if (auto acc = dyn_cast<pm::AccumulateGradOp>(op)) {
+      p = partOfKey[keyOf(acc)];
+      s.accumulatedByPart[c].resize(numParts);
+      s.accumulatedByPart[c][p].insert(acc.getParam().str());
+    } else {
+      for (Value v : op->getResults())
+        for (Operation *user : v.getUsers())
+          if (auto it = part.find(user); it != part.end())
+            p = std::min(p, it->second);
+    }
+    part[op] = p == numParts ? 0 : p; // needed by no part: with the first
+  }
+  s.bwdWeightParts[c].assign(numParts, {});
+  s.accumulatedByPart[c].resize(numParts);
+  for (Operation *op : ops)
+    s.bwdWeightParts[c][part[op]].push_back(op);
 }
 
 FailureOr<StagedStep> analyzeTrainStep(func::FuncOp train, int64_t pp, int64_t numChunks) {
@@ -282,6 +338,10 @@ FailureOr<StagedStep> analyzeTrainStep(func::FuncOp train, int64_t pp, int64_t n
     for (Operation *op : s.bwdOps[c])
       (needed.count(op) ? s.bwdInputOps : s.bwdWeightOps)[c].push_back(op);
   }
+  s.bwdWeightParts.assign(numChunks, {});
+  s.accumulatedByPart.assign(numChunks, {});
+  for (int64_t c = 0; c < numChunks; ++c)
+    splitWeightParts(s, c);
 
   int64_t k = 0;
   for (Operation &op : entry)

@@ -50,6 +50,17 @@ struct StagedStep {
   /// weight-gradient part (the rest: weight gradients and their
   /// accumulation), each in program order.
   std::vector<std::vector<mlir::Operation *>> bwdInputOps, bwdWeightOps;
+  /// Each chunk's weight-gradient ops in parts, one per gradient bucket
+  /// (gradientBuckets) they accumulate, in the order the unsplit W completes
+  /// the buckets; an op belongs to the first part that needs it, so the
+  /// parts run in order, and part k of one micro-batch may run after later
+  /// micro-batches' parts. One part when the chunk has one bucket. The
+  /// schedules that defer W's run a chunk's first bucket of every
+  /// micro-batch before its other buckets (Schedule.h, orderWeightParts):
+  /// that bucket's reduction then starts while the rest compute.
+  std::vector<std::vector<std::vector<mlir::Operation *>>> bwdWeightParts;
+  /// Per chunk and part: the parameters whose gradient the part accumulates.
+  std::vector<std::vector<std::set<std::string>>> accumulatedByPart;
   /// The transformer layer of every forward and backward op (from the
   /// parameters it reads, else inherited from its operands; -1 before the
   /// first layer): what recompute=layers works in.
@@ -82,6 +93,20 @@ struct StagedStep {
   }
   /// The layers (layerOf) of a chunk's forward ops, in order.
   std::set<int64_t> layersIn(int64_t chunk) const;
+  /// The ops of phase 2 (W) restricted to one part (bwdWeightParts); part -1
+  /// is all of them (phaseOps).
+  const std::vector<mlir::Operation *> &weightOps(int64_t chunk, int64_t part) const {
+    return part < 0 ? bwdWeightOps[chunk] : bwdWeightParts[chunk][part];
+  }
+  /// The gradient bucket of every parameter chunk `chunk`'s forward reads:
+  /// the unit of data-parallel reduction (and of ZeRO gathers). A layer's
+  /// parameters (named by layer, partition::layerOfParam) form one bucket,
+  /// keyed 2 * layer; a parameter of no layer forms one with the others of
+  /// its first reader's layer, keyed 2 * layer + 1: the embedding (layer -1,
+  /// key -1) and, apart from the last layer, the final norm and the LM head
+  /// (a tied embedding's copy there), whose gradients the backward completes
+  /// first and whose reduction need not wait for the last layer's.
+  llvm::StringMap<int64_t> gradientBuckets(int64_t chunk) const;
   /// The pipeline rank that computes an Activation-scope value.
   int64_t producerRank(mlir::Value v) const;
   ValueScope scope(mlir::Value v) const;

@@ -365,7 +365,7 @@ TEST(Schedule, DeferredWeightGradients) {
     for (int64_t vpp : {1, 2, 3})
       for (int64_t m : {1, 2, 4, 8})
         for (int64_t f : {pp, m})
-          for (DeferW d : {DeferW::Chunk, DeferW::All}) {
+          for (DeferW d : {DeferW::Chunk, DeferW::All, DeferW::Bucket}) {
             ScheduleConfig plain = config(ScheduleKind::Elastic, pp, vpp, m);
             for (int64_t lo = 0; lo < m; lo += f)
               plain.fwdGroups.push_back(std::min(f, m - lo));
@@ -386,7 +386,7 @@ TEST(Schedule, DeferredWeightGradients) {
                 if (!a.weight)
                   withoutW.push_back(a);
               EXPECT_EQ(formatSchedule(withoutW), row(plain, r)) << "rank " << r;
-              if (d != DeferW::Chunk)
+              if (d == DeferW::All)
                 continue;
               for (size_t k = 0; k < order.size(); ++k) {
                 if (!order[k].backward || order[k].weight)
@@ -407,6 +407,90 @@ TEST(Schedule, DeferredWeightGradients) {
   bad.deferW = DeferW::Chunk;
   EXPECT_FALSE(validateSchedule(bad, why));
   EXPECT_NE(why.find("defer-w is an option of schedule=elastic"), std::string::npos) << why;
+}
+
+TEST(Schedule, WeightPartsByBucket) {
+  // Chunk 1's W has two parts (gradient buckets), chunk 0's three. The first
+  // part stays where the W was; chunk: the others follow the run's last W,
+  // bucket by bucket; bucket: behind the next run's B's; all: as chunk, at
+  // the end.
+  const std::vector<Action> order = {{1, 0, true}, {1, 0, true, true}, {1, 1, true},
+                                     {1, 1, true, true}, {0, 0, true}, {0, 1, true},
+                                     {0, 0, true, true}, {0, 1, true, true}};
+  const std::vector<int64_t> parts = {3, 2};
+  EXPECT_EQ(formatSchedule(orderWeightParts(order, parts, DeferW::Chunk)),
+            "1B0 1W0.0 1B1 1W1.0 1W0.1 1W1.1 0B0 0B1 0W0.0 0W1.0 0W0.1 0W1.1 0W0.2 0W1.2");
+  EXPECT_EQ(formatSchedule(orderWeightParts(order, parts, DeferW::Bucket)),
+            "1B0 1W0.0 1B1 1W1.0 0B0 0B1 1W0.1 1W1.1 0W0.0 0W1.0 0W0.1 0W1.1 0W0.2 0W1.2");
+  EXPECT_EQ(formatSchedule(orderWeightParts(order, {1, 1}, DeferW::Bucket)),
+            formatSchedule(order));
+  EXPECT_EQ(formatSchedule(orderWeightParts(order, parts, DeferW::None)), formatSchedule(order));
+  // A forward before the next run's B's: bucket flushes where chunk does.
+  std::vector<Action> withF = {{1, 0, true}, {1, 0, true, true}, {0, 0, false}, {0, 0, true},
+                               {0, 0, true, true}};
+  EXPECT_EQ(formatSchedule(orderWeightParts(withF, {1, 2}, DeferW::Bucket)),
+            "1B0 1W0.0 1W0.1 0F0 0B0 0W0");
+
+  // Every elastic order: each W becomes its parts, each once; with the parts
+  // after the first dropped and the first read as the whole W, the order is
+  // unchanged; a run's later parts run bucket by bucket after its first
+  // parts and no forward comes between; chunk: no B of another chunk either.
+  std::string why;
+  for (int64_t pp : {1, 2, 4})
+    for (int64_t vpp : {1, 2, 3})
+      for (int64_t m : {1, 2, 4, 8})
+        for (int64_t f : {pp, m})
+          for (DeferW d : {DeferW::Chunk, DeferW::All, DeferW::Bucket}) {
+            ScheduleConfig c = config(ScheduleKind::Elastic, pp, vpp, m);
+            for (int64_t lo = 0; lo < m; lo += f)
+              c.fwdGroups.push_back(std::min(f, m - lo));
+            c.bwdGroups = {m};
+            c.deferW = d;
+            if (!validateSchedule(c, why))
+              continue;
+            SCOPED_TRACE("pp " + std::to_string(pp) + " vpp " + std::to_string(vpp) + " m " +
+                         std::to_string(m) + " f " + std::to_string(f) + " " +
+                         deferWName(d).str());
+            std::vector<int64_t> parts;
+            for (int64_t k = 0; k < pp * vpp; ++k)
+              parts.push_back(1 + k % 3);
+            for (int64_t r = 0; r < pp; ++r) {
+              std::vector<Action> order = rankSchedule(c, r);
+              std::vector<Action> split = orderWeightParts(order, parts, d), firstParts;
+              std::map<std::tuple<int64_t, int64_t, int64_t>, size_t> at; // (c, mb, part)
+              for (auto [k, a] : llvm::enumerate(split)) {
+                if (a.weight && parts[a.chunk] > 1) {
+                  ASSERT_GE(a.part, 0);
+                  ASSERT_LT(a.part, parts[a.chunk]);
+                  EXPECT_TRUE(at.insert({{a.chunk, a.microbatch, a.part}, k}).second)
+                      << formatAction(a) << " twice";
+                } else {
+                  EXPECT_EQ(a.part, -1) << formatAction(a);
+                }
+                if (!a.weight || a.part <= 0)
+                  firstParts.push_back(Action{a.chunk, a.microbatch, a.backward, a.weight});
+              }
+              EXPECT_EQ(formatSchedule(firstParts), formatSchedule(order)) << "rank " << r;
+              for (auto [key, k] : at) {
+                auto [chunk, mb, part] = key;
+                if (part == 0)
+                  continue;
+                // After every first part of its chunk's W's before it, and
+                // after the previous part of every micro-batch of its run.
+                const size_t first = at[std::make_tuple(chunk, mb, int64_t(0))];
+                EXPECT_GT(k, first);
+                for (size_t q = first; q < k; ++q) {
+                  const Action &x = split[q];
+                  std::string where = formatAction(x) + " before " + formatAction(split[k]);
+                  EXPECT_FALSE(x.weight && x.chunk == chunk && x.part > part) << where;
+                  EXPECT_TRUE(x.backward) << where;
+                  if (d == DeferW::Chunk) {
+                    EXPECT_FALSE(!x.weight && x.chunk != chunk) << where;
+                  }
+                }
+              }
+            }
+          }
 }
 
 TEST(Schedule, ElasticSpansInterleavedToBreadthFirst) {

@@ -55,8 +55,10 @@ llvm::StringRef scheduleKindName(ScheduleKind kind);
 
 /// Elastic and bfs: whether each backward is split into B and W, and when the
 /// W's that fill no wait run (before the rank's next backward of another
-/// chunk, or at the end of the step).
-enum class DeferW { None, Chunk, All };
+/// chunk, or at the end of the step). Bucket is Chunk for a chunk's first
+/// gradient bucket and lets its other buckets' W's follow the B's of the
+/// rank's next backward run (orderWeightParts).
+enum class DeferW { None, Chunk, All, Bucket };
 std::optional<DeferW> parseDeferW(llvm::StringRef name);
 llvm::StringRef deferWName(DeferW d);
 
@@ -84,15 +86,18 @@ struct ScheduleConfig {
 
 /// One compute action: the forward or backward of `chunk` on `microbatch`.
 /// In schedules that split the backward, `backward` alone is its input-
-/// gradient part B and `backward` with `weight` its weight-gradient part W.
+/// gradient part B and `backward` with `weight` its weight-gradient part W;
+/// a W with `part` >= 0 runs only that gradient bucket's share of it
+/// (orderWeightParts).
 struct Action {
   int64_t chunk = 0;
   int64_t microbatch = 0;
   bool backward = false;
   bool weight = false;
+  int64_t part = -1;
   bool operator==(const Action &o) const {
     return chunk == o.chunk && microbatch == o.microbatch && backward == o.backward &&
-           weight == o.weight;
+           weight == o.weight && part == o.part;
   }
 };
 
@@ -128,6 +133,21 @@ std::vector<Action> rankSchedule(const ScheduleConfig &cfg, int64_t rank);
 /// rankSchedule of every rank, computed together where the orders are (the
 /// Zero Bubble orders, defer-w's W placement) and the elastic warm-up once.
 std::vector<std::vector<Action>> rankSchedules(const ScheduleConfig &cfg);
+
+/// defer-w with chunks whose W accumulates several gradient buckets
+/// (`partsOfChunk[c]` > 1; StagedStep::bwdWeightParts): each W of the rank's
+/// order `order` becomes its parts, ordered so that a chunk's buckets
+/// complete one after another rather than all with the last micro-batch's
+/// W. A W runs its first part where the order has it (filling a wait, or
+/// after the run's last B); the other parts of a run follow its last W,
+/// bucket by bucket (every micro-batch's second part, then the third, ...),
+/// so each bucket's data-parallel reduction starts when its own gradient is
+/// complete. With DeferW::Bucket the other parts wait further, behind the
+/// B's of the rank's next backward run of another chunk (the ranks upstream
+/// wait for those) while the first bucket's reduction runs; not past a
+/// forward. Orders without split backwards come back unchanged.
+std::vector<Action> orderWeightParts(const std::vector<Action> &order,
+                                     llvm::ArrayRef<int64_t> partsOfChunk, DeferW deferW);
 
 /// The communication of a chain of chunks (chunk c sends its output to
 /// chunk c + 1 and receives its gradient back) run in this schedule's order,

@@ -101,5 +101,7 @@ LogicalResult pipemesh::pmesh::ComputeOp::verify() {
     return emitOpError() << "phase must be \"F\", \"B\" or \"W\", got \"" << getPhase() << "\"";
   if (getChunkAttr().getInt() < 0 || getMicrobatchAttr().getInt() < 0)
     return emitOpError("chunk and microbatch must be non-negative");
+  if (getPartAttr() && (getPhase() != "W" || getPartAttr().getInt() < 0))
+    return emitOpError("part must be non-negative and only on a \"W\"");
   return success();
 }

@@ -33,6 +33,12 @@ CONFIGS = [  # (pp, dp, zero, microbatches, schedule)
     # backwards split into B and W: W's fill waits, the rest per chunk / at the end
     (2, 2, 1, 2, "bfs defer-w=chunk"),
     (2, 1, 0, 4, "elastic fwd-groups=4 bwd-groups=2,2 defer-w=all"),
+    # Each chunk holds two gradient buckets (a layer and the embedding or the
+    # head), so its W's run in parts: the head's first, layer 1's after chunk
+    # 0's B's (bucket), into ZeRO-2's per-run reduce-scatter; and with
+    # recomputed activations that the later parts read.
+    (1, 2, 2, 2, "bfs vpp=2 defer-w=bucket"),
+    (2, 1, 0, 4, "bfs defer-w=bucket recompute=full"),
     (2, 2, 1, 2, "elastic groups=auto cluster=a100-40g-25gbps recompute=full"),
     # the plan written is the search's own (its ranks as emitted while searching),
     # rank 0 recomputing its attention cores to fit
@@ -112,7 +118,7 @@ class CompiledParallel(common.TempDirTest):
             return self.train(plan, world, name)
 
         want = losses("heavy-one", "microbatches=3", 1)
-        for schedule in ("interleaved", "bfs", "bfs defer-w=chunk"):
+        for schedule in ("interleaved", "bfs", "bfs defer-w=chunk", "bfs defer-w=bucket"):
             with self.subTest(schedule):
                 got = losses(f"heavy-{schedule.replace(' ', '-').replace('=', '')}", f"pp=3 vpp=2 microbatches=3 schedule={schedule}", 3)
                 for g, w in zip(got, want):

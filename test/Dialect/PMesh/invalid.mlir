@@ -903,6 +903,13 @@ pmesh.rank_program attributes {pp_rank = 0 : i64, schedule = "1f1b", wait_lag = 
 
 // -----
 
+pmesh.rank_program attributes {pp_rank = 0 : i64, schedule = "bfs", wait_lag = 0 : i64} {
+  // expected-error @+1 {{part must be non-negative and only on a "W"}}
+  pmesh.compute {chunk = 0 : i64, microbatch = 0 : i64, phase = "B", part = 1 : i64}
+}
+
+// -----
+
 func.func @outside() {
   // expected-error @+1 {{expects parent op 'pmesh.rank_program'}}
   pmesh.wait_sends

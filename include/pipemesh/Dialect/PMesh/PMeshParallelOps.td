@@ -38,6 +38,8 @@ def PMesh_ComputeOp : PMesh_ProgramOp<"compute"> {
   let description = [{
     `phase` is "F" (forward), "B" (the whole backward, or its input-gradient
     part when the schedule splits it) or "W" (the weight-gradient part).
+    A W with `part` runs only that part of the chunk's weight gradients (one
+    gradient bucket's share, in the order the W completes the buckets).
 
     The sends and async data-parallel reductions that follow an action are
     lowered inside it, right after the op that computes their value (the
@@ -45,7 +47,8 @@ def PMesh_ComputeOp : PMesh_ProgramOp<"compute"> {
     reduction of one layer's gradients runs while the next layers compute
     their backward (DDP's bucketed overlap, a bucket per layer).
   }];
-  let arguments = (ins I64Attr:$chunk, I64Attr:$microbatch, StrAttr:$phase);
+  let arguments = (ins I64Attr:$chunk, I64Attr:$microbatch, StrAttr:$phase,
+                       OptionalAttr<I64Attr>:$part);
   let hasVerifier = 1;
 }
 
