@@ -119,8 +119,9 @@ def candidates(schedule, pp, m, model):
     again for elastic: choose() counts the interleaved and bfs plans as elastic candidates.
     Compiled for elastic: uniform g=2pp (when 2pp < M) and the mixed fwd g=M / bwd g=pp;
     and with the backward split into B and W (defer-w=chunk and defer-w=all: W's fill
-    the waits, the rest run before the next chunk's backwards or at the end): the g=M
-    order both ways and the mixed one with chunk."""
+    the waits, the rest run before the next chunk's backwards or at the end; bucket: a
+    chunk's first gradient bucket as chunk, its other buckets after the next chunk's B's):
+    the g=M order all three ways and the mixed one with chunk and bucket."""
     if schedule in ("1f1b", "zb-h1"):
         return [(1, "", "")]
     tag = lambda v: "" if v == 2 else f"v{v}"
@@ -137,9 +138,10 @@ def candidates(schedule, pp, m, model):
         if pp < m and m % pp == 0:
             out.append((v, f"fwd-groups={m} bwd-groups={groups(pp)}",
                         f"{tag(v)}{sep}fwd={m},bwd={pp}"))
-            out.append((v, f"fwd-groups={m} bwd-groups={groups(pp)} defer-w=chunk",
-                        f"{tag(v)}{sep}fwd={m},bwd={pp},defer-w=chunk"))
-        for d in ("chunk", "all"):
+            for d in ("chunk", "bucket"):
+                out.append((v, f"fwd-groups={m} bwd-groups={groups(pp)} defer-w={d}",
+                            f"{tag(v)}{sep}fwd={m},bwd={pp},defer-w={d}"))
+        for d in ("chunk", "all", "bucket"):
             out.append((v, f"fwd-groups={m} bwd-groups={m} defer-w={d}",
                         f"{tag(v)}{sep}g={m},defer-w={d}"))
     return out

@@ -115,7 +115,7 @@ bool parseCompileOptions(llvm::StringRef text, CompileOptions &opts, std::string
     } else if (key == "defer-w") {
       opts.deferW = parseDeferW(value);
       if (!opts.deferW) {
-        why = "defer-w must be none, chunk or all, got '" + value.str() + "'";
+        why = "defer-w must be none, chunk, all or bucket, got '" + value.str() + "'";
         return false;
       }
     } else if (key == "cluster") {

@@ -81,8 +81,12 @@ LogicalResult PlanBuilder::chooseGroups(func::FuncOp train, const cost::Cluster 
       v.push_back(std::min(g, m - lo));
     return v;
   };
-  // With defer-w not given, each backward split (DeferW) is a candidate too.
+  // With defer-w not given, each backward split (DeferW) is a candidate too
+  // (bucket only where a chunk's W has several gradient buckets: otherwise
+  // it is chunk's order).
   std::vector<DeferW> splits{DeferW::None, DeferW::Chunk, DeferW::All};
+  if (llvm::any_of(sh.step.bwdWeightParts, [](const auto &parts) { return parts.size() > 1; }))
+    splits.push_back(DeferW::Bucket);
   if (sh.opts.deferW)
     splits = {*sh.opts.deferW};
   using Key = std::tuple<int64_t, int64_t, DeferW>; // (f, b, split)
