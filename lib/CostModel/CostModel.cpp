@@ -95,6 +95,19 @@ OpCost adamwCost(pm::AdamWOp op) {
 }
 } // namespace
 
+Operation *cost::accumulatedEmbeddingGrad(Operation *accumulateGrad) {
+  auto acc = dyn_cast<pm::AccumulateGradOp>(accumulateGrad);
+  if (!acc)
+    return nullptr;
+  auto eg = acc.getGrad().getDefiningOp<pm::EmbeddingGradOp>();
+  return eg && eg->hasOneUse() ? eg.getOperation() : nullptr;
+}
+
+bool cost::accumulatesDirectly(Operation *embeddingGrad) {
+  return isa<pm::EmbeddingGradOp>(embeddingGrad) && embeddingGrad->hasOneUse() &&
+         isa<pm::AccumulateGradOp>(*embeddingGrad->user_begin());
+}
+
 OpCost cost::opCost(Operation *op) {
   return llvm::TypeSwitch<Operation *, OpCost>(op)
       .Case<pm::GetParamOp, pm::ConstantOp, pm::ParamOp>([](auto) { return OpCost{}; })
@@ -135,13 +148,18 @@ OpCost cost::opCost(Operation *op) {
         return OpCost{0.0, bytesOf(o.getIds()) + 2.0 * bytesOf(o.getResult())};
       })
       .Case([](pm::EmbeddingGradOp o) {
-        // Zero-fills the table, then adds every dy row into its table row.
+        // Zero-fills the table, then adds every dy row into its table row;
+        // into an accumulated gradient, only the rows (read and written).
         double dy = bytesOf(o.getDy());
+        if (accumulatesDirectly(o))
+          return OpCost{2.0 * numel(o.getDy()), 3.0 * dy + bytesOf(o.getIds())};
         return OpCost{numel(o.getDy()), bytesOf(o.getDtable()) + 3.0 * dy + bytesOf(o.getIds())};
       })
       .Case([](pm::CrossEntropyOp o) { return logitsLoss(o.getLogits(), false); })
       .Case([](pm::CrossEntropyGradOp o) { return logitsLoss(o.getLogits(), true); })
       .Case([](pm::AccumulateGradOp o) {
+        if (accumulatedEmbeddingGrad(o))
+          return OpCost{}; // counted on the embedding_grad
         return OpCost{numel(o.getGrad()), 3.0 * bytesOf(o.getGrad())};
       })
       .Case([](pm::AdamWOp o) { return adamwCost(o); })

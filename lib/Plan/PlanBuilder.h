@@ -256,6 +256,10 @@ private:
   int paramBuffer(StringRef name, ActionCtx &ctx);
   void ensureLoaded(int64_t mb);
   LogicalResult emitOp(Operation *op, ActionCtx &ctx);
+  /// The cost model's work estimate of `op` as `i`'s "flops" and "bytes"
+  /// (what pipemesh-sim turns into time), for the buffers `i` reads and
+  /// writes.
+  void setCost(Instr &i, Operation *op);
   int gradTarget(StringRef name);
   void layout(RankPlan &out);
   std::vector<Operation *> recomputedOps(int64_t chunk, int64_t layers) const;

@@ -255,6 +255,8 @@ bool printPlan(llvm::StringRef path, llvm::raw_ostream &os, std::string &why) {
           os << " keep " << *keep;
         if (in->getBoolean("async").value_or(false))
           os << " async";
+        if (in->getBoolean("accumulate").value_or(false))
+          os << " accumulate";
         if (auto s = in->getNumber("scale"))
           os << " scale " << *s;
         if (auto *attrs = in->getObject("attrs")) {

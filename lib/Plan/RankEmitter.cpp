@@ -382,14 +382,36 @@ LogicalResult RankEmitter::emitOp(Operation *op, ActionCtx &ctx) {
     if (failed(in))
       return failure();
     inst[{r.getResult(), mb}] = view(r.getResult(), *in, "");
+  } else if (cost::accumulatesDirectly(op)) {
+    // Lowered with the accumulation it feeds (below).
   } else if (auto acc = dyn_cast<pm::AccumulateGradOp>(op)) {
-    auto src = operand(acc.getGrad(), ctx);
-    if (failed(src))
-      return failure();
     if (!pbufs.count(acc.getParam()) || pbufs[acc.getParam()].m < 0)
       return acc.emitOpError() << "accumulates the gradient of '" << acc.getParam()
                                << "', which @optimizer_step does not update";
     int dst = gradTarget(acc.getParam());
+    if (Operation *eg = cost::accumulatedEmbeddingGrad(acc)) {
+      // The embedding's gradient added into the parameter's row by row
+      // (scaled), without a [V, C] temporary that is zeroed, filled and
+      // added whole for every micro-batch.
+      json::Array ins;
+      for (Value v : eg->getOperands()) {
+        auto id = operand(v, ctx);
+        if (failed(id))
+          return failure();
+        ins.push_back(*id);
+      }
+      Instr i{{"op", "embedding_grad"},
+              {"in", std::move(ins)},
+              {"out", json::Array{dst}},
+              {"accumulate", true},
+              {"scale", sh.invM}};
+      setCost(i, eg);
+      emit(std::move(i));
+      return success();
+    }
+    auto src = operand(acc.getGrad(), ctx);
+    if (failed(src))
+      return failure();
     emit(Instr{{"op", "accumulate"},
                {"in", json::Array{*src}},
                {"out", json::Array{dst}},
@@ -413,24 +435,7 @@ LogicalResult RankEmitter::emitOp(Operation *op, ActionCtx &ctx) {
             {"in", std::move(ins)},
             {"out", std::move(outs)}};
     i.setAttrsFrom(op);
-    // The cost model's work estimate, which pipemesh-sim turns into time.
-    auto [cached, added] = opCosts.try_emplace(op);
-    if (added) // the same op is emitted once per micro-batch
-      cached->second = cost::opCost(op);
-    cost::OpCost c = cached->second;
-    // The cost model counts the IR's f32 bytes; bf16 storage moves fewer.
-    double irBytes = 0, storedBytes = 0;
-    for (Value v : op->getOperands())
-      irBytes += (double)cost::typeBytes(v.getType());
-    for (Value v : op->getResults())
-      irBytes += (double)cost::typeBytes(v.getType());
-    for (const json::Array *ids : {i.getArray("in"), i.getArray("out")})
-      for (const json::Value &id : *ids)
-        storedBytes += (double)buffers[*id.getAsInteger()].bytes();
-    if (irBytes > 0 && storedBytes < irBytes)
-      c.bytes *= storedBytes / irBytes;
-    i["flops"] = c.flops;
-    i["bytes"] = c.bytes;
+    setCost(i, op);
     emit(std::move(i));
   }
   if (ctx.recompute)
@@ -440,6 +445,26 @@ LogicalResult RankEmitter::emitOp(Operation *op, ActionCtx &ctx) {
                {"in", json::Array{inst.lookup({step.loss, mb})}},
                {"scale", sh.invM}});
   return success();
+}
+
+void RankEmitter::setCost(Instr &i, Operation *op) {
+  auto [cached, added] = opCosts.try_emplace(op);
+  if (added) // the same op is emitted once per micro-batch
+    cached->second = cost::opCost(op);
+  cost::OpCost c = cached->second;
+  // The cost model counts the IR's f32 bytes; bf16 storage moves fewer.
+  double irBytes = 0, storedBytes = 0;
+  for (Value v : op->getOperands())
+    irBytes += (double)cost::typeBytes(v.getType());
+  for (Value v : op->getResults())
+    irBytes += (double)cost::typeBytes(v.getType());
+  for (const json::Array *ids : {i.getArray("in"), i.getArray("out")})
+    for (const json::Value &id : *ids)
+      storedBytes += (double)buffers[*id.getAsInteger()].bytes();
+  if (irBytes > 0 && storedBytes < irBytes)
+    c.bytes *= storedBytes / irBytes;
+  i["flops"] = c.flops;
+  i["bytes"] = c.bytes;
 }
 
 /// The forward ops of `chunk` that its backward re-runs: selective, the

@@ -97,13 +97,50 @@ std::set<int64_t> StagedStep::layersIn(int64_t chunk) const {
 }
 
 llvm::StringMap<int64_t> StagedStep::gradientBuckets(int64_t chunk) const {
+  // A layer's parameters in the order the forward first reads them, each
+  // bucket closed once it holds kBucketParams elements (PyTorch DDP's default
+  // bucket, 25 MiB of f32 gradient); a last piece under a quarter of that
+  // joins the bucket before it.
+  constexpr int64_t kBucketParams = 25 * 1024 * 1024 / 4;
+  constexpr int64_t kSubs = 64; // keys per layer: subs 0..62, 63 for no layer's
   llvm::StringMap<int64_t> bucket;
+  std::map<int64_t, std::vector<std::pair<std::string, int64_t>>> layerParams; // in order
   for (Operation *op : fwdOps[chunk])
-    for (Value v : op->getOperands())
-      if (llvm::StringRef n = paramRoot(v); !n.empty() && !bucket.count(n)) {
-        int64_t layer = layerOf.lookup(op);
-        bucket[n] = partition::layerOfParam(n) ? 2 * layer : 2 * layer + 1;
+    for (Value v : op->getOperands()) {
+      llvm::StringRef n = paramRoot(v);
+      if (n.empty() || bucket.count(n))
+        continue;
+      int64_t layer = layerOf.lookup(op);
+      if (!partition::layerOfParam(n)) {
+        bucket[n] = layer * kSubs + kSubs - 1;
+        continue;
       }
+      bucket[n] = layer * kSubs;
+      Value root = v;
+      while (auto r = root.getDefiningOp<pm::ReshapeOp>())
+        root = r.getInput();
+      int64_t numel = 1;
+      if (auto t = dyn_cast<RankedTensorType>(root.getType()))
+        numel = t.getNumElements();
+      layerParams[layer].push_back({n.str(), numel});
+    }
+  for (auto &[layer, params] : layerParams) {
+    std::vector<int64_t> sub(params.size());
+    int64_t s = 0, held = 0;
+    for (size_t i = 0; i < params.size(); ++i) {
+      sub[i] = s;
+      held += params[i].second;
+      if (held >= kBucketParams && s < kSubs - 2) {
+        ++s;
+        held = 0;
+      }
+    }
+    if (s > 0 && held < kBucketParams / 4) // the small rest joins the bucket before
+      for (size_t i = 0; i < params.size(); ++i)
+        sub[i] = std::min(sub[i], s - 1);
+    for (size_t i = 0; i < params.size(); ++i)
+      bucket[params[i].first] = layer * kSubs + sub[i];
+  }
   return bucket;
 }
 
@@ -113,7 +150,7 @@ static void splitWeightParts(StagedStep &s, int64_t c) {
   llvm::StringMap<int64_t> bucket = s.gradientBuckets(c);
   auto keyOf = [&](pm::AccumulateGradOp acc) {
     auto it = bucket.find(acc.getParam());
-    return it != bucket.end() ? it->second : 2 * s.layerOf.lookup(acc);
+    return it != bucket.end() ? it->second : 64 * s.layerOf.lookup(acc);
   };
   // Parts in the order the W completes their buckets (last accumulation).
   std::map<int64_t, size_t> lastAt;

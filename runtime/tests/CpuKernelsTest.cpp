@@ -787,6 +787,17 @@ TEST(Embedding, Gradient) {
   VecF dtf(V * C);
   embeddingGrad<float>(wf.data(), ids.data(), dtf.data(), n, V, C);
   expectClose(dtf, dtable, 1e-6, 1e-7, "embedding grad float");
+  // Accumulate mode, into a gradient holding values: the same bits as the
+  // overwriting gradient followed by an axpy (the plan's unfused form) on the
+  // rows some id names; row 4 (no id) untouched.
+  VecF held = toFloat(randomVec(V * C, 52)), fused = held, unfused = held;
+  embeddingGrad<float>(wf.data(), ids.data(), fused.data(), n, V, C, true, 0.125f);
+  for (int64_t k = 0; k < V * C; ++k)
+    unfused[k] += 0.125f * dtf[k];
+  for (int64_t k = 0; k < V * C; ++k)
+    EXPECT_EQ(fused[k], unfused[k]) << k;
+  for (int64_t j = 0; j < C; ++j)
+    EXPECT_EQ(fused[4 * C + j], held[4 * C + j]);
 }
 
 // --- cross-entropy ------------------------------------------------------------------

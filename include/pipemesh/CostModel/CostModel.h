@@ -51,6 +51,14 @@ namespace pipemesh::cost {
 /// and result bytes and no flops. `pmesh.adamw` looks its parameters up in the
 /// nearest symbol table.
 OpCost opCost(mlir::Operation *op);
+
+/// The embedding gradient whose only use is a parameter's gradient
+/// accumulation: the plan emitter lowers the pair as one instruction that
+/// adds the scaled rows of dy into the gradient (touching only the rows the
+/// ids name), with no [V, C] temporary; opCost counts that instruction on
+/// the embedding_grad and nothing on the accumulation.
+mlir::Operation *accumulatedEmbeddingGrad(mlir::Operation *accumulateGrad);
+bool accumulatesDirectly(mlir::Operation *embeddingGrad);
 /// GEMM-like (matmul, attention and its gradient) or memory-bound.
 KernelClass kernelClass(mlir::Operation *op);
 /// device.time(opCost(op), kernelClass(op)), in seconds.

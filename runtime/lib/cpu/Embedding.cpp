@@ -28,7 +28,8 @@ bool embedding(const T *table, const int64_t *ids, T *y, int64_t n, int64_t V, i
 }
 
 template <typename T>
-void embeddingGrad(const T *dy, const int64_t *ids, T *dtable, int64_t n, int64_t V, int64_t C) {
+void embeddingGrad(const T *dy, const int64_t *ids, T *dtable, int64_t n, int64_t V, int64_t C,
+                   bool accumulate, T scale) {
   // start[v] .. start[v + 1]: the positions i (increasing) with ids[i] == v.
   // Ids out of range (rejected by the forward) are skipped.
   std::vector<int64_t> start(V + 1, 0), order(n);
@@ -45,12 +46,27 @@ void embeddingGrad(const T *dy, const int64_t *ids, T *dtable, int64_t n, int64_
 #pragma omp parallel for schedule(static) if (V * C > kParallelGrain)
   for (int64_t v = 0; v < V; ++v) {
     T *row = dtable + v * C;
-    std::fill(row, row + C, T(0));
+    if (!accumulate) {
+      std::fill(row, row + C, T(0));
+      for (int64_t k = start[v]; k < start[v + 1]; ++k) {
+        const T *src = dy + order[k] * C;
+        for (int64_t j = 0; j < C; ++j)
+          row[j] += src[j];
+      }
+      continue;
+    }
+    if (start[v] == start[v + 1])
+      continue; // no token of this row: the gradient keeps what it holds
+    // The row's sum first, then scaled into the gradient: the same rounding
+    // as an embedding_grad into zeros followed by an accumulate.
+    std::vector<T> sum(C, T(0));
     for (int64_t k = start[v]; k < start[v + 1]; ++k) {
       const T *src = dy + order[k] * C;
       for (int64_t j = 0; j < C; ++j)
-        row[j] += src[j];
+        sum[j] += src[j];
     }
+    for (int64_t j = 0; j < C; ++j)
+      row[j] += scale * sum[j];
   }
 }
 
@@ -58,8 +74,8 @@ template bool embedding<float>(const float *, const int64_t *, float *, int64_t,
 template bool embedding<double>(const double *, const int64_t *, double *, int64_t, int64_t,
                                 int64_t);
 template void embeddingGrad<float>(const float *, const int64_t *, float *, int64_t, int64_t,
-                                   int64_t);
+                                   int64_t, bool, float);
 template void embeddingGrad<double>(const double *, const int64_t *, double *, int64_t, int64_t,
-                                    int64_t);
+                                    int64_t, bool, double);
 
 } // namespace pipemesh::rt::cpu

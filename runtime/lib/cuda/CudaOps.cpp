@@ -676,10 +676,13 @@ Thunk bindEmbeddingGrad(OpContext &c, CudaBackend &b) {
   TensorRef dy = c.in(0), ids = c.in(1), dt = c.out(0);
   int64_t V = dt.shape[0], C = dt.shape[1];
   b.reserveScratch(embeddingGradScratchBytes(ids.numel, V));
+  // "accumulate": into a parameter's gradient, times "scale" (EmbeddingOps.cpp).
+  const bool accumulate = c.inst.json.value("accumulate", false);
+  const float scale = (float)c.field("scale", 1.0);
   CudaBackend *bp = &b;
-  return [bp, dy, ids, dt, V, C] {
+  return [bp, dy, ids, dt, V, C, accumulate, scale] {
     embeddingGrad(bp->compute, dy.as<float>(), ids.data, ids.dtype == DType::I32, dt.as<float>(),
-                  ids.numel, V, C, bp->scratch());
+                  ids.numel, V, C, bp->scratch(), accumulate, scale);
   };
 }
 

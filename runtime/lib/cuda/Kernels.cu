@@ -558,16 +558,23 @@ __global__ void embeddingScatterKernel(const void *ids, bool ids32, int64_t n, i
 
 /// One block per vocabulary row (grid-stride over rows): the sum of its dy
 /// rows in position order; rows no id names become zero.
+/// accumulate: dtable is a parameter's gradient; rows no id names keep what
+/// they hold, the others get scale * their sum added.
 __global__ void embeddingGatherKernel(const float *__restrict__ dy, const int *__restrict__ offsets,
                                       const int *__restrict__ order, int64_t V, int64_t C,
-                                      float *__restrict__ dtable) {
+                                      float *__restrict__ dtable, bool accumulate, float scale) {
   for (int64_t v = blockIdx.x; v < V; v += gridDim.x) {
     const int a = offsets[v], b = offsets[v + 1];
+    if (accumulate && a == b)
+      continue;
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
       float s = 0.f;
       for (int k = a; k < b; ++k)
         s += dy[(int64_t)order[k] * C + c];
-      dtable[v * C + c] = s;
+      if (accumulate)
+        dtable[v * C + c] += scale * s;
+      else
+        dtable[v * C + c] = s;
     }
   }
 }
@@ -961,7 +968,7 @@ size_t embeddingGradScratchBytes(int64_t n, int64_t V) {
 }
 
 void embeddingGrad(cudaStream_t st, const float *dy, const void *ids, bool ids32, float *dtable,
-                   int64_t n, int64_t V, int64_t C, void *scratch) {
+                   int64_t n, int64_t V, int64_t C, void *scratch, bool accumulate, float scale) {
   int *cursor = static_cast<int *>(scratch);
   int *offsets = cursor + V;
   int *rank = offsets + V + 1;
@@ -979,7 +986,7 @@ void embeddingGrad(cudaStream_t st, const float *dy, const void *ids, bool ids32
   // blocks that only wrote zeros).
   const int threads = (int)std::min<int64_t>(256, ((C + 31) / 32) * 32);
   embeddingGatherKernel<<<(unsigned)std::min<int64_t>(V, 2048), std::max(32, threads), 0, st>>>(
-      dy, offsets, order, V, C, dtable);
+      dy, offsets, order, V, C, dtable, accumulate, scale);
   check(cudaGetLastError(), "embeddingGrad");
 }
 

@@ -77,9 +77,15 @@ Thunk bindEmbeddingGrad(OpContext &c) {
   Dims want = id.t.shape;
   want.push_back(C);
   c.expectShape(dy, want, "dy");
-  return [dy, dt, id, V, C] {
+  // "accumulate": dtable is a parameter's gradient, into which the rows are
+  // added times "scale" (the compiler's lowering of an embedding gradient
+  // and its accumulation as one instruction).
+  const bool accumulate = c.inst.json.value("accumulate", false);
+  const float scale = (float)c.field("scale", 1.0);
+  return [dy, dt, id, V, C, accumulate, scale] {
     const int64_t *p = id.get();
-    cpu::embeddingGrad<float>(dy.as<float>(), p, dt.as<float>(), id.t.numel, V, C);
+    cpu::embeddingGrad<float>(dy.as<float>(), p, dt.as<float>(), id.t.numel, V, C, accumulate,
+                              scale);
   };
 }
 

@@ -500,6 +500,13 @@ TEST(CudaKernels, EmbeddingForwardAndDeterministicBackward) {
   embeddingGrad(st(), dDy.p, dIds.p, false, dDt.p, n, V, C, scratch.p);
   VecF again = dDt.get();
   EXPECT_EQ(0, std::memcmp(got.data(), again.data(), got.size() * sizeof(float)));
+  // Into a gradient that holds something: unused rows keep it, the others
+  // get scale times their sum added (the CPU kernel's accumulate mode).
+  VecF grad = randomVec(V * C, freshSeed()), want = grad;
+  cpu::embeddingGrad<float>(dy.data(), ids.data(), want.data(), n, V, C, true, 0.25f);
+  Dev<float> dGrad(grad);
+  embeddingGrad(st(), dDy.p, dIds.p, false, dGrad.p, n, V, C, scratch.p, true, 0.25f);
+  EXPECT_REL(dGrad.get(), want, 1e-6);
 }
 
 TEST(CudaKernels, CrossEntropyFusedAndSeparate) {

@@ -127,9 +127,13 @@ void attentionGrad(const T *dO, const T *q, const T *k, const T *v, const T *mas
 /// y[i, :] = table[ids[i], :]; ids out of [0, V) is an error (returns false).
 template <typename T>
 bool embedding(const T *table, const int64_t *ids, T *y, int64_t n, int64_t V, int64_t C);
-/// dtable is OVERWRITTEN: zeros, then dtable[ids[i]] += dy[i]. Deterministic.
+/// dtable is OVERWRITTEN: zeros, then dtable[ids[i]] += dy[i]. With
+/// `accumulate`, dtable (a parameter's gradient) keeps what it holds and each
+/// row some id names gets scale * (the sum of its dy rows); no other row is
+/// touched. Deterministic.
 template <typename T>
-void embeddingGrad(const T *dy, const int64_t *ids, T *dtable, int64_t n, int64_t V, int64_t C);
+void embeddingGrad(const T *dy, const int64_t *ids, T *dtable, int64_t n, int64_t V, int64_t C,
+                   bool accumulate = false, T scale = T(1));
 
 /// Per-row cross-entropy of logits [rows, V] against targets; rows whose target
 /// equals ignoreIndex contribute 0 and do not count. Writes per-row losses to

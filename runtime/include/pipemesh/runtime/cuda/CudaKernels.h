@@ -109,10 +109,13 @@ void geluGrad(cudaStream_t st, const float *dy, const float *x, float *dx, int64
 void embedding(cudaStream_t st, const float *table, const void *ids, bool ids32, float *y,
                int64_t n, int64_t V, int64_t C, DeviceError *err, int instruction);
 /// dtable OVERWRITTEN: per vocabulary row, the sum of its dy rows in position
-/// order (a stable counting sort of the ids; no atomics on floats).
+/// order (a stable counting sort of the ids; no atomics on floats). With
+/// `accumulate`, dtable is a gradient: rows no id names keep their values,
+/// the others get scale * their sum added.
 size_t embeddingGradScratchBytes(int64_t n, int64_t V);
 void embeddingGrad(cudaStream_t st, const float *dy, const void *ids, bool ids32, float *dtable,
-                   int64_t n, int64_t V, int64_t C, void *scratch);
+                   int64_t n, int64_t V, int64_t C, void *scratch,
+                   bool accumulate = false, float scale = 1.f);
 
 enum class Reduction { Mean, Sum, None };
 size_t crossEntropyScratchBytes(int64_t rows);
