@@ -623,7 +623,12 @@ std::vector<Action> orderWeightParts(const std::vector<Action> &order,
   };
   for (size_t k = 0; k < n; ++k) {
     const Action &a = order[k];
-    if (a.weight && parts(a.chunk) > 1) {
+    // A W that fills a wait before its run's last B stays whole: deferring
+    // its later parts would keep its micro-batch's activations to the run's
+    // end. The W's after the last B (those left when the B's are done) go
+    // bucket by bucket.
+    const bool beforeLastB = runOf[k] >= 0 && k < lastBOfRun[runOf[k]];
+    if (a.weight && parts(a.chunk) > 1 && !beforeLastB) {
       out.push_back(Action{a.chunk, a.microbatch, true, true, 0});
       deferred[a.chunk].push_back(a.microbatch);
     } else {

@@ -135,14 +135,15 @@ std::vector<Action> rankSchedule(const ScheduleConfig &cfg, int64_t rank);
 std::vector<std::vector<Action>> rankSchedules(const ScheduleConfig &cfg);
 
 /// defer-w with chunks whose W accumulates several gradient buckets
-/// (`partsOfChunk[c]` > 1; StagedStep::bwdWeightParts): each W of the rank's
-/// order `order` becomes its parts, ordered so that a chunk's buckets
-/// complete one after another rather than all with the last micro-batch's
-/// W. A W runs its first part where the order has it (filling a wait, or
-/// after the run's last B); the other parts of a run follow its last W,
-/// bucket by bucket (every micro-batch's second part, then the third, ...),
-/// so each bucket's data-parallel reduction starts when its own gradient is
-/// complete. With DeferW::Bucket the other parts wait further, behind the
+/// (`partsOfChunk[c]` > 1; StagedStep::bwdWeightParts): the W's of the
+/// rank's order `order` that come after their run's last B become their
+/// parts, ordered so that the chunk's buckets complete one after another
+/// rather than all with the last W: each W runs its first part where the
+/// order has it, the other parts follow the run's last W bucket by bucket
+/// (every micro-batch's second part, then the third, ...), so each bucket's
+/// data-parallel reduction starts when its own gradient is complete. A W
+/// that fills a wait before the last B stays whole (deferring its parts
+/// would keep its micro-batch's activations alive to the run's end). With DeferW::Bucket the other parts wait further, behind the
 /// B's of the rank's next backward run of another chunk (the ranks upstream
 /// wait for those) while the first bucket's reduction runs; not past a
 /// forward. Orders without split backwards come back unchanged.
