@@ -278,7 +278,7 @@ void ProgramBuilder::build(OpBuilder &outer) {
 
   std::set<std::pair<int64_t, int64_t>> received; // (channel, micro-batch)
   auto accumulates = [&](const Action &x) { return x.backward && (!split || x.weight); };
-  // Per action, the chunk of the accumulating action before and after it
+  // Per action, the chunk of the accumulating action before it
   // (-1: none, or another action between when forwards end runs): where runs
   // of one chunk's backwards start and end. A run spans the forwards between
   // its backwards (bfs's last chunk alternates F and B: one run, not M)
@@ -290,17 +290,28 @@ void ProgramBuilder::build(OpBuilder &outer) {
   // reduction per micro-batch, trading M reductions for the memory).
   const bool runsSpanForwards = sched.kind == ScheduleKind::BFS ||
                                 sched.kind == ScheduleKind::Elastic || sched.vpp > 1;
-  std::vector<int64_t> prevAccumulatingChunk(actions.size(), -1),
-      nextAccumulatingChunk(actions.size(), -1);
+  std::vector<int64_t> prevAccumulatingChunk(actions.size(), -1);
   auto chunkIfAccumulating = [&](size_t k, int64_t further) {
     return accumulates(actions[k]) ? actions[k].chunk : runsSpanForwards ? further : -1;
   };
   for (size_t k = 1; k < actions.size(); ++k)
     prevAccumulatingChunk[k] = chunkIfAccumulating(k - 1, prevAccumulatingChunk[k - 1]);
-  for (size_t k = actions.empty() ? 0 : actions.size() - 1; k-- > 0;)
-    nextAccumulatingChunk[k] = chunkIfAccumulating(k + 1, nextAccumulatingChunk[k + 1]);
-  // The per-run reduction in flight (its index among numAsync) and its chunk.
-  int64_t runReduction = -1, runReductionChunk = -1;
+  // Runs of accumulating actions (an index per action, -1 for the others),
+  // and in each the action that last accumulates each parameter.
+  std::vector<int64_t> runOf(actions.size(), -1);
+  std::vector<llvm::StringMap<size_t>> lastInRun;
+  for (auto [k, a] : llvm::enumerate(actions)) {
+    if (!accumulates(a))
+      continue;
+    if (prevAccumulatingChunk[k] != a.chunk || lastInRun.empty())
+      lastInRun.emplace_back();
+    runOf[k] = (int64_t)lastInRun.size() - 1;
+    for (const std::string &n : accumulatedBy(a))
+      lastInRun.back()[n] = k;
+  }
+  // The per-run reduction last issued (its index among numAsync), its chunk
+  // and its run.
+  int64_t runReduction = -1, runReductionChunk = -1, runReductionRun = -1;
   auto completeRunReduction = [&] {
     b.create<pm::WaitCollectivesOp>(loc, b.getI64IntegerAttr(numAsync - 1 - runReduction),
                                     ArrayAttr());
@@ -358,26 +369,29 @@ void ProgramBuilder::build(OpBuilder &outer) {
     // ZeRO-2/3: the gradients of a run of backwards of one chunk (a group
     // of micro-batches in breadth-first orders, one action in depth-first
     // ones; see runsSpanForwards) are reduce-scattered into the persistent
-    // shard when the run ends, so a breadth-first group pays one
-    // reduce-scatter instead of one per micro-batch. The reduction is
-    // async: it runs behind what follows and completes (adding into the
-    // shard, freeing the whole gradient) before the next run's own is issued
-    // or, see above, before the next run of its chunk or the next action, so
-    // at most two chunks' whole gradients are alive at once (DeepSpeed's
-    // overlap_comm).
-    const bool runEnds = accumulates(a) && nextAccumulatingChunk[k] != a.chunk;
+    // shard when the run is done with them, so a breadth-first group pays
+    // one reduce-scatter instead of one per micro-batch: all at the run's
+    // end, or, where the run's W's complete the gradient buckets one after
+    // another (W parts), each bucket when its last part has run. The
+    // reduction is async: it runs behind what follows and completes (adding
+    // into the shard, freeing the whole gradient) before the next run's own
+    // is issued or, see above, before the next run of its chunk or the next
+    // action, so at most two chunks' whole gradients are alive at once
+    // (DeepSpeed's overlap_comm).
     std::vector<std::string> perRun;
-    if (dp > 1 && runEnds)
+    if (dp > 1 && runOf[k] >= 0)
       for (const std::string &n : step.accumulated[a.chunk])
-        if (llvm::is_contained(held, n) && !tiedWhole(n) && zeroOf(n) >= 2)
+        if (llvm::is_contained(held, n) && !tiedWhole(n) && zeroOf(n) >= 2 &&
+            lastInRun[runOf[k]].lookup(n) == k && accumulatedBy(a).count(n))
           perRun.push_back(n);
     if (!perRun.empty()) {
-      if (runReduction >= 0)
+      if (runReduction >= 0 && runReductionRun != runOf[k])
         completeRunReduction();
       b.create<pm::ReduceScatterGradsOp>(loc, symbols(perRun), b.getBoolAttr(true),
                                          b.getBoolAttr(true));
       runReduction = numAsync++;
       runReductionChunk = a.chunk;
+      runReductionRun = runOf[k];
     }
     // Otherwise the data-parallel reduction runs once a gradient is
     // complete: a reduction per layer, in the order the action completes
