@@ -19,6 +19,14 @@ ScheduleConfig config(ScheduleKind kind, int64_t pp, int64_t vpp, int64_t m, int
   return c;
 }
 
+/// Elastic with forward groups of f micro-batches (the last one smaller).
+ScheduleConfig elasticWithGroups(int64_t pp, int64_t vpp, int64_t m, int64_t f) {
+  ScheduleConfig c = config(ScheduleKind::Elastic, pp, vpp, m);
+  for (int64_t lo = 0; lo < m; lo += f)
+    c.fwdGroups.push_back(std::min(f, m - lo));
+  return c;
+}
+
 std::string row(const ScheduleConfig &c, int64_t rank) {
   return formatSchedule(rankSchedule(c, rank));
 }
@@ -265,9 +273,7 @@ TEST(Schedule, NewSchedulesAreCompleteAndDeadlockFree) {
         // Every split of m into forward groups and backward groups.
         for (int64_t f = 1; f <= m; ++f)
           for (int64_t g = 1; g <= m; ++g) {
-            ScheduleConfig e = config(ScheduleKind::Elastic, pp, vpp, m);
-            for (int64_t lo = 0; lo < m; lo += f)
-              e.fwdGroups.push_back(std::min(f, m - lo));
+            ScheduleConfig e = elasticWithGroups(pp, vpp, m, f);
             for (int64_t lo = 0; lo < m; lo += g)
               e.bwdGroups.push_back(std::min(g, m - lo));
             EXPECT_TRUE(validateSchedule(e, why)) << why;
@@ -366,9 +372,7 @@ TEST(Schedule, DeferredWeightGradients) {
       for (int64_t m : {1, 2, 4, 8})
         for (int64_t f : {pp, m})
           for (DeferW d : {DeferW::Chunk, DeferW::All, DeferW::Bucket}) {
-            ScheduleConfig plain = config(ScheduleKind::Elastic, pp, vpp, m);
-            for (int64_t lo = 0; lo < m; lo += f)
-              plain.fwdGroups.push_back(std::min(f, m - lo));
+            ScheduleConfig plain = elasticWithGroups(pp, vpp, m, f);
             plain.bwdGroups = plain.fwdGroups;
             if (!validateSchedule(plain, why))
               continue; // groups below pp that deadlock unsplit
@@ -442,9 +446,7 @@ TEST(Schedule, WeightPartsByBucket) {
       for (int64_t m : {1, 2, 4, 8})
         for (int64_t f : {pp, m})
           for (DeferW d : {DeferW::Chunk, DeferW::All, DeferW::Bucket}) {
-            ScheduleConfig c = config(ScheduleKind::Elastic, pp, vpp, m);
-            for (int64_t lo = 0; lo < m; lo += f)
-              c.fwdGroups.push_back(std::min(f, m - lo));
+            ScheduleConfig c = elasticWithGroups(pp, vpp, m, f);
             c.bwdGroups = {m};
             c.deferW = d;
             if (!validateSchedule(c, why))
