@@ -447,8 +447,12 @@ LogicalResult buildRankPrograms(ModuleOp module, const StagedStep &step,
   std::vector<int64_t> partsOfChunk;
   for (const auto &parts : step.bwdWeightParts)
     partsOfChunk.push_back((int64_t)parts.size());
+  // At most 2 pp split W's per run: every W after the last B of the
+  // depth-first-sized runs (the 64-GPU plans of bench/sim_paper.py), the last
+  // 2 pp of long breadth-first ones (a 1.3B bfs run of 128 micro-batches
+  // split whole would keep 128 micro-batches' recomputed activations).
   for (std::vector<Action> &order : orders)
-    order = orderWeightParts(order, partsOfChunk, sched.deferW);
+    order = orderWeightParts(order, partsOfChunk, sched.deferW, 2 * sched.pp);
   for (int64_t p = 0; p < sched.pp; ++p) {
     ProgramBuilder builder(module, step, sched, dp, waitLag, trained, p, orders[p]);
     builder.build(outer);

@@ -561,7 +561,8 @@ std::vector<RankProgram> chainPrograms(const ScheduleConfig &cfg) {
 }
 
 std::vector<Action> orderWeightParts(const std::vector<Action> &order,
-                                     llvm::ArrayRef<int64_t> partsOfChunk, DeferW deferW) {
+                                     llvm::ArrayRef<int64_t> partsOfChunk, DeferW deferW,
+                                     int64_t maxSplit) {
   auto parts = [&](int64_t chunk) {
     return chunk < (int64_t)partsOfChunk.size() ? partsOfChunk[chunk] : 1;
   };
@@ -607,6 +608,18 @@ std::vector<Action> orderWeightParts(const std::vector<Action> &order,
     }
     return k;
   };
+  // The W's split: of each run's W's after its last B, the last maxSplit.
+  std::vector<bool> split(n, false);
+  {
+    std::map<int64_t, std::vector<size_t>> late; // run -> its W's after its last B
+    for (size_t k = 0; k < n; ++k)
+      if (order[k].weight && runOf[k] >= 0 && k > lastBOfRun[runOf[k]] &&
+          parts(order[k].chunk) > 1)
+        late[runOf[k]].push_back(k);
+    for (auto &[run, ws] : late)
+      for (size_t i = ws.size() > (size_t)maxSplit ? ws.size() - maxSplit : 0; i < ws.size(); ++i)
+        split[ws[i]] = true;
+  }
   std::map<size_t, std::vector<int64_t>> flushes; // position -> chunks flushed after it
   for (auto [run, k] : lastWOfRun)
     if (parts(order[k].chunk) > 1)
@@ -623,12 +636,7 @@ std::vector<Action> orderWeightParts(const std::vector<Action> &order,
   };
   for (size_t k = 0; k < n; ++k) {
     const Action &a = order[k];
-    // A W that fills a wait before its run's last B stays whole: deferring
-    // its later parts would keep its micro-batch's activations to the run's
-    // end. The W's after the last B (those left when the B's are done) go
-    // bucket by bucket.
-    const bool beforeLastB = runOf[k] >= 0 && k < lastBOfRun[runOf[k]];
-    if (a.weight && parts(a.chunk) > 1 && !beforeLastB) {
+    if (split[k]) {
       out.push_back(Action{a.chunk, a.microbatch, true, true, 0});
       deferred[a.chunk].push_back(a.microbatch);
     } else {

@@ -422,17 +422,20 @@ TEST(Schedule, WeightPartsByBucket) {
                                      {1, 1, true, true}, {0, 0, true}, {0, 1, true},
                                      {0, 0, true, true}, {0, 1, true, true}};
   const std::vector<int64_t> parts = {3, 2};
-  EXPECT_EQ(formatSchedule(orderWeightParts(order, parts, DeferW::Chunk)),
+  EXPECT_EQ(formatSchedule(orderWeightParts(order, parts, DeferW::Chunk, 8)),
             "1B0 1W0 1B1 1W1.0 1W1.1 0B0 0B1 0W0.0 0W1.0 0W0.1 0W1.1 0W0.2 0W1.2");
-  EXPECT_EQ(formatSchedule(orderWeightParts(order, parts, DeferW::Bucket)),
+  EXPECT_EQ(formatSchedule(orderWeightParts(order, parts, DeferW::Bucket, 8)),
             "1B0 1W0 1B1 1W1.0 0B0 0B1 1W1.1 0W0.0 0W1.0 0W0.1 0W1.1 0W0.2 0W1.2");
-  EXPECT_EQ(formatSchedule(orderWeightParts(order, {1, 1}, DeferW::Bucket)),
+  // At most one split W per run: the run's last.
+  EXPECT_EQ(formatSchedule(orderWeightParts(order, parts, DeferW::Chunk, 1)),
+            "1B0 1W0 1B1 1W1.0 1W1.1 0B0 0B1 0W0 0W1.0 0W1.1 0W1.2");
+  EXPECT_EQ(formatSchedule(orderWeightParts(order, {1, 1}, DeferW::Bucket, 8)),
             formatSchedule(order));
-  EXPECT_EQ(formatSchedule(orderWeightParts(order, parts, DeferW::None)), formatSchedule(order));
+  EXPECT_EQ(formatSchedule(orderWeightParts(order, parts, DeferW::None, 8)), formatSchedule(order));
   // A forward before the next run's B's: bucket flushes where chunk does.
   std::vector<Action> withF = {{1, 0, true}, {1, 0, true, true}, {0, 0, false}, {0, 0, true},
                                {0, 0, true, true}};
-  EXPECT_EQ(formatSchedule(orderWeightParts(withF, {1, 2}, DeferW::Bucket)),
+  EXPECT_EQ(formatSchedule(orderWeightParts(withF, {1, 2}, DeferW::Bucket, 8)),
             "1B0 1W0.0 1W0.1 0F0 0B0 0W0");
 
   // Every elastic order: each W after its run's last B becomes its parts,
@@ -459,7 +462,7 @@ TEST(Schedule, WeightPartsByBucket) {
               parts.push_back(1 + k % 3);
             for (int64_t r = 0; r < pp; ++r) {
               std::vector<Action> order = rankSchedule(c, r);
-              std::vector<Action> split = orderWeightParts(order, parts, d), firstParts;
+              std::vector<Action> split = orderWeightParts(order, parts, d, 2 * pp), firstParts;
               std::map<std::tuple<int64_t, int64_t, int64_t>, size_t> at; // (c, mb, part)
               for (auto [k, a] : llvm::enumerate(split)) {
                 if (a.weight && parts[a.chunk] > 1 && a.part >= 0) {

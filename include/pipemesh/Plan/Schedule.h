@@ -135,20 +135,24 @@ std::vector<Action> rankSchedule(const ScheduleConfig &cfg, int64_t rank);
 std::vector<std::vector<Action>> rankSchedules(const ScheduleConfig &cfg);
 
 /// defer-w with chunks whose W accumulates several gradient buckets
-/// (`partsOfChunk[c]` > 1; StagedStep::bwdWeightParts): the W's of the
-/// rank's order `order` that come after their run's last B become their
-/// parts, ordered so that the chunk's buckets complete one after another
-/// rather than all with the last W: each W runs its first part where the
-/// order has it, the other parts follow the run's last W bucket by bucket
-/// (every micro-batch's second part, then the third, ...), so each bucket's
-/// data-parallel reduction starts when its own gradient is complete. A W
-/// that fills a wait before the last B stays whole (deferring its parts
-/// would keep its micro-batch's activations alive to the run's end). With DeferW::Bucket the other parts wait further, behind the
+/// (`partsOfChunk[c]` > 1; StagedStep::bwdWeightParts): the last `maxSplit`
+/// W's of each run of the rank's order `order` that come after the run's
+/// last B become their parts, ordered so that the chunk's buckets complete
+/// one after another rather than all with the last W: each W runs its first
+/// part where the order has it, the other parts follow the run's last W
+/// bucket by bucket (every micro-batch's second part, then the third, ...),
+/// so each bucket's data-parallel reduction starts when its own gradient is
+/// complete. The other W's stay whole: a deferred part keeps its
+/// micro-batch's activations (and what the W re-runs of a recomputed
+/// forward) alive until it runs, so W's that fill waits before the last B,
+/// and all but the last few of a long breadth-first run, free them as
+/// before. With DeferW::Bucket the other parts wait further, behind the
 /// B's of the rank's next backward run of another chunk (the ranks upstream
 /// wait for those) while the first bucket's reduction runs; not past a
 /// forward. Orders without split backwards come back unchanged.
 std::vector<Action> orderWeightParts(const std::vector<Action> &order,
-                                     llvm::ArrayRef<int64_t> partsOfChunk, DeferW deferW);
+                                     llvm::ArrayRef<int64_t> partsOfChunk, DeferW deferW,
+                                     int64_t maxSplit);
 
 /// The communication of a chain of chunks (chunk c sends its output to
 /// chunk c + 1 and receives its gradient back) run in this schedule's order,
