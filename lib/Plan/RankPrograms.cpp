@@ -107,7 +107,8 @@ void ProgramBuilder::waitSends(int64_t keep) {
 }
 
 /// Splits `names` into their gradient buckets (StagedStep::gradientBuckets:
-/// one per layer, the embedding and the head apart), in the order the ops
+/// DDP-sized parts of a layer, the embedding and the head apart), in the
+/// order the ops
 /// of an action of `chunk` reach them: byFirst, the op that first reads a
 /// parameter (a forward, for its gather); otherwise the op that last
 /// accumulates its gradient (a backward, for its reduction). Names the ops
@@ -223,7 +224,7 @@ void ProgramBuilder::build(OpBuilder &outer) {
         lastAccumulation[n] = k;
 
   // ZeRO-1/2: the updated shards are gathered at the end of the step, one
-  // async all_gather_params per layer of each chunk in the order the next
+  // async all_gather_params per gradient bucket of each chunk in the order the next
   // step first reads them, and each chunk's first forward waits for each
   // layer right before reading it: the later layers' and chunks' gathers run
   // while the first ones compute (Megatron's overlapped parameter gather).
@@ -394,7 +395,7 @@ void ProgramBuilder::build(OpBuilder &outer) {
       runReductionRun = runOf[k];
     }
     // Otherwise the data-parallel reduction runs once a gradient is
-    // complete: a reduction per layer, in the order the action completes
+    // complete: a reduction per gradient bucket, in the order the action completes
     // them (the emitter issues each inside the action, behind the
     // backward of the layers still to come).
     std::vector<std::string> done;

@@ -45,7 +45,7 @@ def PMesh_ComputeOp : PMesh_ProgramOp<"compute"> {
     lowered inside it, right after the op that computes their value (the
     send's activation, the last of the reduction's gradients), so the
     reduction of one layer's gradients runs while the next layers compute
-    their backward (DDP's bucketed overlap, a bucket per layer).
+    their backward (DDP's bucketed overlap, StagedStep::gradientBuckets).
   }];
   let arguments = (ins I64Attr:$chunk, I64Attr:$microbatch, StrAttr:$phase,
                        OptionalAttr<I64Attr>:$part);
