@@ -7,6 +7,7 @@
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/StringSet.h"
 
+#include <deque>
 #include <map>
 #include <set>
 
@@ -310,13 +311,18 @@ void ProgramBuilder::build(OpBuilder &outer) {
     for (const std::string &n : accumulatedBy(a))
       lastInRun.back()[n] = k;
   }
-  // The per-run reduction last issued (its index among numAsync), its chunk
-  // and its run.
-  int64_t runReduction = -1, runReductionChunk = -1, runReductionRun = -1;
-  auto completeRunReduction = [&] {
-    b.create<pm::WaitCollectivesOp>(loc, b.getI64IntegerAttr(numAsync - 1 - runReduction),
-                                    ArrayAttr());
-    runReduction = -1;
+  // The per-run reductions in flight, oldest first: of each run its last
+  // reduction's index among numAsync, its chunk and the run.
+  struct RunReduction {
+    int64_t last, chunk, run;
+  };
+  std::deque<RunReduction> runReductions;
+  // Completes the run reductions through `r` (they complete in order).
+  auto completeRunReductions = [&](const RunReduction &r) {
+    const int64_t last = r.last;
+    b.create<pm::WaitCollectivesOp>(loc, b.getI64IntegerAttr(numAsync - 1 - last), ArrayAttr());
+    while (!runReductions.empty() && runReductions.front().last <= last)
+      runReductions.pop_front();
   };
   std::vector<int64_t> sendsBeforeAction;
   const int64_t m = sched.microbatches;
@@ -353,9 +359,14 @@ void ProgramBuilder::build(OpBuilder &outer) {
     // the next action of any kind: it overlaps only the sends and receives
     // between them, and no whole gradient outlives its action.
     const bool runStarts = accumulates(a) && prevAccumulatingChunk[k] != a.chunk;
-    if (runReduction >= 0 &&
-        (!runsSpanForwards || (runStarts && runReductionChunk == a.chunk)))
-      completeRunReduction();
+    if (!runReductions.empty() && !runsSpanForwards)
+      completeRunReductions(runReductions.back());
+    if (runStarts)
+      for (auto it = runReductions.rbegin(); it != runReductions.rend(); ++it)
+        if (it->chunk == a.chunk) {
+          completeRunReductions(*it);
+          break;
+        }
     b.create<pm::ComputeOp>(loc, b.getI64IntegerAttr(a.chunk), b.getI64IntegerAttr(mb),
                             b.getStringAttr(a.weight ? "W" : a.backward ? "B" : "F"),
                             a.part >= 0 ? b.getI64IntegerAttr(a.part) : IntegerAttr());
@@ -375,10 +386,13 @@ void ProgramBuilder::build(OpBuilder &outer) {
     // end, or, where the run's W's complete the gradient buckets one after
     // another (W parts), each bucket when its last part has run. The
     // reduction is async: it runs behind what follows and completes (adding
-    // into the shard, freeing the whole gradient) before the next run's own
-    // is issued or, see above, before the next run of its chunk or the next
-    // action, so at most two chunks' whole gradients are alive at once
-    // (DeepSpeed's overlap_comm).
+    // into the shard, freeing the whole gradient) before the run after next
+    // issues its own or, see above, before the next run of its chunk or the
+    // next action, so at most three chunks' whole gradients are alive at
+    // once (DeepSpeed's overlap_comm, two reductions in flight: a run's
+    // reduce-scatter over a slow network may take longer than the next
+    // run's compute; waiting for it there stalled 13B bfs-order plans at
+    // 25 Gb/s by 3 %).
     std::vector<std::string> perRun;
     if (dp > 1 && runOf[k] >= 0)
       for (const std::string &n : step.accumulated[a.chunk])
@@ -386,13 +400,16 @@ void ProgramBuilder::build(OpBuilder &outer) {
             lastInRun[runOf[k]].lookup(n) == k && accumulatedBy(a).count(n))
           perRun.push_back(n);
     if (!perRun.empty()) {
-      if (runReduction >= 0 && runReductionRun != runOf[k])
-        completeRunReduction();
+      const bool newRun = runReductions.empty() || runReductions.back().run != runOf[k];
+      if (newRun && runReductions.size() >= 2)
+        completeRunReductions(runReductions.front());
       b.create<pm::ReduceScatterGradsOp>(loc, symbols(perRun), b.getBoolAttr(true),
                                          b.getBoolAttr(true));
-      runReduction = numAsync++;
-      runReductionChunk = a.chunk;
-      runReductionRun = runOf[k];
+      if (newRun)
+        runReductions.push_back({numAsync, a.chunk, runOf[k]});
+      else
+        runReductions.back().last = numAsync;
+      ++numAsync;
     }
     // Otherwise the data-parallel reduction runs once a gradient is
     // complete: a reduction per gradient bucket, in the order the action completes

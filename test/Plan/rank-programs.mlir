@@ -75,18 +75,22 @@
 // OVERLAP-NEXT: }
 //
 // ZeRO-3 runs in an interleaved order (group 1): each chunk's run is
-// reduce-scattered async behind the other chunk's actions, and completed
-// (wait_collectives) before the next run's reduction is issued.
+// reduce-scattered async behind the other chunk's actions, two runs'
+// reductions in flight at most, and completed (wait_collectives, the other
+// chunk's left in flight) before the next run of its chunk starts.
 // RUN: pipemesh-opt %S/Inputs/staged-2-chunks.mlir --pmesh-shard="pp=1 vpp=2 dp=2 zero=3" --pmesh-schedule="pp=1 vpp=2 dp=2 microbatches=2 schedule=interleaved group=1" | FileCheck %s --check-prefix=RUNS
 // RUNS-LABEL: pmesh.rank_program
 // RUNS: pmesh.compute {chunk = 1 : i64, microbatch = 0 : i64, phase = "B"}
 // RUNS-NEXT: pmesh.reduce_scatter_grads {accumulate = true, async = true, params = [@w2, @wte]}
 // RUNS-NEXT: pmesh.compute {chunk = 0 : i64, microbatch = 1 : i64, phase = "F"}
 // RUNS-NEXT: pmesh.compute {chunk = 0 : i64, microbatch = 0 : i64, phase = "B"}
-// RUNS-NEXT: pmesh.wait_collectives{{$}}
 // RUNS-NEXT: pmesh.reduce_scatter_grads {accumulate = true, async = true, params = [@b1, @w1, @wte]}
-// RUNS: pmesh.compute {chunk = 0 : i64, microbatch = 1 : i64, phase = "B"}
-// RUNS-NEXT: pmesh.wait_collectives{{$}}
+// RUNS-NEXT: pmesh.compute {chunk = 1 : i64, microbatch = 1 : i64, phase = "F"}
+// RUNS-NEXT: pmesh.wait_collectives {keep = 1 : i64}
+// RUNS-NEXT: pmesh.compute {chunk = 1 : i64, microbatch = 1 : i64, phase = "B"}
+// RUNS-NEXT: pmesh.reduce_scatter_grads {accumulate = true, async = true, params = [@w2, @wte]}
+// RUNS-NEXT: pmesh.wait_collectives {keep = 1 : i64}
+// RUNS-NEXT: pmesh.compute {chunk = 0 : i64, microbatch = 1 : i64, phase = "B"}
 // RUNS-NEXT: pmesh.reduce_scatter_grads {accumulate = true, async = true, params = [@b1, @w1, @wte]}
 // RUNS-NEXT: pmesh.wait_collectives{{$}}
 // RUNS-NEXT: pmesh.optimizer_step
