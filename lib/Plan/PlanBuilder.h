@@ -123,6 +123,9 @@ struct Shared {
   /// What zero=auto's search looked at.
   int64_t zeroSearchCandidates = 0;
   double zeroSearchSeconds = 0;
+  /// zero=auto: the fastest uniform level of at most 2 that it simulated
+  /// exactly and that fits, when its choice is another (empty otherwise).
+  std::vector<int64_t> zeroUniformAlternative;
   /// What prefetch=auto simulated: (depth, step seconds; INFINITY: over mem-limit).
   std::vector<std::pair<int64_t, double>> prefetchSearch;
 };

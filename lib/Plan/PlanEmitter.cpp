@@ -747,6 +747,30 @@ LogicalResult PlanBuilder::run(llvm::raw_ostream &os) {
     if (failed(chooseGroups(train, cluster)))
       return failure();
     sh.prefetchSearch.clear(); // zero=auto's depth was for the default groups
+    // zero=auto chose its sharding for the default groups and backward: a
+    // uniform level it found nearly as good may suit the groups and W
+    // placement chosen for another better (13B at dp=16, 100 Gb/s: zero=auto's
+    // ZeRO-0/2 mix with defer-w=bucket 2.01 s, ZeRO-2 with defer-w=all 1.94
+    // s). The groups for that level are searched too; the faster pair stays.
+    if (sh.opts.zeroAuto && !sh.zeroUniformAlternative.empty() && !sh.opts.prefetchAuto) {
+      PlanChoice first = currentChoice();
+      std::optional<Searched> firstSearched = std::move(searched);
+      Prediction a = predict(train, cluster);
+      sh.zeroChunks = sh.zeroUniformAlternative;
+      Prediction b;
+      {
+        // A level whose groups do not fit is no alternative, not an error.
+        ScopedDiagnosticHandler quiet(sh.module.getContext(),
+                                      [](Diagnostic &) { return success(); });
+        if (succeeded(chooseGroups(train, cluster)))
+          b = predict(train, cluster);
+      }
+      if (!b.ok || (a.ok && a.result.stepTimeS <= b.result.stepTimeS)) {
+        std::tie(sh.sched, sh.zeroChunks, sh.prefetch) =
+            std::tie(first.sched, first.zeroChunks, first.prefetch);
+        searched = std::move(firstSearched);
+      }
+    }
   }
   if (sh.opts.prefetchAuto)
     choosePrefetch(train, cluster);

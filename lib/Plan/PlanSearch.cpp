@@ -327,6 +327,13 @@ void PlanBuilder::chooseZero(func::FuncOp train, const cost::Cluster &cluster) {
       fastest = t, choice = z;
   if (auto d = depths.find(choice); d != depths.end()) // choosePrefetch need not redo it
     std::tie(sh.prefetch, sh.prefetchSearch) = d->second;
+  // The fastest uniform level without ZeRO-3 (no prefetch depth to choose)
+  // that fits, for groups=auto to try as well.
+  sh.zeroUniformAlternative.clear();
+  double uniformT = INFINITY;
+  for (auto &[z, t] : exact)
+    if (t < uniformT && llvm::all_equal(z) && !z.empty() && z.front() <= 2 && z != choice)
+      uniformT = t, sh.zeroUniformAlternative = z;
   sh.zeroChunks = std::move(choice);
   sh.zeroSearchCandidates = (int64_t)seen.size();
   sh.zeroSearchSeconds =

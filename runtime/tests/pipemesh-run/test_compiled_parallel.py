@@ -51,6 +51,9 @@ CONFIGS = [  # (pp, dp, zero, microbatches, schedule)
     (2, 1, 0, 4, "gpipe recompute=auto mem-limit=1700KB"),
     (2, 2, "1,3", 2, "1f1b"),  # mixed sharding: ZeRO-1 on chunk 0, ZeRO-3 on chunk 1
     (2, 2, "auto", 2, "zb-h1 cluster=a100-40g-25gbps"),
+    # zero=auto and groups=auto together: the groups for zero=auto's sharding
+    # and for its best uniform level are searched, the faster pair kept.
+    (2, 2, "auto", 4, "elastic groups=auto cluster=a100-40g-25gbps recompute=auto mem-limit=1500KB"),
 ]
 
 
