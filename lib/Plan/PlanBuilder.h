@@ -255,6 +255,8 @@ private:
   /// The ZeRO level of a parameter (`pmesh.zero`, set by --pmesh-shard).
   int64_t zeroOf(StringRef name) const;
   FailureOr<int> operand(Value v, ActionCtx &ctx);
+  /// operand() of each of `op`'s operands, in order.
+  FailureOr<json::Array> operands(Operation *op, ActionCtx &ctx);
   int view(Value v, int of, StringRef name);
   int paramBuffer(StringRef name, ActionCtx &ctx);
   void ensureLoaded(int64_t mb);

@@ -753,19 +753,27 @@ LogicalResult PlanBuilder::run(llvm::raw_ostream &os) {
     // ZeRO-0/2 mix with defer-w=bucket 2.01 s, ZeRO-2 with defer-w=all 1.94
     // s). The groups for that level are searched too; the faster pair stays.
     if (sh.opts.zeroAuto && !sh.zeroUniformAlternative.empty() && !sh.opts.prefetchAuto) {
+      // The step of the current choice: the search's simulation when it kept
+      // one (with mem-limit it simulates its choice exactly), else simulated.
+      auto stepOfChoice = [&]() -> double {
+        if (searched && searched->choice == currentChoice())
+          return searched->result.stepTimeS;
+        Prediction p = predict(train, cluster);
+        return p.ok ? p.result.stepTimeS : INFINITY;
+      };
       PlanChoice first = currentChoice();
+      const double firstStep = stepOfChoice();
       std::optional<Searched> firstSearched = std::move(searched);
-      Prediction a = predict(train, cluster);
       sh.zeroChunks = sh.zeroUniformAlternative;
-      Prediction b;
+      double secondStep = INFINITY;
       {
         // A level whose groups do not fit is no alternative, not an error.
         ScopedDiagnosticHandler quiet(sh.module.getContext(),
                                       [](Diagnostic &) { return success(); });
         if (succeeded(chooseGroups(train, cluster)))
-          b = predict(train, cluster);
+          secondStep = stepOfChoice();
       }
-      if (!b.ok || (a.ok && a.result.stepTimeS <= b.result.stepTimeS)) {
+      if (firstStep <= secondStep) {
         std::tie(sh.sched, sh.zeroChunks, sh.prefetch) =
             std::tie(first.sched, first.zeroChunks, first.prefetch);
         searched = std::move(firstSearched);

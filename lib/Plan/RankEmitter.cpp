@@ -155,6 +155,17 @@ int RankEmitter::paramBuffer(StringRef name, ActionCtx &ctx) {
   return id;
 }
 
+FailureOr<json::Array> RankEmitter::operands(Operation *op, ActionCtx &ctx) {
+  json::Array ids;
+  for (Value v : op->getOperands()) {
+    auto id = operand(v, ctx);
+    if (failed(id))
+      return failure();
+    ids.push_back(*id);
+  }
+  return ids;
+}
+
 FailureOr<int> RankEmitter::operand(Value v, ActionCtx &ctx) {
   int64_t mb = ctx.a.microbatch;
   Operation *def = v.getDefiningOp();
@@ -393,15 +404,11 @@ LogicalResult RankEmitter::emitOp(Operation *op, ActionCtx &ctx) {
       // The embedding's gradient added into the parameter's row by row
       // (scaled), without a [V, C] temporary that is zeroed, filled and
       // added whole for every micro-batch.
-      json::Array ins;
-      for (Value v : eg->getOperands()) {
-        auto id = operand(v, ctx);
-        if (failed(id))
-          return failure();
-        ins.push_back(*id);
-      }
+      auto ins = operands(eg, ctx);
+      if (failed(ins))
+        return failure();
       Instr i{{"op", "embedding_grad"},
-              {"in", std::move(ins)},
+              {"in", std::move(*ins)},
               {"out", json::Array{dst}},
               {"accumulate", true},
               {"scale", sh.invM}};
@@ -419,20 +426,17 @@ LogicalResult RankEmitter::emitOp(Operation *op, ActionCtx &ctx) {
   } else {
     if (op->getDialect()->getNamespace() != "pmesh")
       return op->emitOpError("cannot be emitted into a plan");
-    json::Array ins, outs;
-    for (Value v : op->getOperands()) {
-      auto id = operand(v, ctx);
-      if (failed(id))
-        return failure();
-      ins.push_back(*id);
-    }
+    auto ins = operands(op, ctx);
+    if (failed(ins))
+      return failure();
+    json::Array outs;
     for (Value r : op->getResults()) {
       int id = add(valueBuffer(r, "activation", tmpName()));
       inst[{r, mb}] = id;
       outs.push_back(id);
     }
     Instr i{{"op", op->getName().getStringRef().drop_front(6)},
-            {"in", std::move(ins)},
+            {"in", std::move(*ins)},
             {"out", std::move(outs)}};
     i.setAttrsFrom(op);
     setCost(i, op);
@@ -625,7 +629,7 @@ LogicalResult RankEmitter::run(RankPlan &out) {
   const bool split = splitsBackward(sh.sched);
   auto phaseKey = [](const Action &a) { return a.weight ? 2 : a.backward ? 1 : 0; };
   auto actionOps = [&](const Action &a) -> const std::vector<Operation *> & {
-    return a.weight ? step.weightOps(a.chunk, a.part) : step.phaseOps(a.chunk, phaseKey(a), split);
+    return step.opsOf(a, split);
   };
   // (zero 3) After which op of a phase a gathered parameter is no longer read.
   auto freeAfter = [&](llvm::ArrayRef<Operation *> ops) {

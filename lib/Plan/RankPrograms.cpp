@@ -61,9 +61,7 @@ public:
 
 private:
   const std::vector<Operation *> &actionOps(const Action &a) const {
-    if (a.weight)
-      return step.weightOps(a.chunk, a.part);
-    return step.phaseOps(a.chunk, a.backward ? 1 : 0, splitsBackward(sched));
+    return step.opsOf(a, splitsBackward(sched));
   }
   /// The parameters whose gradient an accumulating action adds to.
   const std::set<std::string> &accumulatedBy(const Action &a) const {
@@ -122,7 +120,7 @@ ProgramBuilder::layerBuckets(llvm::ArrayRef<std::string> names, int64_t chunk,
   llvm::StringSet<> wanted;
   for (const std::string &n : names)
     wanted.insert(n);
-  llvm::StringMap<int64_t> bucketOf = step.gradientBuckets(chunk);
+  const llvm::StringMap<int64_t> &bucketOf = step.gradientBuckets(chunk);
   llvm::StringMap<size_t> position; // name -> index in ops
   for (auto [i, op] : llvm::enumerate(ops)) {
     auto note = [&](llvm::StringRef n) {
@@ -395,9 +393,9 @@ void ProgramBuilder::build(OpBuilder &outer) {
     // 25 Gb/s by 3 %).
     std::vector<std::string> perRun;
     if (dp > 1 && runOf[k] >= 0)
-      for (const std::string &n : step.accumulated[a.chunk])
+      for (const std::string &n : accumulatedBy(a))
         if (llvm::is_contained(held, n) && !tiedWhole(n) && zeroOf(n) >= 2 &&
-            lastInRun[runOf[k]].lookup(n) == k && accumulatedBy(a).count(n))
+            lastInRun[runOf[k]].lookup(n) == k)
           perRun.push_back(n);
     if (!perRun.empty()) {
       const bool newRun = runReductions.empty() || runReductions.back().run != runOf[k];

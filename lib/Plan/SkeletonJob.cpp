@@ -123,10 +123,12 @@ sim::Job skeletonJob(ModuleOp module, const StagedStep &step, const ScheduleConf
     // action's (of another chunk or phase) issued async as the action
     // before it starts and waited for as it starts (the emitter prefetches
     // a layer ahead; a whole action ahead is the skeleton's estimate).
+    auto phaseOf = [](const Action &a) { return a.weight ? 2 : a.backward ? 1 : 0; };
     std::vector<std::pair<int64_t, int>> computeKeys; // (chunk, phase)
-    for (auto c : rp.getBody().front().getOps<pm::ComputeOp>())
-      computeKeys.push_back(
-          {(int64_t)c.getChunk(), c.getPhase() == "W" ? 2 : c.getPhase() == "B" ? 1 : 0});
+    for (auto c : rp.getBody().front().getOps<pm::ComputeOp>()) {
+      const Action a = actionOf(c);
+      computeKeys.push_back({a.chunk, phaseOf(a)});
+    }
     size_t computeIndex = 0;
     int64_t asyncIssued = 0, prefetch = -1; // prefetch: its async issue number
     auto collective = [&](cost::Collective kind, int32_t group, double bytes, bool async) {
@@ -136,9 +138,10 @@ sim::Job skeletonJob(ModuleOp module, const StagedStep &step, const ScheduleConf
     };
     for (Operation &op : rp.getBody().front()) {
       if (auto c = dyn_cast<pm::ComputeOp>(op)) {
-        int ph = c.getPhase() == "W" ? 2 : c.getPhase() == "B" ? 1 : 0;
-        const PhaseCost &pc = phases[{(int64_t)c.getChunk(), ph}];
-        int64_t key = c.getChunk() * 3 + ph;
+        const Action a = actionOf(c);
+        const int ph = phaseOf(a);
+        const PhaseCost &pc = phases[{a.chunk, ph}];
+        int64_t key = a.chunk * 3 + ph;
         if (key != heldKey && !pc.gathered.empty()) {
           if (prefetch >= 0)
             prog.instrs.push_back(sim::Instr::wait(-1, (int32_t)(asyncIssued - 1 - prefetch)));
@@ -157,19 +160,15 @@ sim::Job skeletonJob(ModuleOp module, const StagedStep &step, const ScheduleConf
           }
         }
         heldKey = key;
-        std::string label = std::to_string(c.getChunk()) + c.getPhase().str() +
-                            std::to_string(c.getMicrobatch());
+        const std::string label = formatAction(a);
         sim::Work w = ph == 0 ? sim::Work::Forward
                       : ph == 1 ? sim::Work::Backward
                                 : sim::Work::WeightGrad;
         // A W part frees the forward's share for W with the chunk's last part.
-        const Action a = actionOf(c);
         const int64_t lastPart = (int64_t)step.bwdWeightParts[a.chunk].size() - 1;
-        if (a.part >= 0)
-          label += "." + std::to_string(a.part);
         sim::Instr in = sim::Instr::compute(
             a.part >= 0 ? partSeconds[{a.chunk, a.part}] : pc.seconds, w, prog.label(label));
-        int64_t keeps = phases[{(int64_t)c.getChunk(), 0}].keeps;
+        int64_t keeps = phases[{a.chunk, 0}].keeps;
         if (ph == 0)
           in.mem(keeps, 0);
         else if (ph == 1)

@@ -96,21 +96,26 @@ std::set<int64_t> StagedStep::layersIn(int64_t chunk) const {
   return layers;
 }
 
-llvm::StringMap<int64_t> StagedStep::gradientBuckets(int64_t chunk) const {
+/// Bucket keys per layer (StagedStep::gradientBuckets): layer * kSubs + sub,
+/// subs 0..kSubs - 2 for the layer's parameters, kSubs - 1 for those of no
+/// layer read there.
+constexpr int64_t kSubs = 64;
+
+/// StagedStep::gradientBuckets of chunk `chunk`.
+static llvm::StringMap<int64_t> findGradientBuckets(const StagedStep &s, int64_t chunk) {
   // A layer's parameters in the order the forward first reads them, each
   // bucket closed once it holds kBucketParams elements (PyTorch DDP's default
   // bucket, 25 MiB of f32 gradient); a last piece under a quarter of that
   // joins the bucket before it.
   constexpr int64_t kBucketParams = 25 * 1024 * 1024 / 4;
-  constexpr int64_t kSubs = 64; // keys per layer: subs 0..62, 63 for no layer's
   llvm::StringMap<int64_t> bucket;
   std::map<int64_t, std::vector<std::pair<std::string, int64_t>>> layerParams; // in order
-  for (Operation *op : fwdOps[chunk])
+  for (Operation *op : s.fwdOps[chunk])
     for (Value v : op->getOperands()) {
-      llvm::StringRef n = paramRoot(v);
+      llvm::StringRef n = s.paramRoot(v);
       if (n.empty() || bucket.count(n))
         continue;
-      int64_t layer = layerOf.lookup(op);
+      int64_t layer = s.layerOf.lookup(op);
       if (!partition::layerOfParam(n)) {
         bucket[n] = layer * kSubs + kSubs - 1;
         continue;
@@ -126,18 +131,18 @@ llvm::StringMap<int64_t> StagedStep::gradientBuckets(int64_t chunk) const {
     }
   for (auto &[layer, params] : layerParams) {
     std::vector<int64_t> sub(params.size());
-    int64_t s = 0, held = 0;
+    int64_t open = 0, held = 0; // the bucket being filled, and its elements
     for (size_t i = 0; i < params.size(); ++i) {
-      sub[i] = s;
+      sub[i] = open;
       held += params[i].second;
-      if (held >= kBucketParams && s < kSubs - 2) {
-        ++s;
+      if (held >= kBucketParams && open < kSubs - 2) {
+        ++open;
         held = 0;
       }
     }
-    if (s > 0 && held < kBucketParams / 4) // the small rest joins the bucket before
+    if (open > 0 && held < kBucketParams / 4) // the small rest joins the bucket before
       for (size_t i = 0; i < params.size(); ++i)
-        sub[i] = std::min(sub[i], s - 1);
+        sub[i] = std::min(sub[i], open - 1);
     for (size_t i = 0; i < params.size(); ++i)
       bucket[params[i].first] = layer * kSubs + sub[i];
   }
@@ -147,10 +152,10 @@ llvm::StringMap<int64_t> StagedStep::gradientBuckets(int64_t chunk) const {
 /// Splits chunk `c`'s W ops into per-bucket parts (bwdWeightParts).
 static void splitWeightParts(StagedStep &s, int64_t c) {
   const std::vector<Operation *> &ops = s.bwdWeightOps[c];
-  llvm::StringMap<int64_t> bucket = s.gradientBuckets(c);
+  const llvm::StringMap<int64_t> &bucket = s.gradientBuckets(c);
   auto keyOf = [&](pm::AccumulateGradOp acc) {
     auto it = bucket.find(acc.getParam());
-    return it != bucket.end() ? it->second : 64 * s.layerOf.lookup(acc);
+    return it != bucket.end() ? it->second : kSubs * s.layerOf.lookup(acc);
   };
   // Parts in the order the W completes their buckets (last accumulation).
   std::map<int64_t, size_t> lastAt;
@@ -165,13 +170,13 @@ static void splitWeightParts(StagedStep &s, int64_t c) {
   for (auto [k, e] : llvm::enumerate(byEnd))
     partOfKey[e.second] = (int64_t)k;
   const int64_t numParts = std::max<int64_t>(1, (int64_t)byEnd.size());
+  s.accumulatedByPart[c].assign(numParts, {});
   // An op belongs to the first part among its users' (later ops only).
   llvm::DenseMap<Operation *, int64_t> part;
   for (Operation *op : llvm::reverse(ops)) {
     int64_t p = numParts;
     if (auto acc = dyn_cast<pm::AccumulateGradOp>(op)) {
       p = partOfKey[keyOf(acc)];
-      s.accumulatedByPart[c].resize(numParts);
       s.accumulatedByPart[c][p].insert(acc.getParam().str());
     } else {
       for (Value v : op->getResults())
@@ -182,7 +187,6 @@ static void splitWeightParts(StagedStep &s, int64_t c) {
     part[op] = p == numParts ? 0 : p; // needed by no part: with the first
   }
   s.bwdWeightParts[c].assign(numParts, {});
-  s.accumulatedByPart[c].resize(numParts);
   for (Operation *op : ops)
     s.bwdWeightParts[c][part[op]].push_back(op);
 }
@@ -377,8 +381,10 @@ FailureOr<StagedStep> analyzeTrainStep(func::FuncOp train, int64_t pp, int64_t n
   }
   s.bwdWeightParts.assign(numChunks, {});
   s.accumulatedByPart.assign(numChunks, {});
-  for (int64_t c = 0; c < numChunks; ++c)
+  for (int64_t c = 0; c < numChunks; ++c) {
+    s.bucketOf.push_back(findGradientBuckets(s, c));
     splitWeightParts(s, c);
+  }
 
   int64_t k = 0;
   for (Operation &op : entry)

@@ -11,6 +11,8 @@
 #ifndef PIPEMESH_LIB_PLAN_STAGEDSTEP_H
 #define PIPEMESH_LIB_PLAN_STAGEDSTEP_H
 
+#include "pipemesh/Plan/Schedule.h"
+
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Value.h"
 #include "llvm/ADT/DenseMap.h"
@@ -93,10 +95,12 @@ struct StagedStep {
   }
   /// The layers (layerOf) of a chunk's forward ops, in order.
   std::set<int64_t> layersIn(int64_t chunk) const;
-  /// The ops of phase 2 (W) restricted to one part (bwdWeightParts); part -1
-  /// is all of them (phaseOps).
-  const std::vector<mlir::Operation *> &weightOps(int64_t chunk, int64_t part) const {
-    return part < 0 ? bwdWeightOps[chunk] : bwdWeightParts[chunk][part];
+  /// The ops an action runs: phaseOps of its phase, a W part's
+  /// (bwdWeightParts) when it has one.
+  const std::vector<mlir::Operation *> &opsOf(const Action &a, bool split) const {
+    if (a.weight && a.part >= 0)
+      return bwdWeightParts[a.chunk][a.part];
+    return phaseOps(a.chunk, a.weight ? 2 : a.backward ? 1 : 0, split);
   }
   /// The gradient bucket of every parameter chunk `chunk`'s forward reads
   /// (an opaque key, equal for one bucket): the unit of data-parallel
@@ -110,7 +114,11 @@ struct StagedStep {
   /// of their first reader's layer: the embedding and, apart from the last
   /// layer, the final norm and the LM head (a tied embedding's copy there),
   /// whose gradients the backward completes first.
-  llvm::StringMap<int64_t> gradientBuckets(int64_t chunk) const;
+  const llvm::StringMap<int64_t> &gradientBuckets(int64_t chunk) const {
+    return bucketOf[chunk];
+  }
+  /// Per chunk: gradientBuckets.
+  std::vector<llvm::StringMap<int64_t>> bucketOf;
   /// The pipeline rank that computes an Activation-scope value.
   int64_t producerRank(mlir::Value v) const;
   ValueScope scope(mlir::Value v) const;

@@ -57,16 +57,14 @@ void embeddingGrad(const T *dy, const int64_t *ids, T *dtable, int64_t n, int64_
     }
     if (start[v] == start[v + 1])
       continue; // no token of this row: the gradient keeps what it holds
-    // The row's sum first, then scaled into the gradient: the same rounding
-    // as an embedding_grad into zeros followed by an accumulate.
-    std::vector<T> sum(C, T(0));
-    for (int64_t k = start[v]; k < start[v + 1]; ++k) {
-      const T *src = dy + order[k] * C;
-      for (int64_t j = 0; j < C; ++j)
-        sum[j] += src[j];
+    // Each element's sum first, then scaled into the gradient: the same
+    // rounding as an embedding_grad into zeros followed by an accumulate.
+    for (int64_t j = 0; j < C; ++j) {
+      T sum = T(0);
+      for (int64_t k = start[v]; k < start[v + 1]; ++k)
+        sum += dy[order[k] * C + j];
+      row[j] += scale * sum;
     }
-    for (int64_t j = 0; j < C; ++j)
-      row[j] += scale * sum[j];
   }
 }
 
