@@ -677,7 +677,7 @@ Thunk bindEmbeddingGrad(OpContext &c, CudaBackend &b) {
   int64_t V = dt.shape[0], C = dt.shape[1];
   b.reserveScratch(embeddingGradScratchBytes(ids.numel, V));
   // "accumulate": into a parameter's gradient, times "scale" (EmbeddingOps.cpp).
-  const bool accumulate = c.inst.json.value("accumulate", false);
+  const bool accumulate = c.flag("accumulate", false);
   const float scale = (float)c.field("scale", 1.0);
   CudaBackend *bp = &b;
   return [bp, dy, ids, dt, V, C, accumulate, scale] {

@@ -80,7 +80,7 @@ Thunk bindEmbeddingGrad(OpContext &c) {
   // "accumulate": dtable is a parameter's gradient, into which the rows are
   // added times "scale" (the compiler's lowering of an embedding gradient
   // and its accumulation as one instruction).
-  const bool accumulate = c.inst.json.value("accumulate", false);
+  const bool accumulate = c.flag("accumulate", false);
   const float scale = (float)c.field("scale", 1.0);
   return [dy, dt, id, V, C, accumulate, scale] {
     const int64_t *p = id.get();

@@ -132,6 +132,15 @@ double OpContext::field(const char *name, std::optional<double> dflt) const {
   return it->get<double>();
 }
 
+bool OpContext::flag(const char *name, bool dflt) const {
+  auto it = inst.json.find(name);
+  if (it == inst.json.end())
+    return dflt;
+  if (!it->is_boolean())
+    error("field '", name, "' must be true or false, got ", it->dump());
+  return it->get<bool>();
+}
+
 const OpTable &opTable() {
   static const OpTable table = [] {
     OpTable t;

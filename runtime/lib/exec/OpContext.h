@@ -59,6 +59,8 @@ public:
   int64_t axis(int64_t axis, int64_t rank, const char *what = "axis") const;
   /// A numeric field of a control instruction (outside "attrs").
   double field(const char *name, std::optional<double> dflt = std::nullopt) const;
+  /// A boolean field of an instruction (outside "attrs"), `dflt` when absent.
+  bool flag(const char *name, bool dflt) const;
 
   template <typename... Args> [[noreturn]] void error(Args &&...args) const {
     fail(std::forward<Args>(args)...);

@@ -151,6 +151,28 @@ class PlanErrors(common.TempDirTest):
                              f"instruction {i} (matmul)")
         self.assertNotIn("step 1/", r.stdout, "the error must come before any step runs")
 
+    def test_bad_embedding_grad_accumulate(self):
+        # The compiler's embedding_grad into a parameter's gradient carries
+        # "accumulate": true; anything but a boolean is refused.
+        b = mtp.Builder(batch=1, seq=4, vocab=16)
+        table = b.param("table", np.ones((16, 4), np.float32))
+        ids = b.input("input_ids", [1, 4])
+        tgt = b.input("targets", [1, 4])
+        b.control("load_microbatch", index=0, out=[ids, tgt])
+        dy = b.op("embedding", [table, ids], [1, 4, 4])
+        b.op("embedding_grad", [dy, ids], [16, 4])
+        m = b.manifest()
+        prog = m["ranks"][0]["program"]
+        i = next(k for k, x in enumerate(prog) if x["op"] == "embedding_grad")
+        prog[i]["accumulate"] = "yes"
+        path = self.path("a.plan")
+        mtp.write_plan(path, m, b.weights)
+        data = self.path("d.bin")
+        common.write_shard(data, [3, 5, 7, 7, 1, 2])
+        self.check_fails(common.run([path, "--data", data, "--steps", 1]),
+                         f"instruction {i} (embedding_grad)",
+                         "field 'accumulate' must be true or false, got \"yes\"")
+
     def test_embedding_id_out_of_range(self):
         # A table of 10 rows in a model whose vocabulary (and data) reaches 256.
         b = mtp.Builder(batch=1, seq=4, vocab=256)
