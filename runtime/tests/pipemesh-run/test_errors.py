@@ -21,6 +21,17 @@ def tiny():
     return b
 
 
+def embedding_builder(rows, vocab):
+    """A plan that loads 4 tokens and looks them up in a table of `rows` rows."""
+    b = mtp.Builder(batch=1, seq=4, vocab=vocab)
+    table = b.param("table", np.ones((rows, 4), np.float32))
+    ids = b.input("input_ids", [1, 4])
+    tgt = b.input("targets", [1, 4])
+    b.control("load_microbatch", index=0, out=[ids, tgt])
+    y = b.op("embedding", [table, ids], [1, 4, 4])
+    return b, ids, y
+
+
 class PlanErrors(common.TempDirTest):
     def write(self, name, corrupt=None, manifest=None, builder=None):
         b = builder or tiny()
@@ -154,12 +165,7 @@ class PlanErrors(common.TempDirTest):
     def test_bad_embedding_grad_accumulate(self):
         # The compiler's embedding_grad into a parameter's gradient carries
         # "accumulate": true; anything but a boolean is refused.
-        b = mtp.Builder(batch=1, seq=4, vocab=16)
-        table = b.param("table", np.ones((16, 4), np.float32))
-        ids = b.input("input_ids", [1, 4])
-        tgt = b.input("targets", [1, 4])
-        b.control("load_microbatch", index=0, out=[ids, tgt])
-        dy = b.op("embedding", [table, ids], [1, 4, 4])
+        b, ids, dy = embedding_builder(16, 16)
         b.op("embedding_grad", [dy, ids], [16, 4])
         m = b.manifest()
         prog = m["ranks"][0]["program"]
@@ -175,12 +181,7 @@ class PlanErrors(common.TempDirTest):
 
     def test_embedding_id_out_of_range(self):
         # A table of 10 rows in a model whose vocabulary (and data) reaches 256.
-        b = mtp.Builder(batch=1, seq=4, vocab=256)
-        table = b.param("table", np.ones((10, 4), np.float32))
-        ids = b.input("input_ids", [1, 4])
-        tgt = b.input("targets", [1, 4])
-        b.control("load_microbatch", index=0, out=[ids, tgt])
-        b.op("embedding", [table, ids], [1, 4, 4])
+        b, _, _ = embedding_builder(10, 256)
         path = self.path("e.plan")
         mtp.write_plan(path, b.manifest(), b.weights)
         data = self.path("d.bin")
