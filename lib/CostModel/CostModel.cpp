@@ -95,17 +95,24 @@ OpCost adamwCost(pm::AdamWOp op) {
 }
 } // namespace
 
-Operation *cost::accumulatedEmbeddingGrad(Operation *accumulateGrad) {
+Operation *cost::directlyAccumulated(Operation *accumulateGrad) {
   auto acc = dyn_cast<pm::AccumulateGradOp>(accumulateGrad);
   if (!acc)
     return nullptr;
-  auto eg = acc.getGrad().getDefiningOp<pm::EmbeddingGradOp>();
-  return eg && eg->hasOneUse() ? eg.getOperation() : nullptr;
+  Operation *producer = acc.getGrad().getDefiningOp();
+  return producer && accumulatesDirectly(producer) ? producer : nullptr;
 }
 
-bool cost::accumulatesDirectly(Operation *embeddingGrad) {
-  return isa<pm::EmbeddingGradOp>(embeddingGrad) && embeddingGrad->hasOneUse() &&
-         isa<pm::AccumulateGradOp>(*embeddingGrad->user_begin());
+bool cost::accumulatesDirectly(Operation *weightGrad) {
+  if (!weightGrad->hasOneUse() || !isa<pm::AccumulateGradOp>(*weightGrad->user_begin()))
+    return false;
+  if (isa<pm::EmbeddingGradOp>(weightGrad))
+    return true;
+  // A GEMM can add into an f32 gradient of its own result's shape; with a
+  // bias the epilogue would add the bias into the gradient too.
+  auto mm = dyn_cast<pm::MatMulOp>(weightGrad);
+  auto result = mm ? dyn_cast<RankedTensorType>(mm.getResult().getType()) : RankedTensorType();
+  return mm && !mm.getBias() && result && result.getElementType().isF32();
 }
 
 OpCost cost::opCost(Operation *op) {
@@ -128,7 +135,9 @@ OpCost cost::opCost(Operation *op) {
         // 2 * K flops per result element.
         int64_t n = rs.empty() ? 1 : rs.back();
         double rows = numel(mm.getResult()) / std::max<int64_t>(1, n);
-        return OpCost{matmulFlops(1, (int64_t)rows, n, k, (bool)mm.getBias()), moved(mm)};
+        // Added into an accumulated gradient, the GEMM reads C too.
+        double bytes = moved(mm) + (accumulatesDirectly(mm) ? bytesOf(mm.getResult()) : 0.0);
+        return OpCost{matmulFlops(1, (int64_t)rows, n, k, (bool)mm.getBias()), bytes};
       })
       .Case([](pm::LayerNormOp o) { return elementwise(o, 8.0); })
       .Case([](pm::LayerNormGradOp o) { return OpCost{12.0 * numel(o.getX()), moved(o)}; })
@@ -158,8 +167,8 @@ OpCost cost::opCost(Operation *op) {
       .Case([](pm::CrossEntropyOp o) { return logitsLoss(o.getLogits(), false); })
       .Case([](pm::CrossEntropyGradOp o) { return logitsLoss(o.getLogits(), true); })
       .Case([](pm::AccumulateGradOp o) {
-        if (accumulatedEmbeddingGrad(o))
-          return OpCost{}; // counted on the embedding_grad
+        if (directlyAccumulated(o))
+          return OpCost{}; // counted on the embedding_grad or matmul
         return OpCost{numel(o.getGrad()), 3.0 * bytesOf(o.getGrad())};
       })
       .Case([](pm::AdamWOp o) { return adamwCost(o); })

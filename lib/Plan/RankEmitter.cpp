@@ -400,19 +400,20 @@ LogicalResult RankEmitter::emitOp(Operation *op, ActionCtx &ctx) {
       return acc.emitOpError() << "accumulates the gradient of '" << acc.getParam()
                                << "', which @optimizer_step does not update";
     int dst = gradTarget(acc.getParam());
-    if (Operation *eg = cost::accumulatedEmbeddingGrad(acc)) {
-      // The embedding's gradient added into the parameter's row by row
-      // (scaled), without a [V, C] temporary that is zeroed, filled and
-      // added whole for every micro-batch.
-      auto ins = operands(eg, ctx);
+    if (Operation *producer = cost::directlyAccumulated(acc)) {
+      // The weight gradient added into the parameter's (scaled): the
+      // embedding's row by row, a GEMM with beta = 1. No temporary is
+      // zeroed or written, then read back and added, per micro-batch.
+      auto ins = operands(producer, ctx);
       if (failed(ins))
         return failure();
-      Instr i{{"op", "embedding_grad"},
+      Instr i{{"op", producer->getName().getStringRef().drop_front(6)},
               {"in", std::move(*ins)},
               {"out", json::Array{dst}},
               {"accumulate", true},
               {"scale", sh.invM}};
-      setCost(i, eg);
+      i.setAttrsFrom(producer);
+      setCost(i, producer);
       emit(std::move(i));
       return success();
     }
@@ -465,6 +466,10 @@ void RankEmitter::setCost(Instr &i, Operation *op) {
   for (const json::Array *ids : {i.getArray("in"), i.getArray("out")})
     for (const json::Value &id : *ids)
       storedBytes += (double)buffers[*id.getAsInteger()].bytes();
+  if (cost::accumulatesDirectly(op)) { // the gradient is read as well as written
+    irBytes += (double)cost::typeBytes(op->getResult(0).getType());
+    storedBytes += (double)buffers[*(*i.getArray("out"))[0].getAsInteger()].bytes();
+  }
   if (irBytes > 0 && storedBytes < irBytes)
     c.bytes *= storedBytes / irBytes;
   i["flops"] = c.flops;

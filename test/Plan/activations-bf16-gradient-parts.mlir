@@ -15,14 +15,16 @@
 // CHECK: activation bf16  [2x4x8]
 // CHECK: activation bf16  [2x4x4]
 // CHECK: activation bf16  [2x4x16]
-// The head's gradient, then @w's: the GEMM's [4x8], its transpose, the scaled
+// The head's gradient is added into its accumulation by its GEMM (no
+// buffer); @w's pieces are f32: the GEMM's [4x8], its transpose, the scaled
 // and the summed pieces.
-// CHECK: activation f32   [4x16]
+// CHECK-NOT: activation {{.*}} [4x16]
 // CHECK: activation f32   [4x8]
 // CHECK: activation f32   [8x4]
 // CHECK: activation f32   [8x4]
 // CHECK: activation f32   [8x4]
 // CHECK: program:
+// CHECK: matmul %{{[0-9]+}}, %{{[0-9]+}} -> %6 accumulate scale 1.000000e+00 {"transpose_a":true,"transpose_b":false}
 // The only bf16 [8x4] buffers are views of activations (the GEMMs' operands).
 // NOT-NOT: activation bf16  [8x4] {{.*}}v{{[0-9]+$}}
 // NOT-NOT: activation bf16  [4x8]

@@ -52,13 +52,16 @@ namespace pipemesh::cost {
 /// nearest symbol table.
 OpCost opCost(mlir::Operation *op);
 
-/// The embedding gradient whose only use is a parameter's gradient
-/// accumulation: the plan emitter lowers the pair as one instruction that
-/// adds the scaled rows of dy into the gradient (touching only the rows the
-/// ids name), with no [V, C] temporary; opCost counts that instruction on
-/// the embedding_grad and nothing on the accumulation.
-mlir::Operation *accumulatedEmbeddingGrad(mlir::Operation *accumulateGrad);
-bool accumulatesDirectly(mlir::Operation *embeddingGrad);
+/// A weight gradient whose only use is its parameter's gradient accumulation
+/// (an embedding_grad, or a matmul without bias: dW = X^T dY) is lowered with
+/// it as one instruction that adds into the gradient: the embedding's scaled
+/// rows (touching only the rows the ids name), the GEMM with alpha = scale and
+/// beta = 1 (Megatron-LM's gradient-accumulation fusion). No temporary is
+/// written, read back and added per micro-batch; opCost counts the work on
+/// the producer (a fused GEMM also reads C) and nothing on the accumulation.
+/// directlyAccumulated: the producer of an accumulate_grad lowered so, if any.
+mlir::Operation *directlyAccumulated(mlir::Operation *accumulateGrad);
+bool accumulatesDirectly(mlir::Operation *weightGrad);
 /// GEMM-like (matmul, attention and its gradient) or memory-bound.
 KernelClass kernelClass(mlir::Operation *op);
 /// device.time(opCost(op), kernelClass(op)), in seconds.

@@ -7,7 +7,8 @@
 //   at least two per thread) are spread over OpenMP threads, each GEMM on its
 //   thread (gemmOnThisThread).
 // - Otherwise the batches run one after the other, each threaded by OpenBLAS.
-// The bias is written into C first and the GEMM accumulates (beta = 1).
+// The bias is written into C first and the GEMM accumulates (beta = 1); so
+// does an accumulating matmul into the gradient already in C (alpha = scale).
 //
 //===----------------------------------------------------------------------===//
 
@@ -95,14 +96,15 @@ template <typename T> void initOutput(T *C, const T *bias, int64_t rows, int64_t
 
 template <typename T>
 void matmul(const T *A, const T *B, const T *bias, T *C, int64_t batch, int64_t M, int64_t N,
-            int64_t K, bool transA, bool transB, int64_t strideA, int64_t strideB) {
+            int64_t K, bool transA, bool transB, int64_t strideA, int64_t strideB, T alpha,
+            bool accumulate) {
   if (batch <= 0 || M <= 0 || N <= 0)
     return;
-  const T beta = bias ? T(1) : T(0);
-  if (bias)
+  const T beta = bias || accumulate ? T(1) : T(0);
+  if (bias && !accumulate)
     initOutput(C, bias, batch * M, N);
   if (K == 0) {
-    if (!bias)
+    if (!bias && !accumulate)
       initOutput(C, bias, batch * M, N);
     return;
   }
@@ -110,7 +112,7 @@ void matmul(const T *A, const T *B, const T *bias, T *C, int64_t batch, int64_t 
 
   // x[batch, M, K] @ W: one GEMM with batch * M rows.
   if (batch > 1 && strideB == 0 && !transA && strideA == M * K) {
-    gemm<T>(false, transB, batch * M, N, K, T(1), A, lda, B, ldb, beta, C, N);
+    gemm<T>(false, transB, batch * M, N, K, alpha, A, lda, B, ldb, beta, C, N);
     return;
   }
   // One GEMM per thread when the GEMMs are small (BLAS would not thread them
@@ -120,18 +122,19 @@ void matmul(const T *A, const T *B, const T *bias, T *C, int64_t batch, int64_t 
   if (batch > 1 && (small || many) && batch * M * N * K > kParallelGrain) {
 #pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < batch; ++b)
-      gemmOnThisThread<T>(transA, transB, M, N, K, T(1), A + b * strideA, lda, B + b * strideB,
+      gemmOnThisThread<T>(transA, transB, M, N, K, alpha, A + b * strideA, lda, B + b * strideB,
                           ldb, beta, C + b * M * N, N);
     return;
   }
   for (int64_t b = 0; b < batch; ++b)
-    gemm<T>(transA, transB, M, N, K, T(1), A + b * strideA, lda, B + b * strideB, ldb, beta,
+    gemm<T>(transA, transB, M, N, K, alpha, A + b * strideA, lda, B + b * strideB, ldb, beta,
             C + b * M * N, N);
 }
 
 template void matmul<float>(const float *, const float *, const float *, float *, int64_t, int64_t,
-                            int64_t, int64_t, bool, bool, int64_t, int64_t);
+                            int64_t, int64_t, bool, bool, int64_t, int64_t, float, bool);
 template void matmul<double>(const double *, const double *, const double *, double *, int64_t,
-                             int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t);
+                             int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, double,
+                             bool);
 
 } // namespace pipemesh::rt::cpu

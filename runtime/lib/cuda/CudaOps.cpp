@@ -145,10 +145,12 @@ const Instruction *fusableGelu(OpContext &c, CudaBackend &b) {
 }
 
 /// The next instruction, if it only adds this GEMM's output (exactly its
-/// bytes, scale 1) into a float buffer of the same size that no operand
-/// overlaps, and no later instruction reads the output before rewriting it:
-/// the GEMM can add into that buffer itself (beta = 1; the gradient of a
-/// weight, accumulated over micro-batches).
+/// bytes, times its scale) into a float buffer of the same size that no
+/// operand overlaps, and no later instruction reads the output before
+/// rewriting it: the GEMM can add into that buffer itself (alpha = scale,
+/// beta = 1; the gradient of a weight, accumulated over micro-batches).
+/// Compiled plans lower such pairs as one accumulating matmul already; this
+/// fuses hand-written or older plans.
 const Instruction *fusableAccumulate(OpContext &c, CudaBackend &b) {
   const auto &prog = b.rank.program;
   const size_t i = c.inst.index + 1;
@@ -158,7 +160,7 @@ const Instruction *fusableAccumulate(OpContext &c, CudaBackend &b) {
   if (acc.op != "accumulate" || acc.in.size() != 1 || acc.out.size() != 1)
     return nullptr;
   auto scale = acc.json.find("scale");
-  if (scale != acc.json.end() && (!scale->is_number() || scale->get<double>() != 1.0))
+  if (scale != acc.json.end() && !scale->is_number())
     return nullptr;
   const Range out = b.rangeOf(c.inst.out[0]), src = b.rangeOf(acc.in[0]);
   if (src.begin != out.begin || src.end != out.end)
@@ -191,6 +193,12 @@ Thunk bindMatmul(OpContext &c, CudaBackend &b) {
   const int64_t bCount = ops::product(bBatch, 0, bBatch.size());
   const int64_t oCount = ops::product(oBatch, 0, oBatch.size());
   const float *bias = c.numIn() == 3 ? c.in(2).as<float>() : nullptr;
+  // "accumulate": the output is a weight's gradient, to which the product
+  // times "scale" is added (the compiler's lowering of a weight gradient and
+  // its accumulation as one instruction).
+  const bool intoGradient = c.flag("accumulate", false);
+  if (intoGradient && (bias || o.dtype != DType::F32))
+    c.error("accumulate needs an f32 result and no bias");
 
   // The calls: one GEMM (a's batch folded into M), one strided batch, or one
   // GEMM per output batch (broadcast batches).
@@ -248,7 +256,7 @@ Thunk bindMatmul(OpContext &c, CudaBackend &b) {
     }
     if (single) {
       const int64_t Kp = round8(K);
-      Np = round8(N);
+      Np = intoGradient ? N : round8(N); // a padded C would not hold the gradient
       if (transA)
         aRowsP += Kp - K; // A is [K, M]
       bRowsP += transB ? Np - N : Kp - K; // B is [N, K] or [K, N]
@@ -269,10 +277,15 @@ Thunk bindMatmul(OpContext &c, CudaBackend &b) {
   const bool reuseB = sameAsPrevA(c.inst.in[1], bRows, bLast, bPitch, bRowsP);
   const bool reuseA = !reuseB && sameAsPrevA(c.inst.in[0], aRows, aLast, aPitch, aRowsP);
   // Fold a following `accumulate` of the output into the GEMM (beta = 1).
-  const Instruction *acc = calls.size() == 1 && d.batch == 1 && Np == N && !bias
+  const Instruction *acc = !intoGradient && calls.size() == 1 && d.batch == 1 && Np == N && !bias
                                ? fusableAccumulate(c, b)
                                : nullptr;
-  float *accInto = acc ? b.arena().tensor(acc->out[0]).as<float>() : nullptr;
+  float *accInto = intoGradient ? o.as<float>()
+                   : acc        ? b.arena().tensor(acc->out[0]).as<float>()
+                                : nullptr;
+  const float alpha = intoGradient ? (float)c.field("scale", 1.0)
+                      : acc        ? (float)acc->json.value("scale", 1.0)
+                                   : 1.0f;
   // Alignment from the actual pointers (bf16 copies live in the scratch at
   // 256-byte aligned offsets; per-call offsets may lower it).
   auto lowest = [&](const void *base, int64_t elems, int64_t Call::*field) {
@@ -289,7 +302,7 @@ Thunk bindMatmul(OpContext &c, CudaBackend &b) {
 
   // GELU epilogue: C = gelu(A B + bias) into the gelu's output, the
   // pre-activation (which gelu_grad reads) into aux.
-  const Instruction *g = calls.size() == 1 && d.batch == 1 && N % 8 == 0 && !acc
+  const Instruction *g = calls.size() == 1 && d.batch == 1 && N % 8 == 0 && !accInto
                              ? fusableGelu(c, b)
                              : nullptr;
   std::shared_ptr<Lt::Gemm> gemm;
@@ -348,7 +361,7 @@ Thunk bindMatmul(OpContext &c, CudaBackend &b) {
     float *Cd = C;
     const float *biasD = bias;
     char *scratch = static_cast<char *>(bp->scratch());
-    if (accInto)
+    if (acc)
       bp->enter(accIndex); // the accumulate's waits: the GEMM now writes its bytes
     if (bf16) {
       auto *sa = reinterpret_cast<__nv_bfloat16 *>(scratch + aAt);
@@ -386,7 +399,8 @@ Thunk bindMatmul(OpContext &c, CudaBackend &b) {
       if (geluOut)
         bp->lt->run(*gemm, bp->compute, pa, pb, geluOut, biasD, C);
       else
-        bp->lt->run(*gemm, bp->compute, pa, pb, Cd + cl.cOff, biasD, nullptr, accInto != nullptr);
+        bp->lt->run(*gemm, bp->compute, pa, pb, Cd + cl.cOff, biasD, nullptr, accInto != nullptr,
+                    alpha);
     }
     if (padC)
       bp->timed("matmul: padded output copies", [&] { copyRowsF32(bp->compute, Cd, Np, C, gemmM, N); });

@@ -70,9 +70,9 @@ public:
   /// support with these types): the caller falls back to no epilogue.
   std::shared_ptr<Gemm> prepare(const GemmDesc &d);
   /// C = A @ B (+ bias) (GELU: C = gelu(.), aux = the pre-activation);
-  /// accumulate: C += A @ B (cuBLASLt's beta = 1, C read in place).
+  /// accumulate: C += alpha * A @ B (cuBLASLt's beta = 1, C read in place).
   void run(const Gemm &g, cudaStream_t st, const void *A, const void *B, float *C,
-           const float *bias, float *aux, bool accumulate = false);
+           const float *bias, float *aux, bool accumulate = false, float alpha = 1.0f);
   size_t workspaceBytes() const { return wsBytes; }
   /// Distinct algorithms chosen so far (one per GEMM kind).
   size_t cachedAlgorithms() const { return algos.size(); }

@@ -167,8 +167,8 @@ std::shared_ptr<Lt::Gemm> Lt::prepare(const GemmDesc &d) {
 }
 
 void Lt::run(const Gemm &g, cudaStream_t st, const void *A, const void *B, float *C,
-             const float *bias, float *aux, bool accumulate) {
-  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+             const float *bias, float *aux, bool accumulate, float alpha) {
+  const float beta = accumulate ? 1.0f : 0.0f;
   if (bias)
     checkLt(cublasLtMatmulDescSetAttribute(g.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                            sizeof bias),

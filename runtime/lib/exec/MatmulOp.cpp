@@ -7,6 +7,9 @@
 //   a without batch:                   batched, strideA = 0;
 //   equal batch dims:                  batched, dense strides;
 //   anything else (true broadcast):    one call per output batch.
+// "accumulate": the result is a parameter's gradient, to which the product
+// times "scale" is added (beta = 1, alpha = scale): the compiler's lowering of
+// a weight gradient and its accumulation as one instruction.
 //
 //===----------------------------------------------------------------------===//
 #include "OpContext.h"
@@ -50,6 +53,10 @@ Thunk bindMatmul(OpContext &c) {
       c.error("bias ", shapeStr(t.shape), " must have the output's last dim ", N);
     bias = t.as<float>();
   }
+  const bool accumulate = c.flag("accumulate", false);
+  if (accumulate && bias)
+    c.error("accumulate cannot add a bias into the gradient it accumulates into");
+  const float alpha = accumulate ? (float)c.field("scale", 1.0) : 1.0f;
   const float *A = a.as<float>(), *B = b.as<float>();
   float *C = o.as<float>();
   int64_t aCount = ops::product(aBatch, 0, aBatch.size());
@@ -57,19 +64,28 @@ Thunk bindMatmul(OpContext &c) {
   int64_t oCount = ops::product(oBatch, 0, oBatch.size());
 
   if (bCount == 1 && !transA)
-    return [=] { cpu::matmul<float>(A, B, bias, C, 1, aCount * M, N, K, false, transB, 0, 0); };
+    return [=] { cpu::matmul<float>(A, B, bias, C, 1, aCount * M, N, K, false, transB, 0, 0, alpha,
+                                          accumulate);
+    };
   if (bCount == 1)
-    return [=] { cpu::matmul<float>(A, B, bias, C, aCount, M, N, K, true, transB, M * K, 0); };
+    return [=] {
+      cpu::matmul<float>(A, B, bias, C, aCount, M, N, K, true, transB, M * K, 0, alpha, accumulate);
+    };
   if (aCount == 1)
-    return [=] { cpu::matmul<float>(A, B, bias, C, bCount, M, N, K, transA, transB, 0, K * N); };
+    return [=] {
+      cpu::matmul<float>(A, B, bias, C, bCount, M, N, K, transA, transB, 0, K * N, alpha,
+                         accumulate);
+    };
   if (aCount == oCount && bCount == oCount)
-    return
-        [=] { cpu::matmul<float>(A, B, bias, C, oCount, M, N, K, transA, transB, M * K, K * N); };
+    return [=] {
+      cpu::matmul<float>(A, B, bias, C, oCount, M, N, K, transA, transB, M * K, K * N, alpha,
+                         accumulate);
+    };
   Dims sa = ops::broadcastStrides(aBatch, oBatch), sb = ops::broadcastStrides(bBatch, oBatch);
   return [=] {
     ops::forEachIndex<2>(oBatch, {sa, sb}, [&](int64_t i, const std::array<int64_t, 2> &off) {
       cpu::matmul<float>(A + off[0] * M * K, B + off[1] * K * N, bias, C + i * M * N, 1, M, N, K,
-                         transA, transB, 0, 0);
+                         transA, transB, 0, 0, alpha, accumulate);
     });
   };
 }

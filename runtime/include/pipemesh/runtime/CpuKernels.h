@@ -80,9 +80,12 @@ void reduce(const T *x, const Dims &xShape, const std::vector<int64_t> &axes, bo
 /// C[b] = op(A[b]) @ op(B[b]) (+ bias), for b in 0..batch; A is [batch, M, K]
 /// (or [batch, K, M] when transA), B likewise with N. strideA / strideB are the
 /// element strides between batches (0 broadcasts one matrix to every batch).
+/// accumulate: C[b] += alpha * op(A[b]) @ op(B[b]) instead (no bias; a weight
+/// gradient added into its accumulation by the GEMM itself, beta = 1).
 template <typename T>
 void matmul(const T *A, const T *B, const T *bias, T *C, int64_t batch, int64_t M, int64_t N,
-            int64_t K, bool transA, bool transB, int64_t strideA, int64_t strideB);
+            int64_t K, bool transA, bool transB, int64_t strideA, int64_t strideB,
+            T alpha = T(1), bool accumulate = false);
 
 /// Normalizes rows of `cols` elements: y = (x - mean) / sqrt(var + eps) * g + b
 /// (biased variance; b may be null: no bias).
