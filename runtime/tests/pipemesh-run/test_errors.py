@@ -179,6 +179,28 @@ class PlanErrors(common.TempDirTest):
                          f"instruction {i} (embedding_grad)",
                          "field 'accumulate' must be true or false, got \"yes\"")
 
+    def test_bad_matmul_accumulate(self):
+        # The compiler's weight-gradient GEMM into a parameter's gradient
+        # carries "accumulate": true and no bias (the bias would be added into
+        # the gradient); a bias, or a non-boolean, is refused by name.
+        b, _, y = embedding_builder(16, 16)
+        w = b.param("w", np.ones((4, 4), np.float32))
+        bias = b.param("bias", np.ones((4,), np.float32))
+        b.emit("matmul", [b.reshape(y, [4, 4]), w, bias], [b.grad("w")])
+        m = b.manifest()
+        prog = m["ranks"][0]["program"]
+        i = next(k for k, x in enumerate(prog) if x["op"] == "matmul")
+        data = self.path("d.bin")
+        common.write_shard(data, [3, 5, 7, 7, 1, 2])
+        for value, message in ((True, "accumulate cannot add a bias"),
+                               ("yes", "field 'accumulate' must be true or false, got \"yes\"")):
+            prog[i]["accumulate"] = value
+            prog[i]["scale"] = 0.5
+            path = self.path("m.plan")
+            mtp.write_plan(path, m, b.weights)
+            self.check_fails(common.run([path, "--data", data, "--steps", 1]),
+                             f"instruction {i} (matmul)", message)
+
     def test_embedding_id_out_of_range(self):
         # A table of 10 rows in a model whose vocabulary (and data) reaches 256.
         b, _, _ = embedding_builder(10, 256)
