@@ -463,6 +463,8 @@ const MatMulCase kMatMulCases[] = {
     {2, 1, 7, 6, false, false, true},  {4, 3, 1, 2, false, true, false},
 };
 
+// Every batching path (folded, OpenMP over batches, one after the other) and
+// transpose, writing C and (accumulate mode) adding into it.
 TEST(MatMul, MatchesNaiveAllTransposes) {
   const MatMulCase big[] = {
       {64, 16, 16, 16, false, false, true},  // many small GEMMs: OpenMP over batches
@@ -489,43 +491,23 @@ TEST(MatMul, MatchesNaiveAllTransposes) {
                       c.M, c.N, c.K, tA, tB, sA, sB);
         // float: K products of |a|,|b| <= 1: 2e-7 * K absolute.
         expectClose(Cf, want, 1e-6, 2e-7 * double(c.K + 1), "matmul float");
-      }
-}
 
-// Accumulate mode (a weight gradient added into its accumulation by the GEMM,
-// alpha = scale, beta = 1): C0 + alpha * op(A) op(B) for every batching path
-// (folded, OpenMP over batches, one after the other) and every transpose.
-TEST(MatMul, AccumulatesScaledProductIntoC) {
-  const MatMulCase cases[] = {
-      {1, 4, 5, 3, false, false, false},    {3, 4, 5, 3, false, true, false},
-      {64, 16, 16, 16, false, false, false}, {8, 40, 50, 30, false, true, false},
-      {3, 100, 90, 80, false, false, false},
-  };
-  const double alpha = 0.125;
-  for (const MatMulCase &c : cases)
-    for (bool tA : {false, true})
-      for (bool tB : {false, true}) {
-        const int64_t sA = c.shareA ? 0 : c.M * c.K, sB = c.shareB ? 0 : c.K * c.N;
-        const Vec A = randomVec((c.shareA ? 1 : c.batch) * c.M * c.K, 31);
-        const Vec B = randomVec((c.shareB ? 1 : c.batch) * c.K * c.N, 32);
-        const Vec C0 = randomVec(c.batch * c.M * c.N, 33);
-        Vec want = naiveMatmul(A, B, nullptr, c.batch, c.M, c.N, c.K, tA, tB, sA, sB);
-        for (size_t i = 0; i < want.size(); ++i)
-          want[i] = C0[i] + alpha * want[i];
-        Vec C = C0;
-        matmul<double>(A.data(), B.data(), nullptr, C.data(), c.batch, c.M, c.N, c.K, tA, tB, sA,
-                       sB, alpha, /*accumulate=*/true);
-        expectClose(C, want, 1e-12, 1e-12, "accumulating matmul double");
-        const VecF Af = toFloat(A), Bf = toFloat(B);
-        VecF Cf = toFloat(C0);
-        matmul<float>(Af.data(), Bf.data(), nullptr, Cf.data(), c.batch, c.M, c.N, c.K, tA, tB,
+        // Accumulate mode (a weight gradient added into its accumulation by
+        // the GEMM, alpha = scale, beta = 1; no bias): C0 + alpha op(A) op(B).
+        const double alpha = 0.125;
+        const Vec C0 = randomVec(C.size(), 24);
+        Vec accWant = naiveMatmul(A, B, nullptr, c.batch, c.M, c.N, c.K, tA, tB, sA, sB);
+        for (size_t i = 0; i < accWant.size(); ++i)
+          accWant[i] = C0[i] + alpha * accWant[i];
+        Vec acc = C0;
+        matmul<double>(A.data(), B.data(), nullptr, acc.data(), c.batch, c.M, c.N, c.K, tA, tB,
+                       sA, sB, alpha, /*accumulate=*/true);
+        expectClose(acc, accWant, 1e-12, 1e-12, "accumulating matmul double");
+        VecF accF = toFloat(C0);
+        matmul<float>(Af.data(), Bf.data(), nullptr, accF.data(), c.batch, c.M, c.N, c.K, tA, tB,
                       sA, sB, (float)alpha, true);
-        expectClose(Cf, want, 1e-6, 2e-7 * double(c.K + 2), "accumulating matmul float");
+        expectClose(accF, accWant, 1e-6, 2e-7 * double(c.K + 2), "accumulating matmul float");
       }
-  // An empty contraction adds nothing.
-  Vec C{1, 2, 3, 4, 5, 6};
-  matmul<double>(nullptr, nullptr, nullptr, C.data(), 1, 2, 3, 0, false, false, 0, 0, 2.0, true);
-  EXPECT_EQ(C, (Vec{1, 2, 3, 4, 5, 6}));
 }
 
 TEST(MatMul, GradientsAllTransposes) {
@@ -580,6 +562,10 @@ TEST(MatMul, EmptyInnerDimensionGivesBias) {
   EXPECT_EQ(C, (Vec{1, 2, 3, 1, 2, 3}));
   matmul<double>(nullptr, nullptr, nullptr, C.data(), 1, 2, 3, 0, false, false, 0, 0);
   EXPECT_EQ(C, Vec(6, 0.0));
+  // Accumulating, an empty contraction adds nothing.
+  Vec acc{1, 2, 3, 4, 5, 6};
+  matmul<double>(nullptr, nullptr, nullptr, acc.data(), 1, 2, 3, 0, false, false, 0, 0, 2.0, true);
+  EXPECT_EQ(acc, (Vec{1, 2, 3, 4, 5, 6}));
 }
 
 // --- layer norm ----------------------------------------------------------------------
