@@ -163,6 +163,23 @@ void runGemm(const GemmCase &g, bool bf16, double tol, bool pad = false) {
   lt.run(*gemm, st(), pa, pb, dC.p, g.bias ? dBias.p : nullptr, nullptr);
   VecF again = result();
   EXPECT_EQ(0, std::memcmp(got.data(), again.data(), got.size() * sizeof(float)));
+  if (g.bias)
+    return;
+  // Accumulate mode, as compiled plans' weight gradients run (`matmul ...
+  // accumulate scale S`): C += alpha * A B in place (beta = 1).
+  const float alpha = 0.25f;
+  VecF C0 = randomVec(want.size(), seed + 3), accWant(want.size()), C0Pitched(cRows * cPitch, 0.f);
+  for (size_t i = 0; i < want.size(); ++i)
+    accWant[i] = C0[i] + alpha * want[i];
+  for (int64_t r = 0; r < cRows; ++r)
+    std::memcpy(&C0Pitched[r * cPitch], &C0[r * g.N], g.N * sizeof(float));
+  checkCuda(cudaMemcpy(dC.p, C0Pitched.data(), C0Pitched.size() * sizeof(float),
+                       cudaMemcpyHostToDevice),
+            "cudaMemcpy");
+  lt.run(*gemm, st(), pa, pb, dC.p, nullptr, nullptr, /*accumulate=*/true, alpha);
+  EXPECT_REL(result(), accWant, tol) << " accumulate M=" << g.M << " N=" << g.N << " K=" << g.K
+                                     << " batch=" << g.batch << " bf16=" << bf16
+                                     << " padded=" << pad;
 }
 
 const GemmCase kGemms[] = {
