@@ -426,6 +426,11 @@ private:
     sim::SimResult result; // the search's simulation of them
   };
   std::optional<Searched> searched;
+  /// Whether `searched` holds the current options' choice.
+  bool searchedIsCurrent() const { return searched && searched->choice == currentChoice(); }
+  /// The current options' simulation: the search's when it kept them, else
+  /// predict()'s.
+  Prediction predictCurrent(func::FuncOp train, const cost::Cluster &cluster);
   /// The skeleton simulation (SkeletonJob.h: no recompute, costs per
   /// action) of the current options' rank programs, with the first
   /// wait-lag that does not deadlock; !ok when none.

@@ -753,12 +753,8 @@ LogicalResult PlanBuilder::run(llvm::raw_ostream &os) {
     // ZeRO-0/2 mix with defer-w=bucket 2.01 s, ZeRO-2 with defer-w=all 1.94
     // s). The groups for that level are searched too; the faster pair stays.
     if (sh.opts.zeroAuto && !sh.zeroUniformAlternative.empty() && !sh.opts.prefetchAuto) {
-      // The step of the current choice: the search's simulation when it kept
-      // one (with mem-limit it simulates its choice exactly), else simulated.
       auto stepOfChoice = [&]() -> double {
-        if (searched && searched->choice == currentChoice())
-          return searched->result.stepTimeS;
-        Prediction p = predict(train, cluster);
+        Prediction p = predictCurrent(train, cluster);
         return p.ok ? p.result.stepTimeS : INFINITY;
       };
       PlanChoice first = currentChoice();
@@ -785,7 +781,7 @@ LogicalResult PlanBuilder::run(llvm::raw_ostream &os) {
   if (sh.opts.explain)
     explain(train, cluster);
   std::vector<RankPlan> ranks;
-  if (searched && searched->choice == currentChoice())
+  if (searchedIsCurrent())
     ranks = std::move(searched->ranks);
   else if (failed(buildRanks(train, ranks)))
     return failure();

@@ -24,6 +24,16 @@ namespace pm = pipemesh::pmesh;
 
 namespace pipemesh::plan::detail {
 
+PlanBuilder::Prediction PlanBuilder::predictCurrent(func::FuncOp train,
+                                                    const cost::Cluster &cluster) {
+  if (!searchedIsCurrent())
+    return predict(train, cluster);
+  Prediction p; // a search simulated its choice already
+  p.ok = true;
+  p.result = searched->result;
+  return p;
+}
+
 PlanBuilder::Prediction PlanBuilder::predict(func::FuncOp train, const cost::Cluster &cluster,
                                              bool keepRanks) {
   Prediction out;
@@ -412,14 +422,7 @@ void PlanBuilder::explain(func::FuncOp train, const cost::Cluster &cluster) {
     return name;
   };
   std::string chosenName = nameOf(chosen);
-  // The choice of a search was simulated there already.
-  Prediction mine;
-  if (searched && searched->choice == currentChoice()) {
-    mine.ok = true;
-    mine.result = searched->result;
-  } else {
-    mine = predict(train, cluster);
-  }
+  Prediction mine = predictCurrent(train, cluster);
   row(chosenName, mine, true);
   if (mine.ok) {
     const sim::SimResult &r = mine.result;

@@ -632,7 +632,6 @@ LogicalResult RankEmitter::run(RankPlan &out) {
     return sh.module.emitError() << "no pmesh.rank_program for pipeline rank " << p
                                  << " (internal error)";
   const bool split = splitsBackward(sh.sched);
-  auto phaseKey = [](const Action &a) { return a.weight ? 2 : a.backward ? 1 : 0; };
   auto actionOps = [&](const Action &a) -> const std::vector<Operation *> & {
     return step.opsOf(a, split);
   };
@@ -871,7 +870,7 @@ LogicalResult RankEmitter::run(RankPlan &out) {
   };
   // zero 3: a run is consecutive actions of one chunk and phase; each
   // action's next run is the first later action of another chunk or phase.
-  auto keyOf = [&](const Action &x) { return x.chunk * 3 + phaseKey(x); };
+  auto keyOf = [&](const Action &x) { return x.chunk * 3 + x.phase(); };
   const size_t numActions = computeActions.size();
   std::vector<size_t> nextRunOf(numActions, numActions);
   for (size_t k = numActions; k-- > 1;)

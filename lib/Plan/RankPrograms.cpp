@@ -52,10 +52,11 @@ namespace {
 class ProgramBuilder {
 public:
   ProgramBuilder(ModuleOp module, const StagedStep &step, const ScheduleConfig &sched, int64_t dp,
-                 int64_t waitLag, const llvm::StringSet<> &trained, int64_t p,
+                 int64_t waitLag, const llvm::StringSet<> &trained,
+                 const llvm::StringMap<int64_t> &levels, int64_t p,
                  const std::vector<Action> &actions)
       : module(module), step(step), sched(sched), dp(dp), waitLag(waitLag), trained(trained),
-        p(p), actions(actions), b(module.getContext()), levels(zeroLevels(module)) {}
+        levels(levels), p(p), actions(actions), b(module.getContext()) {}
 
   void build(OpBuilder &outer);
 
@@ -88,10 +89,10 @@ private:
   const ScheduleConfig &sched;
   int64_t dp, waitLag;
   const llvm::StringSet<> &trained;
+  const llvm::StringMap<int64_t> &levels; // zeroLevels
   int64_t p;
   const std::vector<Action> &actions; // this rank's schedule
   OpBuilder b;
-  llvm::StringMap<int64_t> levels;
   int64_t numSends = 0, sendsCompleted = 0;
   /// Async collectives this program issued so far (wait_collectives keeps
   /// count of them).
@@ -469,8 +470,9 @@ LogicalResult buildRankPrograms(ModuleOp module, const StagedStep &step,
   // split whole would keep 128 micro-batches' recomputed activations).
   for (std::vector<Action> &order : orders)
     order = orderWeightParts(order, partsOfChunk, sched.deferW, 2 * sched.pp);
+  const llvm::StringMap<int64_t> levels = zeroLevels(module);
   for (int64_t p = 0; p < sched.pp; ++p) {
-    ProgramBuilder builder(module, step, sched, dp, waitLag, trained, p, orders[p]);
+    ProgramBuilder builder(module, step, sched, dp, waitLag, trained, levels, p, orders[p]);
     builder.build(outer);
   }
   return success();

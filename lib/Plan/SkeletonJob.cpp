@@ -123,11 +123,10 @@ sim::Job skeletonJob(ModuleOp module, const StagedStep &step, const ScheduleConf
     // action's (of another chunk or phase) issued async as the action
     // before it starts and waited for as it starts (the emitter prefetches
     // a layer ahead; a whole action ahead is the skeleton's estimate).
-    auto phaseOf = [](const Action &a) { return a.weight ? 2 : a.backward ? 1 : 0; };
     std::vector<std::pair<int64_t, int>> computeKeys; // (chunk, phase)
     for (auto c : rp.getBody().front().getOps<pm::ComputeOp>()) {
       const Action a = actionOf(c);
-      computeKeys.push_back({a.chunk, phaseOf(a)});
+      computeKeys.push_back({a.chunk, a.phase()});
     }
     size_t computeIndex = 0;
     int64_t asyncIssued = 0, prefetch = -1; // prefetch: its async issue number
@@ -139,7 +138,7 @@ sim::Job skeletonJob(ModuleOp module, const StagedStep &step, const ScheduleConf
     for (Operation &op : rp.getBody().front()) {
       if (auto c = dyn_cast<pm::ComputeOp>(op)) {
         const Action a = actionOf(c);
-        const int ph = phaseOf(a);
+        const int ph = a.phase();
         const PhaseCost &pc = phases[{a.chunk, ph}];
         int64_t key = a.chunk * 3 + ph;
         if (key != heldKey && !pc.gathered.empty()) {

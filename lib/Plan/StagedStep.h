@@ -100,7 +100,7 @@ struct StagedStep {
   const std::vector<mlir::Operation *> &opsOf(const Action &a, bool split) const {
     if (a.weight && a.part >= 0)
       return bwdWeightParts[a.chunk][a.part];
-    return phaseOps(a.chunk, a.weight ? 2 : a.backward ? 1 : 0, split);
+    return phaseOps(a.chunk, a.phase(), split);
   }
   /// The gradient bucket of every parameter chunk `chunk`'s forward reads
   /// (an opaque key, equal for one bucket): the unit of data-parallel

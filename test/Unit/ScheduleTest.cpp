@@ -228,7 +228,7 @@ void expectComplete(const ScheduleConfig &c) {
     std::map<std::tuple<int64_t, int64_t, int>, int64_t> pos;
     auto actions = rankSchedule(c, r);
     for (auto [k, a] : llvm::enumerate(actions)) {
-      int phase = a.weight ? 2 : a.backward ? 1 : 0;
+      int phase = a.phase();
       EXPECT_EQ(a.chunk % c.pp, r);
       EXPECT_TRUE(pos.insert({{a.chunk, a.microbatch, phase}, k}).second)
           << formatAction(a) << " twice on rank " << r;

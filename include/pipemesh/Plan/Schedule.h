@@ -99,6 +99,8 @@ struct Action {
     return chunk == o.chunk && microbatch == o.microbatch && backward == o.backward &&
            weight == o.weight && part == o.part;
   }
+  /// 0 forward, 1 backward (B when split), 2 weight gradient (W).
+  int phase() const { return weight ? 2 : backward ? 1 : 0; }
 };
 
 /// Whether the schedule splits each backward into B and W actions.

@@ -63,24 +63,20 @@ Thunk bindMatmul(OpContext &c) {
   int64_t bCount = ops::product(bBatch, 0, bBatch.size());
   int64_t oCount = ops::product(oBatch, 0, oBatch.size());
 
+  // One cpu::matmul call over `batch` GEMMs of `rows` rows (strides sA, sB).
+  auto strided = [=](int64_t batch, int64_t rows, bool tA, int64_t sA, int64_t sB) -> Thunk {
+    return [=] {
+      cpu::matmul<float>(A, B, bias, C, batch, rows, N, K, tA, transB, sA, sB, alpha, accumulate);
+    };
+  };
   if (bCount == 1 && !transA)
-    return [=] { cpu::matmul<float>(A, B, bias, C, 1, aCount * M, N, K, false, transB, 0, 0, alpha,
-                                          accumulate);
-    };
+    return strided(1, aCount * M, false, 0, 0);
   if (bCount == 1)
-    return [=] {
-      cpu::matmul<float>(A, B, bias, C, aCount, M, N, K, true, transB, M * K, 0, alpha, accumulate);
-    };
+    return strided(aCount, M, true, M * K, 0);
   if (aCount == 1)
-    return [=] {
-      cpu::matmul<float>(A, B, bias, C, bCount, M, N, K, transA, transB, 0, K * N, alpha,
-                         accumulate);
-    };
+    return strided(bCount, M, transA, 0, K * N);
   if (aCount == oCount && bCount == oCount)
-    return [=] {
-      cpu::matmul<float>(A, B, bias, C, oCount, M, N, K, transA, transB, M * K, K * N, alpha,
-                         accumulate);
-    };
+    return strided(oCount, M, transA, M * K, K * N);
   Dims sa = ops::broadcastStrides(aBatch, oBatch), sb = ops::broadcastStrides(bBatch, oBatch);
   return [=] {
     ops::forEachIndex<2>(oBatch, {sa, sb}, [&](int64_t i, const std::array<int64_t, 2> &off) {

@@ -162,6 +162,14 @@ class PlanErrors(common.TempDirTest):
                              f"instruction {i} (matmul)")
         self.assertNotIn("step 1/", r.stdout, "the error must come before any step runs")
 
+    def run_tokens(self, b, manifest, tokens):
+        """Writes `manifest` (of builder `b`) and a data file of `tokens`; runs one step."""
+        path = self.path("t.plan")
+        mtp.write_plan(path, manifest, b.weights)
+        data = self.path("d.bin")
+        common.write_shard(data, tokens)
+        return common.run([path, "--data", data, "--steps", 1])
+
     def test_bad_embedding_grad_accumulate(self):
         # The compiler's embedding_grad into a parameter's gradient carries
         # "accumulate": true; anything but a boolean is refused.
@@ -171,11 +179,7 @@ class PlanErrors(common.TempDirTest):
         prog = m["ranks"][0]["program"]
         i = next(k for k, x in enumerate(prog) if x["op"] == "embedding_grad")
         prog[i]["accumulate"] = "yes"
-        path = self.path("a.plan")
-        mtp.write_plan(path, m, b.weights)
-        data = self.path("d.bin")
-        common.write_shard(data, [3, 5, 7, 7, 1, 2])
-        self.check_fails(common.run([path, "--data", data, "--steps", 1]),
+        self.check_fails(self.run_tokens(b, m, [3, 5, 7, 7, 1, 2]),
                          f"instruction {i} (embedding_grad)",
                          "field 'accumulate' must be true or false, got \"yes\"")
 
@@ -190,25 +194,17 @@ class PlanErrors(common.TempDirTest):
         m = b.manifest()
         prog = m["ranks"][0]["program"]
         i = next(k for k, x in enumerate(prog) if x["op"] == "matmul")
-        data = self.path("d.bin")
-        common.write_shard(data, [3, 5, 7, 7, 1, 2])
         for value, message in ((True, "accumulate cannot add a bias"),
                                ("yes", "field 'accumulate' must be true or false, got \"yes\"")):
             prog[i]["accumulate"] = value
             prog[i]["scale"] = 0.5
-            path = self.path("m.plan")
-            mtp.write_plan(path, m, b.weights)
-            self.check_fails(common.run([path, "--data", data, "--steps", 1]),
+            self.check_fails(self.run_tokens(b, m, [3, 5, 7, 7, 1, 2]),
                              f"instruction {i} (matmul)", message)
 
     def test_embedding_id_out_of_range(self):
         # A table of 10 rows in a model whose vocabulary (and data) reaches 256.
         b, _, _ = embedding_builder(10, 256)
-        path = self.path("e.plan")
-        mtp.write_plan(path, b.manifest(), b.weights)
-        data = self.path("d.bin")
-        common.write_shard(data, [3, 5, 200, 7, 1, 2])
-        self.check_fails(common.run([path, "--data", data, "--steps", 1]),
+        self.check_fails(self.run_tokens(b, b.manifest(), [3, 5, 200, 7, 1, 2]),
                          "instruction 1 (embedding)", "token id 200 at position 2",
                          "out of range [0, 10)")
 
