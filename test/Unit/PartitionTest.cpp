@@ -278,7 +278,7 @@ TEST(PartitionInterleaved, GptWithAHeavyHead) {
   // two rounds paced by 3-layer chunks. Here: every rank 7 layers' time or
   // less, the parameters even (5 + embedding, 7, 7, 5 + embedding), rounds of
   // 3, 2 and 2, and the head alone last (the simulated step of 1.3B on 64
-  // GPUs falls 6.6%: docs/benchmarks.md).
+  // GPUs falls 6.6%: bench/HISTORY.md, tenth session).
   Problem p;
   p.numChunks = 12;
   p.numRanks = 4;
