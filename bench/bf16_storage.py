@@ -10,7 +10,6 @@ save on this backend, not bf16 arithmetic.
 
     bench/bf16_storage.py [--build build] [--steps 4] [--rounds 2] [--json OUT]
 """
-import argparse
 import json
 import os
 import re
@@ -19,7 +18,6 @@ import subprocess
 
 import cpu_model
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIDES = {  # name: compile options
     "f32": "",
     "activations=bf16": "activations=bf16",
@@ -29,15 +27,10 @@ SIDES = {  # name: compile options
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
-    ap.add_argument("--steps", type=int, default=4)
+    ap = cpu_model.parser(__doc__, steps=4)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--json")
     args = ap.parse_args()
-    opt, run = cpu_model.tools(args.build)
-    work = cpu_model.WORK
-    model = cpu_model.ensure_model()
+    opt, run, work, model = cpu_model.setup(args)
     plans, sides = {}, {}
     for name, options in SIDES.items():
         tag = name.replace("=", "_")

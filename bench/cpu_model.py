@@ -1,6 +1,7 @@
 """The CPU benchmarks' model and tools (bench/cpu_step.py, pipeline_step.py,
 bf16_storage.py): GPT-2 style L=6, C=384, H=6, V=8192, ctx 256, written once by
 models/gen_gpt2.py into bench/out/."""
+import argparse
 import os
 import subprocess
 
@@ -22,3 +23,18 @@ def ensure_model():
                         "--layers", "6", "--embd", "384", "--heads", "6", "--vocab", "8192",
                         "--ctx", "256", "-o", MODEL], check=True, capture_output=True)
     return MODEL
+
+
+def parser(doc, steps):
+    """The options every CPU benchmark takes: --build, --steps, --json."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--steps", type=int, default=steps, help="steps per run")
+    ap.add_argument("--json", help="write the results here")
+    return ap
+
+
+def setup(args):
+    """(pipemesh-opt, pipemesh-run, work folder, model) for parsed options."""
+    opt, run = tools(args.build)
+    return opt, run, WORK, ensure_model()

@@ -113,22 +113,16 @@ def pipemesh_run(run, plan, shard, steps, threads, work):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
-    ap.add_argument("--steps", type=int, default=6, help="steps per run (the first %d are "
-                    "warm-up)" % WARMUP)
+    ap = cpu_model.parser(__doc__, steps=6)
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of both sides")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--json")
     ap.add_argument("--torch-worker", metavar="SHARD", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.torch_worker:
         return torch_worker(args)
     if args.steps <= WARMUP:
         ap.error(f"--steps must be above the {WARMUP} warm-up steps")
-    opt, run = cpu_model.tools(args.build)
-    work = cpu_model.WORK
-    model = cpu_model.ensure_model()
+    opt, run, work, model = cpu_model.setup(args)
     plan = os.path.join(work, "cpu_step.plan")
     subprocess.run([opt, model, f"--pipemesh-compile=batch={B} seq={T} microbatches=1",
                     "-o", plan], check=True)

@@ -9,7 +9,6 @@ threads, pp=2 two ranks with 1 thread each.
 
     bench/pipeline_step.py [--build build] [--steps 6] [--json OUT]
 """
-import argparse
 import json
 import os
 import statistics
@@ -17,18 +16,9 @@ import subprocess
 
 import cpu_model
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
-    ap.add_argument("--steps", type=int, default=6)
-    ap.add_argument("--json")
-    args = ap.parse_args()
-    opt, run = cpu_model.tools(args.build)
-    work = cpu_model.WORK
-    model = cpu_model.ensure_model()
+    args = cpu_model.parser(__doc__, steps=6).parse_args()
+    opt, run, work, model = cpu_model.setup(args)
     corpus = os.path.join(work, "corpus.bin")
     subprocess.run([run, "--write-default-corpus", corpus], check=True, capture_output=True)
     result = {}
