@@ -285,9 +285,12 @@ void CudaBackend::checkTransferOrder() const {
   // NCCL matches the messages between two ranks in issue order (it has no
   // tags). The plan pairs them per (sender, receiver, tag); NCCL needs the
   // sends from a to b, in a's program order, to equal b's receives from a in
-  // b's program order, tags and sizes included.
+  // b's program order, tags and sizes included. Checked on the listed
+  // programs: in an elided plan replica d's transfers are its listed
+  // program's between the peers' replicas d (validateParallelPlan made sure
+  // every peer is listed), so this rank's pairs are its listed rank's shifted.
   std::map<std::pair<int64_t, int64_t>, std::vector<std::pair<int64_t, uint64_t>>> sends, recvs;
-  for (const RankPlan &r : plan.ranks)
+  for (const RankPlan &r : plan.listed)
     for (const Instruction &inst : r.program) {
       if (inst.op != "send" && inst.op != "recv")
         continue;
@@ -300,12 +303,14 @@ void CudaBackend::checkTransferOrder() const {
       else
         recvs[{peer, r.rank}].push_back({tag, bytes});
     }
+  const int64_t listedRank = plan.listedOf(rank.rank).rank, d = rank.rank - listedRank;
   for (const auto &[pair, s] : sends) {
-    if (pair.first != rank.rank && pair.second != rank.rank)
+    if (pair.first != listedRank && pair.second != listedRank)
       continue;
     auto it = recvs.find(pair);
     if (it == recvs.end() || it->second != s)
-      fail("the transfers from rank ", pair.first, " to rank ", pair.second,
+      fail("the transfers from rank ", replica::rank(pair.first, d), " to rank ",
+           replica::rank(pair.second, d),
            " are not received in the order they are sent (tags and sizes in program order); "
            "the cuda backend's NCCL point-to-point matches messages in issue order, so it "
            "needs that order (the CPU backend matches by tag)");

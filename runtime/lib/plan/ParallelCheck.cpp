@@ -5,11 +5,16 @@
 // run on, the pairing of point-to-point transfers (MPI matches a receive with
 // the oldest send of the same sender and tag, so for every (sender, receiver,
 // tag) the sizes must agree in program order), and the sequence of
-// collectives each group's members issue. Every rank reads the whole manifest
-// and computes the same verdict, so a failure is a UniformError reported once
-// by rank 0, before any communication. Ordering (deadlock freedom) is the
-// compiler's deadlock check (docs/parallel-plan.md); a plan that passes this
-// one but deadlocks still ends at --comm-timeout.
+// collectives each group's members issue. Every rank reads the listed
+// programs and computes the same verdict, so a failure is a UniformError
+// reported once by rank 0, before any communication. An elided plan's checks
+// run on its listed programs (dp rank 0 of each pipeline rank): with the dp
+// groups its listed ranks' replicas and every peer and tied-group member a
+// listed rank, replica d is the listed job shifted by d (Plan.h's replica
+// rules), so what holds for the listed programs holds for every replica.
+// Ordering (deadlock freedom) is the compiler's deadlock check
+// (docs/parallel-plan.md); a plan that passes this one but deadlocks still
+// ends at --comm-timeout.
 //
 //===----------------------------------------------------------------------===//
 #include "pipemesh/runtime/Error.h"
@@ -64,30 +69,48 @@ const BufferInfo &onlyBuffer(const Plan &p, const RankPlan &r, const Instruction
   return r.buffer(ids[0]);
 }
 
+/// Names a rank that an elided plan's listed program may not name.
+std::string notListed(const Plan &p, int64_t m) {
+  return concat("rank ", m, ", dp rank ", m % p.parallel.dp, " of pipeline rank ",
+                m / p.parallel.dp);
+}
+
 void checkGroup(const Plan &p, const RankPlan &r, const std::vector<int64_t> &g, const char *name,
                 bool isDp) {
   if (g.empty())
     return;
-  auto self = std::find(g.begin(), g.end(), r.rank);
-  if (self == g.end())
-    bad(p, concat("rank ", r.rank, "'s ", name, " group ", list(g), " does not contain it"));
-  std::vector<int64_t> sorted = g;
-  std::sort(sorted.begin(), sorted.end());
-  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
-    bad(p, concat("rank ", r.rank, "'s ", name, " group ", list(g), " repeats a rank"));
-  if (isDp) {
-    if ((int64_t)g.size() != p.parallel.dp)
-      bad(p, concat("rank ", r.rank, "'s dp group ", list(g), " has ", g.size(),
-                    " ranks, the plan has dp=", p.parallel.dp));
-    if (self - g.begin() != r.dpRank)
-      bad(p, concat("rank ", r.rank, " (dp_rank ", r.dpRank, ") is at position ", self - g.begin(),
+  // Replica d of an elided plan's listed rank has the same dp group and
+  // dp_rank d: the group must hold each replica at its dp position. (Its
+  // tied group is shifted with it, so it holds itself when the listed one does.)
+  const int64_t replicas = isDp ? p.replicasPerListed() : 1;
+  for (int64_t d = 0; d < replicas; ++d) {
+    const int64_t me = replica::rank(r.rank, d), dpRank = r.dpRank + d;
+    auto self = std::find(g.begin(), g.end(), me);
+    if (self == g.end())
+      bad(p, concat("rank ", me, "'s ", name, " group ", list(g), " does not contain it"));
+    if (d == 0) {
+      std::vector<int64_t> sorted = g;
+      std::sort(sorted.begin(), sorted.end());
+      if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+        bad(p, concat("rank ", me, "'s ", name, " group ", list(g), " repeats a rank"));
+      if (isDp && (int64_t)g.size() != p.parallel.dp)
+        bad(p, concat("rank ", me, "'s dp group ", list(g), " has ", g.size(),
+                      " ranks, the plan has dp=", p.parallel.dp));
+    }
+    if (isDp && self - g.begin() != dpRank)
+      bad(p, concat("rank ", me, " (dp_rank ", dpRank, ") is at position ", self - g.begin(),
                     " of its dp group ", list(g), ": the group must be in dp order"));
   }
   for (int64_t m : g) {
     if (m < 0 || m >= p.parallel.worldSize)
       bad(p, concat("rank ", r.rank, "'s ", name, " group ", list(g), " names rank ", m,
                     ", outside world size ", p.parallel.worldSize));
-    const RankPlan &o = p.rank(m);
+    if (!isDp && p.replicasElided && m % p.parallel.dp != 0)
+      bad(p, concat("rank ", r.rank, "'s tied group ", list(g), " names ", notListed(p, m),
+                    ": in a plan with replicas_elided a tied group lists dp rank 0 of each "
+                    "member pipeline rank (replica d's members are those plus d)"));
+    // Member m's group: its listed program's (a dp replica's is the same list).
+    const RankPlan &o = p.listedOf(m);
     const std::vector<int64_t> &og = isDp ? o.dpGroup : o.tiedGroup;
     if (og != g)
       bad(p, concat("rank ", r.rank, "'s ", name, " group is ", list(g), " but rank ", m, "'s is ",
@@ -107,7 +130,7 @@ void validateParallelPlan(const Plan &p) {
     bad(p, concat("parallel.world_size ", world, " is not pp x dp = ", p.parallel.pp, " x ",
                   p.parallel.dp));
   std::map<std::pair<int64_t, int64_t>, int64_t> layout;
-  for (const RankPlan &r : p.ranks) {
+  for (const RankPlan &r : p.listed) {
     if (r.rank < 0 || r.rank >= world)
       bad(p, concat("has a program for rank ", r.rank, ", outside world size ", world));
     auto [it, fresh] = layout.emplace(std::make_pair(r.ppRank, r.dpRank), r.rank);
@@ -115,8 +138,9 @@ void validateParallelPlan(const Plan &p) {
       bad(p, concat("ranks ", it->second, " and ", r.rank, " both claim pp_rank ", r.ppRank,
                     " dp_rank ", r.dpRank));
   }
-  if ((int64_t)p.ranks.size() != world)
-    bad(p, concat("has ", p.ranks.size(), " rank programs for world size ", world));
+  // (An elided plan's reader has checked that it lists every pipeline rank once.)
+  if ((int64_t)p.listed.size() * p.replicasPerListed() != world)
+    bad(p, concat("has ", p.listed.size(), " rank programs for world size ", world));
 
   // (sender, receiver, tag) -> transfers in program order.
   std::map<std::tuple<int64_t, int64_t, int64_t>, std::vector<Transfer>> sends, recvs;
@@ -125,7 +149,7 @@ void validateParallelPlan(const Plan &p) {
            std::map<int64_t, std::vector<Collective>>>
       collectives;
   std::map<int64_t, size_t> adamws;
-  for (const RankPlan &r : p.ranks) {
+  for (const RankPlan &r : p.listed) {
     checkGroup(p, r, r.dpGroup, "dp", true);
     checkGroup(p, r, r.tiedGroup, "tied", false);
     for (const std::vector<int64_t> *g : {&r.dpGroup, &r.tiedGroup})
@@ -139,6 +163,11 @@ void validateParallelPlan(const Plan &p) {
         int64_t peer = intField(p, r, inst, "peer"), tag = intField(p, r, inst, "tag");
         if (peer < 0 || peer >= world || peer == r.rank)
           bad(p, concat(where(), " has peer ", peer, ": it must be another rank of the ", world));
+        // Replica d talks to the peer's replica d: the peer must be listed.
+        if (p.replicasElided && peer % p.parallel.dp != 0)
+          bad(p, concat(where(), " has peer ", notListed(p, peer),
+                        ": in a plan with replicas_elided the listed programs send to and receive "
+                        "from dp rank 0 of a pipeline rank (replica d from that rank plus d)"));
         if (tag < 0)
           bad(p, concat(where(), " has a negative tag ", tag));
         const BufferInfo &b = onlyBuffer(p, r, inst, send ? inst.in : inst.out, send ? "in" : "out");
@@ -203,7 +232,12 @@ void validateParallelPlan(const Plan &p) {
     const auto &[group, members] = key;
     const std::vector<Collective> &ref = byRank.at(members[0]);
     for (int64_t m : members) {
-      const std::vector<Collective> &mine = byRank.at(m);
+      // Not listed: a dp replica of members[0] (the group checks made sure),
+      // which runs members[0]'s program.
+      auto it = byRank.find(m);
+      if (it == byRank.end())
+        continue;
+      const std::vector<Collective> &mine = it->second;
       for (size_t i = 0; i < std::max(ref.size(), mine.size()); ++i) {
         if (i >= ref.size() || i >= mine.size())
           bad(p, concat("the ", group, " group ", list(members), ": rank ", members[0], " issues ",

@@ -2,7 +2,10 @@
 //
 // Container first (magic, version, lengths, checksum: cheap checks in the
 // order that gives the most useful message), then the manifest JSON, then the
-// weights blob, then the cross-checks of the buffer tables.
+// weights blob, then the cross-checks of the buffer tables. Of an elided
+// plan's replicas (parallel.replicas_elided) only the reading process's own
+// is derived and parsed: every process parses the listed programs, which
+// is all that the cross-rank reasoning needs.
 //
 //===----------------------------------------------------------------------===//
 #include "pipemesh/runtime/Plan.h"
@@ -58,10 +61,19 @@ void RankPlan::indexBuffers() {
 }
 
 const RankPlan &Plan::rank(int64_t r) const {
-  for (const RankPlan &rp : ranks)
-    if (rp.rank == r)
-      return rp;
+  for (const std::vector<RankPlan> *v : {&listed, &derived})
+    for (const RankPlan &rp : *v)
+      if (rp.rank == r)
+        return rp;
+  if (replicasElided && r >= 0 && r < parallel.worldSize)
+    fail("plan '", path, "': the program of rank ", r, " (dp replica ", r % parallel.dp,
+         " of pipeline rank ", r / parallel.dp, ") was not derived: a process derives only its "
+         "own replica of an elided plan (parallel.replicas_elided)");
   fail("plan '", path, "' has no program for rank ", r);
+}
+
+const RankPlan &Plan::listedOf(int64_t r) const {
+  return rank(replicasElided ? r - r % parallel.dp : r);
 }
 
 const ParamInfo *Plan::findParam(const std::string &name) const {
@@ -69,6 +81,34 @@ const ParamInfo *Plan::findParam(const std::string &name) const {
     if (p.name == name)
       return &p;
   return nullptr;
+}
+
+void replica::derive(nlohmann::json &r, int64_t d) {
+  // Plan.h states the rules; fields of the wrong type are left for the
+  // parser to name.
+  if (r.contains("rank") && r["rank"].is_number_integer())
+    r["rank"] = rank(r["rank"].get<int64_t>(), d);
+  r["dp_rank"] = d;
+  if (r.contains("groups") && r["groups"].is_object() && r["groups"].contains("tied"))
+    for (auto &member : r["groups"]["tied"])
+      if (member.is_number_integer())
+        member = rank(member.get<int64_t>(), d);
+  if (d != 0 && r.contains("buffers") && r["buffers"].is_array())
+    for (auto &b : r["buffers"])
+      if (b.is_object() && b.contains("shard_numel") && b["shard_numel"].is_number_integer())
+        b["elem_offset"] = shardOffset(b.value("elem_offset", (int64_t)0),
+                                       b["shard_numel"].get<int64_t>(), d);
+  if (r.contains("program") && r["program"].is_array())
+    for (auto &in : r["program"]) {
+      if (!in.is_object())
+        continue;
+      if (d != 0 && in.contains("peer") && in["peer"].is_number_integer())
+        in["peer"] = rank(in["peer"].get<int64_t>(), d);
+      if (in.contains("params") && in["params"].is_array())
+        for (auto &e : in["params"])
+          if (e.is_object() && e.erase("norm_dp0_only") && d != 0)
+            e["norm_weight"] = 0.0;
+    }
 }
 
 /// Typed access to manifest fields; every error names the JSON path.
@@ -207,65 +247,31 @@ struct PlanParser {
     }
   }
 
-  // A plan for dp > 1 lists dp rank 0's program of each pipeline rank
-  // (parallel.replicas_elided). Replica d of pipeline rank q is global rank
-  // q * dp + d and runs it with every send/recv peer and tied-group member
-  // shifted by d, every ZeRO shard at elem_offset + d * shard_numel, and
-  // norm_weight 0 in the adamw entries marked norm_dp0_only (docs/plan-
-  // format.md; the compiler's lib/Plan/Replicas.cpp states the same rules).
-  void expandReplicas(nlohmann::json &m, const Plan &p) const {
-    const auto &par = field(m, "", "parallel");
-    if (!par.contains("replicas_elided") || !boolean(par, "parallel", "replicas_elided"))
-      return;
+  /// The `ranks` index of each pipeline rank's entry in an elided plan
+  /// (dp rank 0's, rank q * dp), checked to be there once each.
+  std::vector<size_t> listedEntries(const nlohmann::json &m, const Plan &p) const {
     const int64_t pp = p.parallel.pp, dp = p.parallel.dp;
     if (p.parallel.worldSize != pp * dp)
       bad("parallel.world_size", "is " + std::to_string(p.parallel.worldSize) +
                                      ", not pp x dp = " + std::to_string(pp * dp));
     const auto &listed = array(m, "", "ranks");
-    std::vector<const nlohmann::json *> byPipelineRank(pp, nullptr);
+    constexpr size_t none = SIZE_MAX;
+    std::vector<size_t> byPipelineRank(pp, none);
     for (size_t i = 0; i < listed.size(); ++i) {
       std::string where = "ranks[" + std::to_string(i) + "]";
       int64_t r = integer(listed[i], where, "rank");
-      if (r < 0 || r % dp != 0 || r / dp >= pp || byPipelineRank[r / dp])
+      if (r < 0 || r % dp != 0 || r / dp >= pp || byPipelineRank[r / dp] != none)
         bad(where + ".rank", "is " + std::to_string(r) +
                                  ": a plan with replicas_elided lists dp rank 0 of each of the " +
                                  std::to_string(pp) + " pipeline ranks once (ranks 0, " +
                                  std::to_string(dp) + ", ...)");
-      byPipelineRank[r / dp] = &listed[i];
+      byPipelineRank[r / dp] = i;
     }
     for (int64_t q = 0; q < pp; ++q)
-      if (!byPipelineRank[q])
+      if (byPipelineRank[q] == none)
         bad("ranks", "has no program for pipeline rank " + std::to_string(q) + " (rank " +
                          std::to_string(q * dp) + "), and replicas_elided derives the others from it");
-    nlohmann::json all = nlohmann::json::array();
-    for (int64_t q = 0; q < pp; ++q)
-      for (int64_t d = 0; d < dp; ++d) {
-        nlohmann::json r = *byPipelineRank[q];
-        r["rank"] = q * dp + d;
-        r["dp_rank"] = d;
-        if (r.contains("groups") && r["groups"].is_object() && r["groups"].contains("tied"))
-          for (auto &member : r["groups"]["tied"])
-            if (member.is_number_integer())
-              member = member.get<int64_t>() + d;
-        if (r.contains("buffers") && r["buffers"].is_array())
-          for (auto &b : r["buffers"])
-            if (b.is_object() && b.contains("shard_numel") && b["shard_numel"].is_number_integer())
-              b["elem_offset"] = b.value("elem_offset", (int64_t)0) +
-                                 d * b["shard_numel"].get<int64_t>();
-        if (r.contains("program") && r["program"].is_array())
-          for (auto &in : r["program"]) {
-            if (!in.is_object())
-              continue;
-            if (in.contains("peer") && in["peer"].is_number_integer())
-              in["peer"] = in["peer"].get<int64_t>() + d;
-            if (in.contains("params") && in["params"].is_array())
-              for (auto &e : in["params"])
-                if (e.is_object() && e.erase("norm_dp0_only") && d != 0)
-                  e["norm_weight"] = 0.0;
-          }
-        all.push_back(std::move(r));
-      }
-    m["ranks"] = std::move(all);
+    return byPipelineRank;
   }
 
   static std::optional<BufferKind> parseKind(const std::string &s) {
@@ -277,7 +283,11 @@ struct PlanParser {
     return std::nullopt;
   }
 
-  void parseRank(const nlohmann::json &r, const std::string &where, Plan &p, RankPlan &rp) const {
+  /// `replicas`: the ranks the entry stands for (dp for a listed entry of an
+  /// elided plan, else 1); what differs between them (shard offsets) is
+  /// checked for each, so that every process finds what is wrong with any.
+  void parseRank(const nlohmann::json &r, const std::string &where, Plan &p, RankPlan &rp,
+                 int64_t replicas = 1) const {
     rp.rank = integer(r, where, "rank");
     rp.arenaBytes = (uint64_t)integer(r, where, "arena_bytes");
     const int64_t dp = p.parallel.dp;
@@ -368,20 +378,28 @@ struct PlanParser {
                  bi.shardNumel);
           // A shard may hold padding only (a scalar on dp=2, 5 elements on dp=4):
           // with padded_numel it is bounded below; without, by the parameter.
+          // Offsets grow with the replica: dp rank 0's and the last one's bound the rest.
           int64_t bound = b.contains("padded_numel")
                               ? INT64_MAX
                               : std::max<int64_t>(pn, 1) + bi.shardNumel - 1;
-          if (bi.shardNumel == 0 || bi.elemOffset < 0 || bi.elemOffset % bi.shardNumel != 0 ||
-              bi.elemOffset >= bound)
-            fail("plan '", file, "': ", label, " is a shard [", bi.elemOffset, ", ",
-                 bi.elemOffset + bi.shardNumel, ") that does not tile parameter '", bi.param,
-                 "' of shape ", shapeStr(pi->shape), " (", pn, " elements)");
-          if (b.contains("padded_numel")) {
-            int64_t padded = integer(b, bw, "padded_numel");
-            if (padded < pn || padded % bi.shardNumel != 0 || bi.elemOffset >= padded)
+          int64_t padded = b.contains("padded_numel") ? integer(b, bw, "padded_numel") : -1;
+          for (int64_t d : {(int64_t)0, replicas - 1}) {
+            int64_t off = replica::shardOffset(bi.elemOffset, bi.shardNumel, d);
+            std::string as = d ? " (as rank " + std::to_string(replica::rank(rp.rank, d)) +
+                                     ", its dp replica " + std::to_string(d) + ")"
+                               : "";
+            if (bi.shardNumel == 0 || off < 0 || off % bi.shardNumel != 0 || off >= bound)
+              fail("plan '", file, "': ", label, as, " is a shard [", off, ", ",
+                   off + bi.shardNumel, ") that does not tile parameter '", bi.param,
+                   "' of shape ", shapeStr(pi->shape), " (", pn, " elements)");
+            if (padded >= 0 && (padded < pn || padded % bi.shardNumel != 0))
               fail("plan '", file, "': ", label, " has padded_numel ", padded,
                    ", which is not a multiple of its shard_numel ", bi.shardNumel,
                    " covering the ", pn, " elements of parameter '", bi.param, "'");
+            if (padded >= 0 && off >= padded)
+              fail("plan '", file, "': ", label, as, " is a shard [", off, ", ",
+                   off + bi.shardNumel, ") past the padded_numel ", padded, " of parameter '",
+                   bi.param, "' (", pn, " elements)");
           }
         } else {
           if (bi.elemOffset < 0 || (bi.elemOffset == 0 && bi.numel != pn && bi.numel > pn) ||
@@ -476,7 +494,7 @@ static uint64_t readU64(const uint8_t *p) {
   return (uint64_t)readU32(p) | (uint64_t)readU32(p + 4) << 32;
 }
 
-Plan readPlan(const std::string &path) {
+Plan readPlan(const std::string &path, int64_t ownRank) {
   Plan p;
   p.path = path;
   p.file = MappedFile::open(path, "plan");
@@ -523,15 +541,51 @@ Plan readPlan(const std::string &path) {
   P.parseModel(m, p);
   P.parseParams(m, p);
   p.weights = Safetensors::parse(d + kPlanHeaderBytes + L, W, "plan '" + path + "' weights");
-  P.expandReplicas(p.manifest, p);
   const auto &ranks = P.array(m, "", "ranks");
-  for (size_t i = 0; i < ranks.size(); ++i) {
+  const auto &par = P.field(m, "", "parallel");
+  p.replicasElided =
+      par.contains("replicas_elided") && P.boolean(par, "parallel", "replicas_elided");
+  if (!p.replicasElided) {
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      RankPlan rp;
+      P.parseRank(ranks[i], "ranks[" + std::to_string(i) + "]", p, rp);
+      for (const RankPlan &o : p.listed)
+        if (o.rank == rp.rank)
+          P.bad("ranks[" + std::to_string(i) + "].rank", "repeats rank " + std::to_string(rp.rank));
+      p.listed.push_back(std::move(rp));
+    }
+    return p;
+  }
+
+  // An elided plan: the listed programs, and the replicas wanted (this
+  // process's own, unless it is dp rank 0), each from a copy of its listed
+  // entry taken before the entries become dp rank 0's programs.
+  const int64_t dp = p.parallel.dp;
+  std::vector<size_t> entry = P.listedEntries(m, p);
+  struct Replica {
+    int64_t q, d;
+    nlohmann::json entry;
+  };
+  std::vector<Replica> replicas;
+  for (int64_t r = 0; r < p.parallel.worldSize; ++r)
+    if (r % dp != 0 && (ownRank == kEveryRank || ownRank == r))
+      replicas.push_back({r / dp, r % dp, ranks[entry[r / dp]]});
+  for (Replica &rep : replicas)
+    replica::derive(rep.entry, rep.d);
+  for (size_t q = 0; q < entry.size(); ++q) {
+    std::string where = "ranks[" + std::to_string(entry[q]) + "]";
+    replica::derive(p.manifest["ranks"][entry[q]], 0);
     RankPlan rp;
-    P.parseRank(ranks[i], "ranks[" + std::to_string(i) + "]", p, rp);
-    for (const RankPlan &o : p.ranks)
-      if (o.rank == rp.rank)
-        P.bad("ranks[" + std::to_string(i) + "].rank", "repeats rank " + std::to_string(rp.rank));
-    p.ranks.push_back(std::move(rp));
+    P.parseRank(ranks[entry[q]], where, p, rp, /*replicas=*/dp);
+    p.listed.push_back(std::move(rp));
+  }
+  for (Replica &rep : replicas) {
+    RankPlan rp;
+    P.parseRank(rep.entry,
+                "ranks[" + std::to_string(entry[rep.q]) + "] (dp replica " +
+                    std::to_string(rep.d) + ")",
+                p, rp);
+    p.derived.push_back(std::move(rp));
   }
   return p;
 }

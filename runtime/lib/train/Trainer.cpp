@@ -16,12 +16,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <unordered_map>
 
 namespace pipemesh::rt {
 
 Trainer::Trainer(const RunOptions &o, Communicator &comm, std::ostream &log)
     : opts(o), comm(comm), log(log) {
-  planData = readPlan(o.planPath);
+  // The listed programs and this rank's own: an elided plan's other
+  // replicas are not derived here (their cost grows with the world size).
+  planData = readPlan(o.planPath, comm.rank());
   const Plan &p = planData;
   if (p.parallel.worldSize != comm.size())
     throw UniformError(concat("plan '", p.path, "' is compiled for world size ",
@@ -335,51 +338,69 @@ std::vector<TrainedParam> Trainer::trainedParams() {
   // Every rank runs this: rank 0 collects each parameter from the rank that
   // holds it whole (the lowest), or from the ZeRO-3 shards that cover it;
   // one parameter at a time, so rank 0 holds one extra copy at the most
-  // beyond what it returns.
+  // beyond what it returns. The holders come from the listed programs: in an
+  // elided plan replica d of listed rank r is rank r + d and holds the same
+  // buffers, its shards d shards further (Plan.h's replica rules), so the
+  // lowest whole copy is a listed rank's and the shards are enumerated in
+  // global rank order, as if every replica had been derived.
   std::vector<TrainedParam> out;
   exportStorage.assign(planData.params.size(), {});
   const int me = comm.rank();
+  const int64_t replicas = planData.replicasPerListed();
+  // Per listed program, its param buffers (whole and shards) by parameter.
+  std::vector<std::unordered_map<std::string, std::vector<const BufferInfo *>>> held(
+      planData.listed.size());
+  for (size_t k = 0; k < planData.listed.size(); ++k)
+    for (const BufferInfo &b : planData.listed[k].buffers)
+      if (b.kind == BufferKind::Param)
+        held[k][b.param].push_back(&b);
   for (size_t i = 0; i < planData.params.size(); ++i) {
     const ParamInfo &pi = planData.params[i];
     const int64_t n = numElements(pi.shape);
     const int tag = (int)(i % (size_t)std::max(1, comm.maxTag()));
-    // The whole copy on the lowest rank, else the shards.
-    const RankPlan *wholeRank = nullptr;
-    const BufferInfo *whole = nullptr;
-    for (const RankPlan &r : planData.ranks) {
-      for (const BufferInfo &b : r.buffers)
-        if (b.kind == BufferKind::Param && b.param == pi.name && !b.isShard() &&
-            b.elemOffset == 0 && b.numel == n)
-          whole = &b;
-      if (whole) {
-        wholeRank = &r;
-        break;
-      }
-    }
+    auto mine = [&](size_t k) -> const std::vector<const BufferInfo *> & {
+      static const std::vector<const BufferInfo *> none;
+      auto it = held[k].find(pi.name);
+      return it == held[k].end() ? none : it->second;
+    };
     struct Piece {
-      int64_t rank;
-      const BufferInfo *buf;
+      int64_t rank, buffer; ///< the holder and its buffer's id
       int64_t offset, count;
     };
     std::vector<Piece> pieces;
-    if (whole) {
-      pieces.push_back({wholeRank->rank, whole, 0, n});
-    } else {
+    // The whole copy on the lowest rank (its last such buffer), else the shards.
+    for (size_t k = 0; k < planData.listed.size() && pieces.empty(); ++k) {
+      const BufferInfo *whole = nullptr;
+      for (const BufferInfo *b : mine(k))
+        if (!b->isShard() && b->elemOffset == 0 && b->numel == n)
+          whole = b;
+      if (whole)
+        pieces.push_back({planData.listed[k].rank, whole->id, 0, n});
+    }
+    if (pieces.empty()) {
       std::vector<bool> covered(n, false);
-      for (const RankPlan &r : planData.ranks)
-        for (const BufferInfo &b : r.buffers)
-          if (b.kind == BufferKind::Param && b.param == pi.name && b.isShard() &&
-              b.elemOffset < n && !covered[b.elemOffset]) {
-            int64_t count = std::min<int64_t>(b.shardNumel, n - b.elemOffset);
-            std::fill(covered.begin() + b.elemOffset, covered.begin() + b.elemOffset + count,
-                      true);
-            pieces.push_back({r.rank, &b, b.elemOffset, count});
+      for (size_t k = 0; k < planData.listed.size(); ++k)
+        for (int64_t d = 0; d < replicas; ++d)
+          for (const BufferInfo *b : mine(k)) {
+            if (!b->isShard())
+              continue;
+            int64_t first = replica::shardOffset(b->elemOffset, b->shardNumel, d);
+            if (first >= n || covered[first])
+              continue;
+            int64_t count = std::min<int64_t>(b->shardNumel, n - first);
+            std::fill(covered.begin() + first, covered.begin() + first + count, true);
+            pieces.push_back({replica::rank(planData.listed[k].rank, d), b->id, first, count});
           }
       if (std::find(covered.begin(), covered.end(), false) != covered.end())
         fail("--export-onnx: no rank holds all of parameter '", pi.name, "'");
     }
+    // A piece of this rank's is its own buffer of that id (a derived replica's
+    // arena holds its own shard there).
+    auto local = [&](const Piece &pc) {
+      return static_cast<const float *>(arena->tensor(rankPlan->buffer(pc.buffer)).data);
+    };
     if (me == 0 && pieces.size() == 1 && pieces[0].rank == 0) {
-      out.push_back({&pi, static_cast<const float *>(arena->tensor(*pieces[0].buf).data)});
+      out.push_back({&pi, local(pieces[0])});
       continue;
     }
     std::vector<std::unique_ptr<CommRequest>> requests;
@@ -388,11 +409,10 @@ std::vector<TrainedParam> Trainer::trainedParams() {
     for (const Piece &pc : pieces) {
       std::string what = "--export-onnx: elements " + std::to_string(pc.offset) + ".." +
                          std::to_string(pc.offset + pc.count) + " of '" + pi.name + "'";
-      const float *src = static_cast<const float *>(arena->tensor(*pc.buf).data);
       if (pc.rank == me && me == 0)
-        std::copy(src, src + pc.count, exportStorage[i].begin() + pc.offset);
+        std::copy(local(pc), local(pc) + pc.count, exportStorage[i].begin() + pc.offset);
       else if (pc.rank == me)
-        requests.push_back(comm.isend(src, pc.count * sizeof(float), 0, tag, what));
+        requests.push_back(comm.isend(local(pc), pc.count * sizeof(float), 0, tag, what));
       else if (me == 0)
         requests.push_back(comm.irecv(exportStorage[i].data() + pc.offset,
                                       pc.count * sizeof(float), (int)pc.rank, tag, what));

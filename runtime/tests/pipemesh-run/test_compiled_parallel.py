@@ -11,6 +11,7 @@ import subprocess
 import unittest
 
 import common
+from common import mtp
 
 PIPEMESH_OPT = os.environ.get("PIPEMESH_OPT")
 MODEL = os.path.join(common.REPO, "models", "fixtures", "torch_gpt2_tiny_op17_dyn_fold.onnx")
@@ -161,6 +162,63 @@ class CompiledParallel(common.TempDirTest):
                     if want[k].dtype.kind == "f" and want[k].size > 1:
                         np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5,
                                                    err_msg=f"{name}: {k}")
+
+    def test_export_of_elided_plan_equals_expanded(self):
+        # Each process derives only its own replica of an elided plan, and
+        # --export-onnx locates the other replicas' copies and shards by the
+        # replica rules: the export must be the one of the same plan with every
+        # replica written out (expanded here independently, by the rules of
+        # docs/parallel-plan.md; the runtime then reads every program as listed).
+        import copy
+        import json
+        import struct
+
+        def expanded(plan, out):
+            raw = common.read_bytes(plan)
+            L, W = struct.unpack("<QQ", raw[16:32])
+            m = json.loads(raw[40:40 + L])
+            self.assertTrue(m["parallel"].pop("replicas_elided"))
+            dp, ranks = m["parallel"]["dp"], []
+            for listed in m["ranks"]:
+                for d in range(dp):
+                    r = copy.deepcopy(listed)
+                    r["rank"] += d
+                    r["dp_rank"] = d
+                    r.get("groups", {})["tied"] = [t + d for t in r.get("groups", {}).get("tied", [])]
+                    for b in r["buffers"]:
+                        if "shard_numel" in b:
+                            b["elem_offset"] = b.get("elem_offset", 0) + d * b["shard_numel"]
+                    for ins in r["program"]:
+                        if "peer" in ins:
+                            ins["peer"] += d
+                        for e in ins.get("params", []):
+                            if e.pop("norm_dp0_only", False) and d:
+                                e["norm_weight"] = 0.0
+                    ranks.append(r)
+            m["ranks"] = ranks
+            body = json.dumps(m, separators=(",", ":")).encode() + raw[40 + L:40 + L + W]
+            with open(out, "wb") as f:
+                f.write(mtp.MAGIC + struct.pack("<IIQQQ", 1, 0, len(body) - W, W, mtp.fnv1a64(body)) + body)
+            return len(ranks)
+
+        def export(plan, name):
+            out = self.path(name + ".onnx")
+            log = self.path(name + ".jsonl")
+            self.check_ok(common.run([plan, "--steps", 3, "--export-onnx", out, "--log-json", log]
+                                     + FLAGS, np_=8, timeout=300))
+            return common.read_bytes(out), common.read_log(log)
+
+        for zero in (3, 1):  # shards only; whole copies beside the shards
+            with self.subTest(zero=zero):
+                plan = self.compile(f"elided-z{zero}.plan", f"pp=2 dp=4 microbatches=1 zero={zero}")
+                full = self.path(f"expanded-z{zero}.plan")
+                self.assertEqual(expanded(plan, full), 8)
+                got, got_log = export(plan, f"elided-z{zero}")
+                want, want_log = export(full, f"expanded-z{zero}")
+                self.assertEqual([g["loss"] for g in got_log], [w["loss"] for w in want_log])
+                self.assertTrue(got == want, f"the exported models differ ({len(got)} and {len(want)} bytes)")
+                print(f"\n  pp=2 dp=4 zero={zero}: elided and expanded plans export the same "
+                      f"{len(got)} bytes")
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@ hang: damaged plans (magic, version, truncation, checksum, manifest fields,
 buffer tables, unknown ops, malformed instructions), bad data (missing file,
 bad header, short file, tokens outside the vocabulary), a world size that
 does not match the plan, an elided plan (one program per pipeline rank) that
-lacks one, token ids out of an embedding table's range, and bad
-command lines.
+lacks one or whose listed programs name another replica (a peer, a tied-group
+member, a dp group) or would put a replica's shard past the padding, token ids
+out of an embedding table's range, and bad command lines.
 """
 import copy
 import json
@@ -282,17 +283,63 @@ class WorldSize(common.TempDirTest):
 class ElidedReplicas(common.TempDirTest):
     """A plan for dp > 1 lists dp rank 0's program of each pipeline rank
     (parallel.replicas_elided); one that lacks a pipeline rank or lists another
-    replica is refused by name."""
+    replica is refused by name. Each process derives only its own replica, so
+    the cross-rank checks run on the listed programs: a peer or tied-group
+    member that is not a listed rank, a dp group that is not the listed rank's
+    replicas, a shard that a replica would hold past the padding are refused
+    alike by every rank (the uniform ones reported once)."""
 
-    def elided(self, keep, world_size=None):
+    def elided(self, keep, world_size=None, edit=None):
         m, weights = mtp.build_mlp(pp=2, dp=2, zero=1, microbatches=2)
         m["ranks"] = [r for r in m["ranks"] if r["rank"] in keep]
         m["parallel"]["replicas_elided"] = True
         if world_size is not None:
             m["parallel"]["world_size"] = world_size
+        if edit:
+            edit({r["rank"]: r for r in m["ranks"]})
         path = self.path("elided.plan")
         mtp.write_plan(path, m, weights)
         return path
+
+    def check_uniform(self, edit, *needles):
+        r = self.check_fails(common.run([self.elided({0, 2}, edit=edit), "--steps", 1], np_=4,
+                                        timeout=120), *needles)
+        self.assertEqual(r.stderr.count(needles[-1]), 1, "rank 0 alone reports:\n" + r.stderr)
+        self.assertNotIn("step 1/", r.stdout)
+
+    def test_peer_not_listed(self):
+        # Rank 0's sends go to rank 3, replica 1 of pipeline rank 1: replica
+        # d of rank 0 would send to 3 + d, which does not receive from it.
+        def edit(ranks):
+            for ins in ranks[0]["program"]:
+                if ins["op"] == "send":
+                    ins["peer"] = 3
+        self.check_uniform(edit, "(send) has peer rank 3, dp rank 1 of pipeline rank 1",
+                           "in a plan with replicas_elided the listed programs send to and "
+                           "receive from dp rank 0 of a pipeline rank")
+
+    def test_tied_member_not_listed(self):
+        def edit(ranks):
+            for r in ranks.values():
+                r["groups"]["tied"] = [0, 3]
+        self.check_uniform(edit, "rank 0's tied group [0, 3] names rank 3, dp rank 1 of pipeline "
+                           "rank 1: in a plan with replicas_elided a tied group lists dp rank 0")
+
+    def test_dp_group_not_the_replicas(self):
+        def edit(ranks):
+            ranks[2]["groups"]["dp"] = [2, 1]
+        self.check_uniform(edit, "rank 3's dp group [2, 1] does not contain it")
+
+    def test_shard_past_the_padding_on_a_replica(self):
+        # dp rank 0 of pipeline rank 1 holds the second shard of each
+        # parameter: its replica would hold a third, past padded_numel.
+        def edit(ranks):
+            for b in ranks[2]["buffers"]:
+                if "shard_numel" in b:
+                    b["elem_offset"] = b["shard_numel"]
+        self.check_fails(common.run([self.elided({0, 2}, edit=edit), "--steps", 1], np_=4,
+                                    timeout=120),
+                         "of rank 2 (as rank 3, its dp replica 1) is a shard", "past the padded_numel")
 
     def test_missing_pipeline_rank(self):
         self.check_fails(common.run([self.elided({0}), "--steps", 1], np_=4, timeout=120),

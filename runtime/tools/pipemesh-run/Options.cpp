@@ -48,6 +48,9 @@ debugging
   --profile                time per op name on rank 0, printed at the end
   --dump-data FILE         JSON lines of every micro-batch loaded (per rank)
   --write-default-corpus FILE   write the embedded corpus as a token shard and exit
+  --check-rank R           read the plan as rank R does at start-up (its program,
+                           derived if the plan elides replicas; the cross-rank
+                           checks), print a summary and exit; no MPI, no --steps
   --help, --version
 )";
 }
@@ -137,6 +140,7 @@ CommandLine parseCommandLine(int argc, char **argv) {
        }},
       {"--dump-data", [&](auto &, auto &v) { r.dumpData = v; }},
       {"--write-default-corpus", [&](auto &, auto &v) { c.writeDefaultCorpus = v; }},
+      {"--check-rank", [&](auto &o, auto &v) { c.checkRank = parseInt(o, v, 0); }},
   };
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -183,6 +187,8 @@ CommandLine parseCommandLine(int argc, char **argv) {
     return c;
   if (r.planPath.empty())
     fail("no plan file given (see --help)");
+  if (c.checkRank)
+    return c;
   if (!haveSteps)
     fail("--steps N is required");
   if (r.resume && r.checkpointDir.empty())

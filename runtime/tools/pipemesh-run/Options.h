@@ -4,6 +4,7 @@
 
 #include "pipemesh/runtime/Trainer.h"
 
+#include <optional>
 #include <string>
 
 namespace pipemesh::run {
@@ -13,6 +14,8 @@ struct CommandLine {
   std::string exportOnnx;
   std::string onnxSource;
   std::string writeDefaultCorpus;
+  /// --check-rank R: read and check the plan as rank R and exit (no MPI).
+  std::optional<int64_t> checkRank;
   double commTimeout = 300;
   bool help = false, version = false;
 };

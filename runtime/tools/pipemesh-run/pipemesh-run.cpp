@@ -42,6 +42,33 @@ static int reportError(const std::string &msg, rt::Communicator *comm) {
   return 1;
 }
 
+/// --check-rank R: what rank R's process does with the plan before its
+/// first communication (read it, derive its program, the cross-rank checks),
+/// in one process and without MPI; bench/plan_load.py times it.
+static int checkRank(const std::string &path, int64_t r) {
+  try {
+    rt::Plan plan = rt::readPlan(path, r);
+    if (r >= plan.parallel.worldSize)
+      rt::fail("--check-rank ", r, ": plan '", path, "' has world size ",
+               plan.parallel.worldSize);
+    rt::validateParallelPlan(plan);
+    const rt::RankPlan &rp = plan.rank(r);
+    std::printf("pipemesh-run: plan %s: rank %lld of %lld (pp_rank %lld, dp_rank %lld): %zu "
+                "instructions, %zu buffers, arena %llu bytes; %zu listed program(s)%s\n",
+                path.c_str(), (long long)r, (long long)plan.parallel.worldSize,
+                (long long)rp.ppRank, (long long)rp.dpRank, rp.program.size(), rp.buffers.size(),
+                (unsigned long long)rp.arenaBytes, plan.listed.size(),
+                plan.derived.empty() ? "" : ", this rank's derived from its dp rank 0's");
+  } catch (const rt::Error &e) {
+    std::fprintf(stderr, "pipemesh-run: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "pipemesh-run: error: internal error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   // First: may re-execute the program with OPENBLAS_CORETYPE set.
   std::string blas = rt::cpu::configureBlas(argc, argv);
@@ -70,6 +97,9 @@ int main(int argc, char **argv) {
     }
     return 0;
   }
+
+  if (cl.checkRank)
+    return checkRank(cl.run.planPath, *cl.checkRank);
 
   std::unique_ptr<rt::Communicator> comm = rt::createMpiCommunicator(&argc, &argv);
   comm->timeoutSeconds = cl.commTimeout;

@@ -135,29 +135,89 @@ struct Plan {
   ParallelInfo parallel;
   std::string tokensInput, targetsInput;
   std::vector<ParamInfo> params;
-  std::vector<RankPlan> ranks;
+  /// `parallel.replicas_elided`: the manifest lists dp rank 0's program of
+  /// each pipeline rank, and the other dp replicas follow by the replica
+  /// rules (namespace replica below).
+  bool replicasElided = false;
+  /// The programs the manifest lists, parsed: every rank's in manifest
+  /// order, or, in an elided plan, dp rank 0's of each pipeline rank in
+  /// pipeline order. Whatever looks across ranks (validateParallelPlan,
+  /// --export-onnx's gathering, the CUDA backend's transfer order) reasons
+  /// on these: a replica differs from its listed program only by the rules,
+  /// and deriving every replica in every process costs world-size-fold
+  /// memory and start-up time (a 1024-rank job: gigabytes per process).
+  std::vector<RankPlan> listed;
+  /// The replicas readPlan derived from `listed`: the reading rank's own
+  /// when it is not dp rank 0 of an elided plan, every one for kEveryRank.
+  std::vector<RankPlan> derived;
+  /// As read; an elided plan's entries as dp rank 0 runs them (replica::
+  /// derive(entry, 0)), its other replicas not expanded.
   nlohmann::json manifest;
 
   std::shared_ptr<MappedFile> file; ///< keeps `weights` valid
   Safetensors weights;
 
-  /// The program of global rank `r`; Error when the plan has none.
+  /// The program of global rank `r`, listed or derived; Error when the plan
+  /// has none or when `r` is a replica this process did not derive.
   const RankPlan &rank(int64_t r) const;
+  /// The listed program that global rank `r` runs: its own, or, in an
+  /// elided plan, the one of which it is a replica (rank r - r % dp).
+  const RankPlan &listedOf(int64_t r) const;
+  /// The ranks each listed program stands for: dp in an elided plan, else 1.
+  int64_t replicasPerListed() const { return replicasElided ? parallel.dp : 1; }
   const ParamInfo *findParam(const std::string &name) const;
   int64_t globalBatch() const { return parallel.dp * parallel.microbatches * model.batch; }
 };
+
+/// The replica rules of an elided plan (docs/parallel-plan.md, "replicas_
+/// elided"): replica d of the listed program of pipeline rank q (global rank
+/// q * dp, dp rank 0) is global rank q * dp + d with dp_rank d and runs that
+/// program with every send/recv `peer` and every `tied` group member plus d,
+/// every ZeRO shard at elem_offset + d * shard_numel, and `norm_weight` 0 in
+/// the adamw entries marked `norm_dp0_only` (the mark dropped; dp rank 0's
+/// weight stays). The runtime states them here only: the reader derives a
+/// replica's program with derive(), --export-onnx locates the other
+/// replicas' shards with rank() and shardOffset(). The compiler (lib/Plan/
+/// Replicas.cpp) and the simulator state them again on purpose: readers
+/// that do not share code check one another.
+namespace replica {
+/// The global rank of replica d of listed rank `r`; also replica d's peer
+/// and tied-group member where the listed program names rank `r`.
+inline int64_t rank(int64_t r, int64_t d) { return r + d; }
+/// The first element replica d holds of a buffer whose listed copy starts
+/// at `elemOffset`: a ZeRO shard (shardNumel >= 0) moves by d shards, a
+/// whole copy stays.
+inline int64_t shardOffset(int64_t elemOffset, int64_t shardNumel, int64_t d) {
+  return shardNumel >= 0 ? elemOffset + d * shardNumel : elemOffset;
+}
+/// Turns a listed manifest entry (`ranks[i]`) into replica d's, in place; d
+/// = 0 only drops the norm_dp0_only marks.
+void derive(nlohmann::json &entry, int64_t d);
+} // namespace replica
 
 /// Cross-rank checks of a multi-rank plan that every rank computes alike
 /// (throw UniformError): the rank layout, the groups (every member of a
 /// group lists the same group; a DP group's order is its members' dp_rank),
 /// and point-to-point pairing: for every (sender, receiver, tag) the sizes of
-/// the sends, in program order, equal those of the receives.
+/// the sends, in program order, equal those of the receives. On the listed
+/// programs: in an elided plan a dp group must be its listed rank's
+/// replicas, and peers and tied-group members listed ranks (replica d's are
+/// theirs plus d, so the pairing of the listed programs is every replica's).
 void validateParallelPlan(const Plan &plan);
 
-/// Reads and validates a plan file. Errors: "not a PipeMesh plan", "plan
-/// format version N, this runtime reads 1", truncated, "damaged" (checksum),
-/// missing or malformed manifest fields, invalid buffer tables.
-Plan readPlan(const std::string &path);
+/// readPlan's `ownRank` that derives every replica of an elided plan (tools
+/// and tests that look at the whole job; a training process derives its own).
+constexpr int64_t kEveryRank = -1;
+
+/// Reads and validates a plan file for the process of global rank
+/// `ownRank`: the listed programs, and, in an elided plan, `ownRank`'s
+/// program derived by the replica rules when it is not dp rank 0 (none for a
+/// rank outside the world: the caller reports the world size). Errors: "not a
+/// PipeMesh plan", "plan format version N, this runtime reads 1", truncated,
+/// "damaged" (checksum), missing or malformed manifest fields, invalid buffer
+/// tables (an elided plan's listed shards checked for every replica, so that
+/// every process reaches the same verdict).
+Plan readPlan(const std::string &path, int64_t ownRank);
 
 } // namespace pipemesh::rt
 
