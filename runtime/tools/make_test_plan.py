@@ -29,6 +29,7 @@ Command line:
 Run with /usr/bin/python3 (Debian's numpy).
 """
 import argparse
+import copy
 import json
 import math
 import struct
@@ -160,6 +161,27 @@ def read_plan(path: str):
     manifest = json.loads(data[40 : 40 + L])
     weights = read_safetensors(data[40 + L : 40 + L + W])
     return manifest, weights
+
+
+def replica_entry(entry: dict, d: int) -> dict:
+    """Replica d of an elided plan's listed entry (dp rank 0's of a pipeline rank), by the
+    rules of docs/parallel-plan.md: rank, peers and tied group shifted by d, ZeRO shards at
+    elem_offset + d * shard_numel, norm_dp0_only resolved. The tests' statement of the
+    rules, independent of the compiler's, the runtime's and the simulator's."""
+    r = copy.deepcopy(entry)
+    r["rank"] += d
+    r["dp_rank"] = d
+    r.get("groups", {})["tied"] = [q + d for q in r.get("groups", {}).get("tied", [])]
+    for b in r["buffers"]:
+        if "shard_numel" in b:
+            b["elem_offset"] = b.get("elem_offset", 0) + d * b["shard_numel"]
+    for ins in r["program"]:
+        if "peer" in ins:
+            ins["peer"] += d
+        for e in ins.get("params", []):
+            if e.pop("norm_dp0_only", False) and d:
+                e["norm_weight"] = 0.0
+    return r
 
 
 class Builder:

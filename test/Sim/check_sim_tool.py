@@ -8,12 +8,15 @@ and the SVG are written, that the simulated peak memory is the plan's liveness p
 (persistent buffers + the most activation bytes live at once, never above the planned
 arena), and that bad inputs are clear errors with a non-zero exit.
 """
-import copy
 import json
 import os
 import struct
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "runtime", "tools"))
+import make_test_plan as mtp  # noqa: E402  (the tests' statement of the replica rules)
 
 
 def run(cmd, ok=True):
@@ -76,25 +79,6 @@ def liveness_peaks(m):
             peak = max(peak, live)
         out.append((r["rank"], persistent + peak, r["arena_bytes"]))
     return sorted(out)
-
-
-def replica(entry, d):
-    """Replica d of a pipeline rank's manifest entry (dp rank 0's): peers and tied
-    group shifted by d, shards at elem_offset + d * shard_numel, norm_dp0_only resolved."""
-    r = copy.deepcopy(entry)
-    r["rank"] += d
-    r["dp_rank"] = d
-    r.get("groups", {})["tied"] = [q + d for q in r.get("groups", {}).get("tied", [])]
-    for b in r["buffers"]:
-        if "shard_numel" in b:
-            b["elem_offset"] = b.get("elem_offset", 0) + d * b["shard_numel"]
-    for ins in r["program"]:
-        if "peer" in ins:
-            ins["peer"] += d
-        for e in ins.get("params", []):
-            if e.pop("norm_dp0_only", False) and d:
-                e["norm_weight"] = 0.0
-    return r
 
 
 def main():
@@ -170,7 +154,7 @@ def main():
     m = manifest(elided_plan)
     assert m["parallel"].get("replicas_elided") is True, m["parallel"]
     assert [r["rank"] for r in m["ranks"]] == [0, 2], [r["rank"] for r in m["ranks"]]
-    m["ranks"] = [replica(r, d) for r in m["ranks"] for d in range(2)]
+    m["ranks"] = [mtp.replica_entry(r, d) for r in m["ranks"] for d in range(2)]
     del m["parallel"]["replicas_elided"]
     text = json.dumps(m).encode()
     full_plan = os.path.join(work, "dp2-full.plan")

@@ -169,7 +169,6 @@ class CompiledParallel(common.TempDirTest):
         # replica rules: the export must be the one of the same plan with every
         # replica written out (expanded here independently, by the rules of
         # docs/parallel-plan.md; the runtime then reads every program as listed).
-        import copy
         import json
         import struct
 
@@ -178,28 +177,12 @@ class CompiledParallel(common.TempDirTest):
             L, W = struct.unpack("<QQ", raw[16:32])
             m = json.loads(raw[40:40 + L])
             self.assertTrue(m["parallel"].pop("replicas_elided"))
-            dp, ranks = m["parallel"]["dp"], []
-            for listed in m["ranks"]:
-                for d in range(dp):
-                    r = copy.deepcopy(listed)
-                    r["rank"] += d
-                    r["dp_rank"] = d
-                    r.get("groups", {})["tied"] = [t + d for t in r.get("groups", {}).get("tied", [])]
-                    for b in r["buffers"]:
-                        if "shard_numel" in b:
-                            b["elem_offset"] = b.get("elem_offset", 0) + d * b["shard_numel"]
-                    for ins in r["program"]:
-                        if "peer" in ins:
-                            ins["peer"] += d
-                        for e in ins.get("params", []):
-                            if e.pop("norm_dp0_only", False) and d:
-                                e["norm_weight"] = 0.0
-                    ranks.append(r)
-            m["ranks"] = ranks
+            dp = m["parallel"]["dp"]
+            m["ranks"] = [mtp.replica_entry(r, d) for r in m["ranks"] for d in range(dp)]
             body = json.dumps(m, separators=(",", ":")).encode() + raw[40 + L:40 + L + W]
             with open(out, "wb") as f:
                 f.write(mtp.MAGIC + struct.pack("<IIQQQ", 1, 0, len(body) - W, W, mtp.fnv1a64(body)) + body)
-            return len(ranks)
+            return len(m["ranks"])
 
         def export(plan, name):
             out = self.path(name + ".onnx")
