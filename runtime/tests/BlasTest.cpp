@@ -105,6 +105,21 @@ TEST(ConfigureBlas, PreferredThreadEnv) {
   EXPECT_EQ(preferredThreadEnv(nullptr, nullptr, nullptr, 0), passive);
 }
 
+TEST(ConfigureBlas, WidensOnlyMpirunsDefaultBindingOfALoneRank) {
+  // mpirun -np 1 (one rank on the node, bound by mpirun's default).
+  EXPECT_TRUE(widensDefaultBinding("1", "1", nullptr, nullptr, nullptr));
+  EXPECT_TRUE(widensDefaultBinding("1", "1", "", "", ""));
+  // Not launched by mpirun, or not bound by it.
+  EXPECT_FALSE(widensDefaultBinding(nullptr, nullptr, nullptr, nullptr, nullptr));
+  EXPECT_FALSE(widensDefaultBinding("1", nullptr, nullptr, nullptr, nullptr));
+  // Several ranks share the node: one core each is what they should have.
+  EXPECT_FALSE(widensDefaultBinding("2", "1", nullptr, nullptr, nullptr));
+  // A binding, mapping or CPU set the user asked for is kept.
+  EXPECT_FALSE(widensDefaultBinding("1", "1", "core", nullptr, nullptr));
+  EXPECT_FALSE(widensDefaultBinding("1", "1", nullptr, "core:PE=1", nullptr));
+  EXPECT_FALSE(widensDefaultBinding("1", "1", nullptr, nullptr, "0"));
+}
+
 TEST(ConfigureBlas, PreferredCore) {
   // Generic or older cores are upgraded to what the CPU can run.
   EXPECT_EQ(preferredBlasCore("Prescott", true, true), "SkylakeX");

@@ -20,6 +20,13 @@
 //   OPENBLAS_THREAD_TIMEOUT=4) makes idle threads sleep at once; a wake-up
 //   costs tens of microseconds, well under 1% of a step. Set either
 //   OMP_WAIT_POLICY or GOMP_SPINCOUNT to choose otherwise.
+// - Which CPUs the threads may use. Open MPI's mpirun binds each rank to one
+//   core by default when it launches two ranks or fewer; libgomp and OpenBLAS
+//   then size their pools to that one core, so `mpirun -np 1 pipemesh-run`
+//   trains on one core of many. When mpirun bound the only rank of a node
+//   that way without being asked to (widensDefaultBinding), the affinity is
+//   widened to every CPU the process may use (its cpuset) before the
+//   re-execution. An explicit --bind-to, --map-by or --cpu-set is kept.
 //
 //===----------------------------------------------------------------------===//
 
@@ -33,6 +40,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <sched.h>
 #include <unistd.h>
 
 namespace pipemesh::rt::cpu {
@@ -43,6 +51,9 @@ constexpr const char *kCoreTypeVar = "OPENBLAS_CORETYPE";
 constexpr const char *kMarkerVar = "PIPEMESH_BLAS_REEXEC";
 /// Space-separated names of the variables the re-execution set.
 constexpr const char *kSetVar = "PIPEMESH_BLAS_SET";
+/// "N M": the process was bound to N CPUs and widened to M before the
+/// re-execution (for the log line).
+constexpr const char *kWidenedVar = "PIPEMESH_CPUS_WIDENED";
 
 std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
@@ -88,6 +99,32 @@ bool setByPipemesh(const char *name) {
   return list.find(std::string(" ") + name + " ") != std::string::npos;
 }
 
+/// Widens the calling thread's (the process's, before any thread starts) CPU
+/// affinity to every CPU the kernel lets it use; returns {before, after}.
+std::pair<int, int> widenAffinity() {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (sched_getaffinity(0, sizeof mask, &mask) != 0)
+    return {0, 0};
+  const int before = CPU_COUNT(&mask);
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  const long configured = sysconf(_SC_NPROCESSORS_CONF);
+  for (long c = 0; c < std::min<long>(configured, CPU_SETSIZE); ++c)
+    CPU_SET(c, &all);
+  // The kernel intersects the request with the process's cpuset.
+  if (sched_setaffinity(0, sizeof all, &all) != 0 ||
+      sched_getaffinity(0, sizeof mask, &mask) != 0)
+    return {before, before};
+  return {before, CPU_COUNT(&mask)};
+}
+
+int affinityCount() {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  return sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask) : 0;
+}
+
 /// "OpenMP threads, OMP_WAIT_POLICY=passive set by pipemesh" and the like.
 std::string describeThreads(int parallel) {
   std::string s = parallel == 2   ? "OpenMP threads"
@@ -97,6 +134,12 @@ std::string describeThreads(int parallel) {
     if (const char *v = env(var))
       s += std::string(", ") + var + "=" + v +
            (setByPipemesh(var) ? " set by pipemesh" : " from the environment");
+  const int cpus = affinityCount();
+  s += ", " + std::to_string(cpus) + (cpus == 1 ? " CPU" : " CPUs");
+  int before = 0, after = 0;
+  if (const char *w = env(kWidenedVar); w && std::sscanf(w, "%d %d", &before, &after) == 2)
+    s += " (widened from mpirun's default binding to " + std::to_string(before) +
+         ": the only rank on this node; --bind-to chooses)";
   return s;
 }
 
@@ -145,6 +188,15 @@ preferredThreadEnv(const char *ompWaitPolicy, const char *gompSpincount,
   return out;
 }
 
+bool widensDefaultBinding(const char *localSize, const char *boundAtLaunch,
+                          const char *bindingPolicy, const char *mappingPolicy,
+                          const char *cpuSet) {
+  auto set = [](const char *v) { return v && *v; };
+  return set(localSize) && std::string(localSize) == "1" && set(boundAtLaunch) &&
+         std::string(boundAtLaunch) == "1" && !set(bindingPolicy) && !set(mappingPolicy) &&
+         !set(cpuSet);
+}
+
 std::string configureBlas(int argc, char **argv) {
   const std::string core = coreName();
   const int parallel = openblas_get_parallel();
@@ -171,16 +223,31 @@ std::string configureBlas(int argc, char **argv) {
                                      env("OPENBLAS_THREAD_TIMEOUT"), parallel))
     fixes.push_back(kv);
 
+  // Before the re-execution decision: a widened affinity needs the libraries
+  // loaded anew to size their pools.
+  bool widened = false;
+  if (!env(kMarkerVar) &&
+      widensDefaultBinding(env("OMPI_COMM_WORLD_LOCAL_SIZE"), env("OMPI_MCA_orte_bound_at_launch"),
+                           env("OMPI_MCA_hwloc_base_binding_policy"),
+                           env("OMPI_MCA_rmaps_base_mapping_policy"),
+                           env("OMPI_MCA_hwloc_base_cpu_set"))) {
+    auto [before, after] = widenAffinity();
+    if (after > before) {
+      widened = true;
+      setenv(kWidenedVar, (std::to_string(before) + " " + std::to_string(after)).c_str(), 1);
+    }
+  }
+
   auto line = [&] {
     return coreLine + "; " + describeThreads(parallel) + "; kernels " + kernelIsa();
   };
-  if (fixes.empty() || env(kMarkerVar))
+  if ((fixes.empty() && !widened) || env(kMarkerVar))
     return line();
   if (argc < 1 || !argv || !argv[0] || argv[argc] != nullptr) {
     std::string advice;
     for (auto &[var, value] : fixes)
       advice += (advice.empty() ? "" : " ") + var + "=" + value;
-    return line() + " (set " + advice + " for this CPU and machine)";
+    return advice.empty() ? line() : line() + " (set " + advice + " for this CPU and machine)";
   }
 
   std::string names;

@@ -177,8 +177,11 @@ void adamw(T *p, const T *g, T *m, T *v, int64_t n, double lr, double beta1, dou
 /// and the CPU has AVX-512 (or AVX2), it sets the matching core type; when
 /// neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set, it sets
 /// OMP_WAIT_POLICY=passive (and OPENBLAS_THREAD_TIMEOUT=4 for OpenBLAS's
-/// pthread build): see preferredThreadEnv. If it set anything it re-executes
-/// the program (/proc/self/exe) once. Returns a line for the log describing the
+/// pthread build): see preferredThreadEnv; when mpirun's default bound the
+/// only rank of a node to one core (widensDefaultBinding), it widens the
+/// process's CPU affinity to every CPU it may use. If it changed anything it
+/// re-executes the program (/proc/self/exe) once, so that libgomp and OpenBLAS
+/// size their thread pools anew. Returns a line for the log describing the
 /// BLAS core and threads in use. argv must be main's (argv[argc] == nullptr);
 /// the environment marker PIPEMESH_BLAS_REEXEC prevents a second re-execution.
 std::string configureBlas(int argc, char **argv);
@@ -190,6 +193,17 @@ std::string configureBlas(int argc, char **argv);
 std::vector<std::pair<std::string, std::string>>
 preferredThreadEnv(const char *ompWaitPolicy, const char *gompSpincount,
                    const char *openblasThreadTimeout, int openblasParallel);
+/// Whether configureBlas widens this process's CPU binding, from the Open MPI
+/// launch variables (null or empty: unset): mpirun bound the process
+/// (OMPI_MCA_orte_bound_at_launch) by its own default, which for -np <= 2 is
+/// one core per rank, although no binding, mapping or CPU set was asked for
+/// (OMPI_MCA_hwloc_base_binding_policy, OMPI_MCA_rmaps_base_mapping_policy,
+/// OMPI_MCA_hwloc_base_cpu_set) and the process is the only rank on its node
+/// (OMPI_COMM_WORLD_LOCAL_SIZE 1). Its threads would then share one core: the
+/// README's `mpirun -np 1 pipemesh-run ...` ran at half speed on two cores.
+bool widensDefaultBinding(const char *localSize, const char *boundAtLaunch,
+                          const char *bindingPolicy, const char *mappingPolicy,
+                          const char *cpuSet);
 /// The instruction set of the float kernels' hot loops: "avx2" (AVX2 + FMA,
 /// chosen when the CPU has them, unless PIPEMESH_KERNEL_ISA=generic) or
 /// "generic" (x86-64-v2). The two may differ in the last bits (FMA contraction).
