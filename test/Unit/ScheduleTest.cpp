@@ -230,15 +230,16 @@ void expectComplete(const ScheduleConfig &c) {
     for (auto [k, a] : llvm::enumerate(actions)) {
       int phase = a.phase();
       EXPECT_EQ(a.chunk % c.pp, r);
-      EXPECT_TRUE(pos.insert({{a.chunk, a.microbatch, phase}, k}).second)
+      EXPECT_TRUE(pos.insert({{a.chunk, a.microbatch, phase}, (int64_t)k}).second)
           << formatAction(a) << " twice on rank " << r;
     }
     int phases = splitsBackward(c) ? 3 : 2;
     EXPECT_EQ((int64_t)pos.size(), c.vpp * c.microbatches * phases) << "rank " << r;
     for (auto &[key, k] : pos) {
       auto [chunk, j, phase] = key;
-      if (phase > 0)
+      if (phase > 0) {
         EXPECT_LT(pos[std::make_tuple(chunk, j, phase - 1)], k) << "rank " << r;
+      }
     }
   }
 }
@@ -342,8 +343,9 @@ TEST(Schedule, ZeroBubbleOrdersMatchThePaper) {
       // stays within 3 of it).
       EXPECT_EQ(unitMakespan(one), 3 * m + 3 * (pp - 1)) << "pp " << pp << " m " << m;
       EXPECT_LE(unitMakespan(a), 3 * m + pp + 2) << "ZB-H1 pp " << pp << " m " << m;
-      if (pp >= 3)
+      if (pp >= 3) {
         EXPECT_LT(unitMakespan(a), unitMakespan(one)) << "ZB-H1 pp " << pp << " m " << m;
+      }
       EXPECT_GE(unitMakespan(a), 3 * m + pp - 1);
       EXPECT_EQ(unitMakespan(b), 3 * m + pp - 1) << "ZB-H2 pp " << pp << " m " << m;
       for (int64_t r = 0; r < pp; ++r) {
@@ -404,8 +406,9 @@ TEST(Schedule, DeferredWeightGradients) {
                       << formatAction(order[q]) << " before " << formatAction(w);
               }
             }
-            if (vpp == 1)
+            if (vpp == 1) {
               EXPECT_LE(unitMakespan(split), unitMakespan(plain));
+            }
           }
   ScheduleConfig bad = config(ScheduleKind::Interleaved, 2, 2, 4);
   bad.deferW = DeferW::Chunk;
