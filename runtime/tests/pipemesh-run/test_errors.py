@@ -330,6 +330,26 @@ class ElidedReplicas(common.TempDirTest):
             ranks[2]["groups"]["dp"] = [2, 1]
         self.check_uniform(edit, "rank 3's dp group [2, 1] does not contain it")
 
+    def test_check_rank(self):
+        # --check-rank R reads the plan as rank R's process does, in one process:
+        # a replica's program derived, the cross-rank checks run, nothing trained.
+        plan = self.elided({0, 2})
+        r = self.check_ok(common.run([plan, "--check-rank", 3]))
+        self.assertIn("rank 3 of 4 (pp_rank 1, dp_rank 1)", r.stdout)
+        self.assertIn("2 listed program(s), this rank's derived from its dp rank 0's", r.stdout)
+        r = self.check_ok(common.run([plan, "--check-rank", 0]))
+        self.assertIn("rank 0 of 4 (pp_rank 0, dp_rank 0)", r.stdout)
+        self.assertNotIn("derived", r.stdout)
+        self.check_fails(common.run([plan, "--check-rank", 4]), "--check-rank 4", "has world size 4")
+        self.check_fails(common.run([plan, "--check-rank", -1]), "--check-rank")
+        # What a job would refuse, --check-rank refuses with the same words.
+        def edit(ranks):
+            for ins in ranks[0]["program"]:
+                if ins["op"] == "send":
+                    ins["peer"] = 3
+        self.check_fails(common.run([self.elided({0, 2}, edit=edit), "--check-rank", 1]),
+                         "(send) has peer rank 3, dp rank 1 of pipeline rank 1")
+
     def test_shard_past_the_padding_on_a_replica(self):
         # dp rank 0 of pipeline rank 1 holds the second shard of each
         # parameter: its replica would hold a third, past padded_numel.

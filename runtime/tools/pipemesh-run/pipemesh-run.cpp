@@ -50,7 +50,7 @@ static int checkRank(const std::string &path, int64_t r) {
     rt::Plan plan = rt::readPlan(path, r);
     if (r >= plan.parallel.worldSize)
       rt::fail("--check-rank ", r, ": plan '", path, "' has world size ",
-               plan.parallel.worldSize);
+               plan.parallel.worldSize, " (ranks 0 to ", plan.parallel.worldSize - 1, ")");
     rt::validateParallelPlan(plan);
     const rt::RankPlan &rp = plan.rank(r);
     std::printf("pipemesh-run: plan %s: rank %lld of %lld (pp_rank %lld, dp_rank %lld): %zu "
