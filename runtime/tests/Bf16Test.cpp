@@ -10,7 +10,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <vector>
 
 using namespace pipemesh::rt;
 
@@ -49,6 +51,22 @@ TEST(Bf16, OverflowInfinityAndNaN) {
   // A NaN whose payload sits in the low bits only must not become infinity.
   EXPECT_TRUE(std::isnan(bf16ToFloat(floatToBf16(fromBits(0x7f800001)))));
   EXPECT_TRUE(std::isnan(bf16ToFloat(floatToBf16(std::nanf("")))));
+}
+
+TEST(Bf16, UnalignedBulkRoundingMatchesTheScalarOne) {
+  // Floats at every byte offset from an aligned start, past the threads' grain.
+  const int64_t n = (1 << 20) + 37;
+  std::vector<float> values(n);
+  for (int64_t i = 0; i < n; ++i)
+    values[i] = fromBits((uint32_t)(i * 2654435761u)); // every exponent, NaNs among them
+  std::vector<uint8_t> bytes(4 * n + 3);
+  for (int offset = 0; offset < 4; ++offset) {
+    std::memcpy(bytes.data() + offset, values.data(), 4 * n);
+    std::vector<uint16_t> got(n);
+    cpu::roundBf16Unaligned(bytes.data() + offset, got.data(), n);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(got[i], floatToBf16(values[i])) << "offset " << offset << " element " << i;
+  }
 }
 
 TEST(Bf16, BulkConversions) {

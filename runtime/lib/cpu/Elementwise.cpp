@@ -152,6 +152,15 @@ void roundBf16Buffer(const float *x, uint16_t *y, int64_t n) {
     y[i] = floatToBf16(x[i]);
 }
 
+void roundBf16Unaligned(const uint8_t *x, uint16_t *y, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > kCopyGrain)
+  for (int64_t i = 0; i < n; ++i) {
+    float f;
+    std::memcpy(&f, x + 4 * i, 4);
+    y[i] = floatToBf16(f);
+  }
+}
+
 template <typename T> void axpy(T alpha, const T *x, T *y, int64_t n) {
 #pragma omp parallel for schedule(static) if (n > kCopyGrain)
   for (int64_t i = 0; i < n; ++i)

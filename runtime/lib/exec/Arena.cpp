@@ -1,7 +1,7 @@
 //===- Arena.cpp - one rank's memory ---------------------------------------===//
 #include "pipemesh/runtime/Arena.h"
 
-#include "pipemesh/runtime/Bf16.h"
+#include "pipemesh/runtime/CpuKernels.h"
 #include "pipemesh/runtime/Error.h"
 
 #include <algorithm>
@@ -56,12 +56,8 @@ static void copyEntry(const SafetensorsEntry &e, const std::string &entryName, c
   std::string want = safetensorsDType(b.dtype);
   if (b.kind == BufferKind::ParamCopy && e.dtype == "F32") {
     int64_t n = std::max<int64_t>(0, std::min<int64_t>(b.numel, (int64_t)(e.bytes / 4) - first));
-    for (int64_t i = 0; i < n; ++i) {
-      float f;
-      std::memcpy(&f, e.data + (uint64_t)(first + i) * 4, 4); // entries need not be aligned
-      uint16_t h = floatToBf16(f);
-      std::memcpy(dst + 2 * i, &h, 2);
-    }
+    // Arena buffers are aligned; the mapped entries need not be.
+    cpu::roundBf16Unaligned(e.data + (uint64_t)first * 4, reinterpret_cast<uint16_t *>(dst), n);
     return;
   }
   if (!(e.dtype == want || (b.dtype == DType::I1 && e.dtype == "U8")))

@@ -48,6 +48,9 @@ template <typename From, typename To> void castBuffer(const From *x, To *y, int6
 /// exact, rounding is to nearest-even; both over OpenMP threads.
 void widenBf16Buffer(const uint16_t *x, float *y, int64_t n);
 void roundBf16Buffer(const float *x, uint16_t *y, int64_t n);
+/// roundBf16Buffer of n floats stored at any alignment (a plan's mapped
+/// weights: safetensors entries need not be 4-byte aligned).
+void roundBf16Unaligned(const uint8_t *x, uint16_t *y, int64_t n);
 /// y += alpha * x (gradient accumulation).
 template <typename T> void axpy(T alpha, const T *x, T *y, int64_t n);
 
