@@ -92,6 +92,7 @@ def main():
     args = ap.parse_args()
 
     binaries = [("new", args.run)] + ([("baseline", args.baseline_run)] if args.baseline_run else [])
+    checks_rank = {b: has_check_rank(b) for _, b in binaries}
     rows = []
     with tempfile.TemporaryDirectory(prefix="plan-load-") as tmp:
         model = args.model
@@ -118,7 +119,7 @@ def main():
             for name, b in binaries:
                 modes = [("refused", [b, plan, "--steps", "1"], 1,
                           f"compiled for world size {pp * dp}")]
-                if has_check_rank(b):
+                if checks_rank[b]:
                     last = pp * dp - 1
                     modes.append(("check-rank", [b, plan, "--check-rank", str(last)], 0,
                                   f"rank {last} of {pp * dp}"))

@@ -99,30 +99,26 @@ bool setByPipemesh(const char *name) {
   return list.find(std::string(" ") + name + " ") != std::string::npos;
 }
 
+/// CPUs the calling thread may run on (0 when the kernel does not say).
+int affinityCount() {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  return sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask) : 0;
+}
+
 /// Widens the calling thread's (the process's, before any thread starts) CPU
 /// affinity to every CPU the kernel lets it use; returns {before, after}.
 std::pair<int, int> widenAffinity() {
-  cpu_set_t mask;
-  CPU_ZERO(&mask);
-  if (sched_getaffinity(0, sizeof mask, &mask) != 0)
-    return {0, 0};
-  const int before = CPU_COUNT(&mask);
+  const int before = affinityCount();
   cpu_set_t all;
   CPU_ZERO(&all);
   const long configured = sysconf(_SC_NPROCESSORS_CONF);
   for (long c = 0; c < std::min<long>(configured, CPU_SETSIZE); ++c)
     CPU_SET(c, &all);
   // The kernel intersects the request with the process's cpuset.
-  if (sched_setaffinity(0, sizeof all, &all) != 0 ||
-      sched_getaffinity(0, sizeof mask, &mask) != 0)
+  if (before == 0 || sched_setaffinity(0, sizeof all, &all) != 0)
     return {before, before};
-  return {before, CPU_COUNT(&mask)};
-}
-
-int affinityCount() {
-  cpu_set_t mask;
-  CPU_ZERO(&mask);
-  return sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask) : 0;
+  return {before, affinityCount()};
 }
 
 /// "OpenMP threads, OMP_WAIT_POLICY=passive set by pipemesh" and the like.

@@ -383,7 +383,10 @@ struct PlanParser {
                               ? INT64_MAX
                               : std::max<int64_t>(pn, 1) + bi.shardNumel - 1;
           int64_t padded = b.contains("padded_numel") ? integer(b, bw, "padded_numel") : -1;
-          for (int64_t d : {(int64_t)0, replicas - 1}) {
+          std::vector<int64_t> extremes{0};
+          if (replicas > 1)
+            extremes.push_back(replicas - 1);
+          for (int64_t d : extremes) {
             int64_t off = replica::shardOffset(bi.elemOffset, bi.shardNumel, d);
             std::string as = d ? " (as rank " + std::to_string(replica::rank(rp.rank, d)) +
                                      ", its dp replica " + std::to_string(d) + ")"
@@ -392,7 +395,7 @@ struct PlanParser {
               fail("plan '", file, "': ", label, as, " is a shard [", off, ", ",
                    off + bi.shardNumel, ") that does not tile parameter '", bi.param,
                    "' of shape ", shapeStr(pi->shape), " (", pn, " elements)");
-            if (padded >= 0 && (padded < pn || padded % bi.shardNumel != 0))
+            if (d == 0 && padded >= 0 && (padded < pn || padded % bi.shardNumel != 0))
               fail("plan '", file, "': ", label, " has padded_numel ", padded,
                    ", which is not a multiple of its shard_numel ", bi.shardNumel,
                    " covering the ", pn, " elements of parameter '", bi.param, "'");

@@ -60,11 +60,9 @@ static int checkRank(const std::string &path, int64_t r) {
                 (unsigned long long)rp.arenaBytes, plan.listed.size(),
                 plan.derived.empty() ? "" : ", this rank's derived from its dp rank 0's");
   } catch (const rt::Error &e) {
-    std::fprintf(stderr, "pipemesh-run: error: %s\n", e.what());
-    return 1;
+    return reportError(e.what(), nullptr);
   } catch (const std::exception &e) {
-    std::fprintf(stderr, "pipemesh-run: error: internal error: %s\n", e.what());
-    return 1;
+    return reportError(std::string("internal error: ") + e.what(), nullptr);
   }
   return 0;
 }
