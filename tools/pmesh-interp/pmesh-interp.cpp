@@ -64,62 +64,64 @@ using namespace pipemesh::interp;
 namespace pm = pipemesh::pmesh;
 
 namespace {
+// Only these in --help: the LLVM libraries register hundreds of their own.
+llvm::cl::OptionCategory interpOptions("pmesh-interp options");
 llvm::cl::opt<std::string> moduleFile(llvm::cl::Positional, llvm::cl::desc("<module.mlir>"),
-                                      llvm::cl::init("-"));
+                                      llvm::cl::init("-"), llvm::cl::cat(interpOptions));
 llvm::cl::list<std::string> inputOpts("input",
                                       llvm::cl::desc("NAME=FILE: raw data of the argument named "
-                                                     "NAME (int64, i1 as bytes, or float32)"));
+                                                     "NAME (int64, i1 as bytes, or float32)"), llvm::cl::cat(interpOptions));
 llvm::cl::opt<std::string> outputDir("output-dir", llvm::cl::desc("Where to write NAME.bin"),
-                                     llvm::cl::init(""));
+                                     llvm::cl::init(""), llvm::cl::cat(interpOptions));
 llvm::cl::opt<bool> resultsF64("results-f64",
                                llvm::cl::desc("Write float results as float64, not float32"),
-                               llvm::cl::init(false));
+                               llvm::cl::init(false), llvm::cl::cat(interpOptions));
 llvm::cl::opt<std::string> weightsDir("weights-dir",
                                       llvm::cl::desc("Directory to look for the module's "
                                                      "pmesh.source ONNX file in"),
-                                      llvm::cl::init(""));
+                                      llvm::cl::init(""), llvm::cl::cat(interpOptions));
 llvm::cl::opt<std::string> weightsFile("weights",
                                        llvm::cl::desc("ONNX file holding the parameters "
                                                       "(default: the module's pmesh.source)"),
-                                       llvm::cl::init(""));
+                                       llvm::cl::init(""), llvm::cl::cat(interpOptions));
 llvm::cl::opt<std::string> funcName("func", llvm::cl::desc("Function to run"),
-                                    llvm::cl::init("forward"));
+                                    llvm::cl::init("forward"), llvm::cl::cat(interpOptions));
 llvm::cl::opt<bool> trace("trace", llvm::cl::desc("Print every op's result shape and range"),
-                          llvm::cl::init(false));
+                          llvm::cl::init(false), llvm::cl::cat(interpOptions));
 llvm::cl::opt<std::string> gradsDir("grads-dir",
                                     llvm::cl::desc("Write each parameter's accumulated gradient "
                                                    "(pmesh.accumulate_grad) to DIR/<param>.bin "
                                                    "as raw float64"),
-                                    llvm::cl::init(""));
+                                    llvm::cl::init(""), llvm::cl::cat(interpOptions));
 llvm::cl::list<std::string> paramOverrides(
     "param-override",
     llvm::cl::desc("NAME=FILE: raw float64 values of parameter @NAME, replacing its initial "
-                   "value from the ONNX file"));
+                   "value from the ONNX file"), llvm::cl::cat(interpOptions));
 llvm::cl::opt<std::string> paramsDir("params-dir",
                                      llvm::cl::desc("Parameters with a file DIR/<param>.bin "
                                                     "(raw float64) take their values from it"),
-                                     llvm::cl::init(""));
+                                     llvm::cl::init(""), llvm::cl::cat(interpOptions));
 llvm::cl::opt<std::string> perturbParam("perturb-param",
                                         llvm::cl::desc("Add --delta to element --index of this "
                                                        "parameter (finite differences)"),
-                                        llvm::cl::init(""));
+                                        llvm::cl::init(""), llvm::cl::cat(interpOptions));
 llvm::cl::opt<int64_t> perturbIndex("index", llvm::cl::desc("Flat element of --perturb-param"),
-                                    llvm::cl::init(0));
+                                    llvm::cl::init(0), llvm::cl::cat(interpOptions));
 llvm::cl::opt<double> perturbDelta("delta", llvm::cl::desc("Shift of --perturb-param"),
-                                   llvm::cl::init(0.0));
+                                   llvm::cl::init(0.0), llvm::cl::cat(interpOptions));
 llvm::cl::opt<std::string> fdProbes("fd-probes",
                                     llvm::cl::desc("File of \"NAME INDEX DELTA\" lines: rerun "
                                                    "the function once per shifted parameter"),
-                                    llvm::cl::init(""));
+                                    llvm::cl::init(""), llvm::cl::cat(interpOptions));
 llvm::cl::opt<std::string> fdOut("fd-out",
                                  llvm::cl::desc("Where --fd-probes writes the first result of "
                                                 "each run (%.17g, one line per probe)"),
-                                 llvm::cl::init(""));
+                                 llvm::cl::init(""), llvm::cl::cat(interpOptions));
 llvm::cl::opt<bool> exactFloatCasts(
     "exact-float-casts",
     llvm::cl::desc("pmesh.cast between float types keeps the value unrounded (for finite "
                    "differences through casts)"),
-    llvm::cl::init(false));
+    llvm::cl::init(false), llvm::cl::cat(interpOptions));
 
 /// One parameter element shifted by `delta`.
 struct Perturbation {
@@ -825,6 +827,7 @@ std::optional<std::vector<Perturbation>> readProbes(StringRef file) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM y(argc, argv);
+  llvm::cl::HideUnrelatedOptions(interpOptions);
   llvm::cl::ParseCommandLineOptions(argc, argv, "pmesh reference interpreter (numeric oracle)\n");
 
   DialectRegistry registry;
