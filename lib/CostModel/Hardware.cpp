@@ -2,6 +2,7 @@
 #include "pipemesh/CostModel/Hardware.h"
 
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <algorithm>
@@ -250,6 +251,10 @@ json::Value Device::toJson() const {
   return o;
 }
 
+/// The least flop or byte rate a cluster file may give (after efficiencies):
+/// anything slower is a unit mistake, and would cost work at infinite times.
+static constexpr double kMinRate = 1.0;
+
 namespace {
 /// Reads optional numeric fields; remembers the first bad one.
 struct FieldReader {
@@ -312,6 +317,11 @@ bool KernelFit::fromJson(const json::Value &v, llvm::StringRef where, KernelFit 
   r.num("overhead_s", f.overhead);
   if (!r.ok)
     return false;
+  if ((f.bandwidth > 0 && f.bandwidth < kMinRate) || (f.flopRate > 0 && f.flopRate < kMinRate)) {
+    why = where.str() + ": bandwidth and flop_rate below 1 per second are taken for a unit "
+                        "mistake";
+    return false;
+  }
   if (f.bandwidth <= 0 && f.flopRate <= 0) {
     why = where.str() + ": needs a positive bandwidth or flop_rate";
     return false;
@@ -391,6 +401,28 @@ bool Device::fromJson(const json::Value &v, Device &out, std::string &why) {
     why = "device: efficiencies must lie in (0, 1]";
     return false;
   }
+  // Positive but absurd figures (1e-300 flop/s, or an efficiency of 1e-300)
+  // are unit mistakes that would cost every kernel at an infinite time.
+  struct Effective {
+    const char *what;
+    double rate;
+  };
+  for (Effective e : {Effective{"peak_flops_fp32 x gemm_efficiency",
+                                d.peakFlopsFp32 * d.gemmEfficiency},
+                      Effective{"peak_flops_bf16 x gemm_efficiency",
+                                d.peakFlopsBf16 > 0 ? d.peakFlopsBf16 * d.gemmEfficiency : 1},
+                      Effective{"peak_flops x attention_efficiency",
+                                d.attentionEfficiency > 0 ? d.peakFlops() * d.attentionEfficiency
+                                                          : 1},
+                      Effective{"peak_flops_fp32 x vector_efficiency",
+                                d.peakFlopsFp32 * d.vectorEfficiency},
+                      Effective{"mem_bandwidth x mem_efficiency",
+                                d.memBandwidth * d.memEfficiency}})
+    if (!(e.rate >= kMinRate)) {
+      why = std::string("device: ") + e.what + " is " + llvm::formatv("{0:e}", e.rate).str() +
+            " per second: rates below 1 per second are taken for a unit mistake";
+      return false;
+    }
   out = std::move(d);
   return true;
 }
@@ -454,6 +486,10 @@ bool Link::fromJson(const json::Value &v, Link &out, std::string &why) {
     return false;
   if (l.bandwidth <= 0) {
     why = "link: bandwidth (bytes/s) or gbps is required";
+    return false;
+  }
+  if (l.bandwidth < kMinRate) {
+    why = "link.bandwidth: below 1 byte per second is taken for a unit mistake";
     return false;
   }
   out = std::move(l);

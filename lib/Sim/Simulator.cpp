@@ -2,7 +2,7 @@
 #include "pipemesh/Sim/Simulator.h"
 
 #include "llvm/ADT/StringExtras.h"
-#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Format.h"
 
 #include <algorithm>
 #include <cmath>
@@ -636,6 +636,24 @@ SimResult Engine::run() {
       return std::move(res);
     }
   summarize();
+  // A rate or efficiency that the cluster file allows (positive) but that is
+  // too small to cost the plan's work in a finite time (1e-300 flop/s) would
+  // otherwise surface as inf / nan in every figure of the report.
+  if (!std::isfinite(res.stepTimeS)) {
+    std::string why;
+    llvm::raw_string_ostream os(why);
+    os << "the cluster '" << cluster.name << "' costs this plan's step at "
+       << llvm::format("%g", res.stepTimeS) << " s";
+    for (const RankStats &s : res.ranks)
+      if (!std::isfinite(s.computeS) || !std::isfinite(s.collectiveBusyS)) {
+        os << llvm::format(" (rank %lld: compute %g s, collectives %g s)", (long long)s.rank,
+                           s.computeS, s.collectiveBusyS);
+        break;
+      }
+    os << ": a rate, bandwidth or efficiency in it is too small (or a time too large) to "
+          "give finite times";
+    fail(why);
+  }
   return std::move(res);
 }
 

@@ -34,6 +34,7 @@
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cmath>
 #include <map>
 
 namespace pipemesh {
@@ -235,6 +236,15 @@ struct PMeshPartitionPass : pipemesh::impl::PMeshPartitionBase<PMeshPartitionPas
     }
     double lossTime = appendedLossTime(fwd, *dev);
     time[L + 1] += lossTime;
+    // The balance needs finite costs; a device whose overheads are so large
+    // that they add up past the largest double (a cluster file's unit
+    // mistake) is said as such, not as a layout that cannot be found.
+    for (double t : time)
+      if (!std::isfinite(t))
+        return module.emitError()
+               << "pmesh-partition: device '" << dev->name
+               << "' costs a layer at an infinite time: its kernel overhead or another "
+                  "figure of the cluster file is out of range";
 
     pt::Problem problem;
     problem.numChunks = S;

@@ -6,6 +6,8 @@
 // RUN: not pipemesh-opt %S/Inputs/partition-4-layers.mlir --pmesh-partition="stages=2 layers-per-stage=5,-1" 2>&1 | FileCheck %s --check-prefix=NEGATIVE
 // RUN: not pipemesh-opt %S/Inputs/partition-4-layers.mlir --pmesh-partition="stages=2 device=tpu" 2>&1 | FileCheck %s --check-prefix=DEVICE
 // RUN: not pipemesh-opt %S/Inputs/partition-4-layers.mlir --pmesh-partition="stages=2 cluster=no-such-cluster" 2>&1 | FileCheck %s --check-prefix=CLUSTER
+// RUN: echo '{"preset": "a100-40g-25gbps", "device": {"preset": "a100-40gb", "kernel_overhead_s": 1e308}}' > %t.overhead.json
+// RUN: not pipemesh-opt %S/Inputs/partition-4-layers.mlir --pmesh-partition="stages=2 cluster=%t.overhead.json" 2>&1 | FileCheck %s --check-prefix=INFINITE
 // RUN: not pipemesh-opt %S/Inputs/partition-4-layers.mlir --pmesh-partition="stages=3 ranks=2" 2>&1 | FileCheck %s --check-prefix=RANKS
 // RUN: not pipemesh-opt %S/Inputs/partition-4-layers.mlir --pmesh-autodiff --pmesh-partition="stages=2" 2>&1 | FileCheck %s --check-prefix=AFTER-AD
 // RUN: not pipemesh-opt %S/Inputs/partition-4-layers.mlir --pmesh-partition="stages=2" --pmesh-partition="stages=2" 2>&1 | FileCheck %s --check-prefix=TWICE
@@ -20,6 +22,7 @@
 // NEGATIVE: error: pmesh-partition: layers-per-stage gives stage 1 -1 layers; counts must be >= 0
 // DEVICE: error: pmesh-partition: unknown device 'tpu' (known: cpu, v100, a100, a100-40gb, a100-80gb, h100, h200)
 // CLUSTER: error: pmesh-partition: cluster=no-such-cluster: unknown cluster preset
+// INFINITE: error: pmesh-partition: device 'a100-40gb' costs a layer at an infinite time: its kernel overhead or another figure of the cluster file is out of range
 // RANKS: error: pmesh-partition: ranks=2 must be at least 1 and divide stages=3
 // AFTER-AD: error: the module already has a @train_step: run --pmesh-partition before --pmesh-autodiff
 // TWICE: error: the module is already partitioned (it has pmesh.num_stages)

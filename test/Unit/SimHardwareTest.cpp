@@ -131,6 +131,25 @@ TEST(SimHardware, ClusterJsonShortFormsAndErrors) {
   EXPECT_NE(why.find("unknown preset 'tpu'"), std::string::npos) << why;
   EXPECT_FALSE(parse(R"({"device": {"peak_flops_fp32": -1}})", c, why));
   EXPECT_NE(why.find("device.peak_flops_fp32"), std::string::npos) << why;
+  // Positive but absurd rates are unit mistakes that would cost work at
+  // infinite times.
+  EXPECT_FALSE(parse(R"({"device": {"preset": "a100-40gb", "peak_flops_bf16": 1e-300}})", c, why));
+  EXPECT_NE(why.find("peak_flops_bf16 x gemm_efficiency is 8.000000e-301 per second"),
+            std::string::npos)
+      << why;
+  EXPECT_FALSE(parse(R"({"device": {"preset": "cpu", "mem_efficiency": 1e-300}})", c, why));
+  EXPECT_NE(why.find("mem_bandwidth x mem_efficiency"), std::string::npos) << why;
+  EXPECT_FALSE(parse(R"({"preset": "a100-40g-25gbps", "inter_node": {"bandwidth": 1e-10}})", c,
+                     why));
+  EXPECT_NE(why.find("inter_node: link.bandwidth: below 1 byte per second"), std::string::npos)
+      << why;
+  EXPECT_FALSE(
+      parse(R"({"device": {"preset": "cpu", "kernels": {"add": {"flop_rate": 1e-3}}}})", c, why));
+  EXPECT_NE(why.find("device.kernels.add: bandwidth and flop_rate below 1"), std::string::npos)
+      << why;
+  EXPECT_TRUE(parse(R"({"preset": "cpu", "device": {"preset": "cpu", "peak_flops_fp32": 2}})", c,
+                    why))
+      << why;
   EXPECT_FALSE(Cluster::load("no-such-preset", c, why));
   EXPECT_NE(why.find("unknown cluster preset"), std::string::npos) << why;
   EXPECT_FALSE(Cluster::load("/nonexistent/c.json", c, why));

@@ -502,3 +502,23 @@ TEST(SimP2P, LatencyAndBandwidthOfAMessage) {
   // first arrived) at 12.5.
   EXPECT_NEAR(r.ranks[0].endS, 12.5 + 2.5, 1e-12);
 }
+
+TEST(SimErrors, InfiniteCostsAreAnErrorNotAReport) {
+  // A kernel overhead that a cluster file allows (non-negative) but that sums
+  // past the largest double: the step would be inf, every fraction nan.
+  cost::Cluster c = *cost::Cluster::preset("a100-40g-25gbps");
+  c.device.kernelOverhead = 1e308;
+  Job job;
+  job.ranks.resize(1);
+  job.ranks[0].instrs = {Instr::kernel(1e9, 1e6, cost::KernelClass::Gemm, Work::Forward, 0),
+                         Instr::kernel(1e9, 1e6, cost::KernelClass::Gemm, Work::Forward, 0)};
+  SimResult r = simulate(job, c);
+  ASSERT_FALSE(r.ok);
+  EXPECT_NE(r.error.find("costs this plan's step at inf s (rank 0: compute inf s"),
+            std::string::npos)
+      << r.error;
+  c.device.kernelOverhead = 1e300; // large but finite: reported as it is
+  r = simulate(job, c);
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_DOUBLE_EQ(r.stepTimeS, 2e300);
+}
