@@ -799,9 +799,16 @@ LogicalResult importGather(Importer &imp, NodeCtx &n) {
     for (int64_t &i : ix)
       if (i < 0)
         i += dim;
+    // Out of range is ONNX's error, and the usual cause is a sequence longer
+    // than a position table (seq=65 against 64 positions): say which index.
+    for (int64_t i : ix)
+      if (i < 0 || i >= dim)
+        return n.fail("constant index " + Twine(i < 0 ? i - dim : i) +
+                      " is out of range for axis " + Twine(*ax) + " of size " + Twine(dim) +
+                      " (a sequence longer than a position table?)");
     bool contiguous = !ix.empty();
     for (size_t k = 0; k < ix.size(); ++k)
-      contiguous &= ix[k] == ix[0] + (int64_t)k && ix[k] >= 0 && ix[k] < dim;
+      contiguous &= ix[k] == ix[0] + (int64_t)k;
     if (!contiguous)
       return n.fail("constant indices that are not a contiguous range are not supported");
     auto x = imp.valueIn(n, 0);

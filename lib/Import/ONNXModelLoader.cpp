@@ -110,6 +110,10 @@ bool checkExternalData(const onnx::TensorProto &t, llvm::StringRef baseDir, std:
   uint64_t size;
   if (llvm::sys::fs::file_size(ref.path, size)) {
     why = "initializer '" + t.name() + "': external data file '" + ref.path + "' is missing";
+    // models/gen_gpt2.py --shapes-only names the file it never writes so.
+    if (llvm::StringRef(ref.path).ends_with(".shapes-only.data"))
+      why += " (a shapes-only model: compile it with shapes-only=true to plan and simulate "
+             "without weights)";
     return false;
   }
   int64_t bytes, end;

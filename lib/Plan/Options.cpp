@@ -4,6 +4,7 @@
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringSet.h"
 
 namespace pipemesh::plan {
 
@@ -27,7 +28,8 @@ std::optional<int64_t> parseByteSize(llvm::StringRef text) {
       break;
     }
   double value;
-  if (text.empty() || text.getAsDouble(value) || value < 0)
+  // Sizes past int64 (1e30GiB) or not numbers at all (nan) are not sizes.
+  if (text.empty() || text.getAsDouble(value) || !(value >= 0) || !(value * scale < 0x1p63))
     return std::nullopt;
   return (int64_t)(value * scale);
 }
@@ -35,8 +37,14 @@ std::optional<int64_t> parseByteSize(llvm::StringRef text) {
 bool parseCompileOptions(llvm::StringRef text, CompileOptions &opts, std::string &why) {
   llvm::SmallVector<llvm::StringRef> items;
   text.split(items, ' ', -1, /*KeepEmpty=*/false);
+  llvm::StringSet<> given;
   for (llvm::StringRef item : items) {
     auto [key, value] = item.split('=');
+    // "batch=2 ... batch=3" is a slip: neither value is clearly the meant one.
+    if (!key.empty() && !given.insert(key).second) {
+      why = "'" + key.str() + "' is given twice";
+      return false;
+    }
     auto setInt = [&](int64_t &dst) {
       if (value.getAsInteger(10, dst) || dst <= 0) {
         why = "'" + key.str() + "' needs a positive integer" +
@@ -158,6 +166,10 @@ bool parseCompileOptions(llvm::StringRef text, CompileOptions &opts, std::string
       }
       opts.gradReduce = value.str();
     } else if (key == "shapes-only") {
+      if (!llvm::is_contained({"true", "false", "1", "0"}, value)) {
+        why = "shapes-only must be true or false, got '" + value.str() + "'";
+        return false;
+      }
       opts.shapesOnly = value == "true" || value == "1";
     } else if (key == "labels") {
       if (value != "auto" && value != "next" && value != "same") {
