@@ -25,7 +25,7 @@
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/SourceMgr.h"
-#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/raw_ostream.h"
 
 #ifdef __GLIBC__
@@ -36,6 +36,60 @@ using namespace mlir;
 using namespace llvm;
 
 namespace {
+
+/// The output file, written beside its final path and renamed over it only
+/// when the run succeeds: a failed compile leaves what was there (a plan
+/// compiled earlier) as it was, and never a partial file. "-" is stdout.
+class OutputFile {
+public:
+  static std::unique_ptr<OutputFile> open(StringRef path) {
+    auto out = std::unique_ptr<OutputFile>(new OutputFile(path));
+    if (path == "-")
+      return out;
+    Expected<sys::fs::TempFile> tmp = sys::fs::TempFile::create(path + ".tmp-%%%%%%");
+    if (!tmp) {
+      errs() << "error: cannot write '" << path << "': " << toString(tmp.takeError()) << "\n";
+      return nullptr;
+    }
+    out->tmp.emplace(std::move(*tmp));
+    out->file.emplace(out->tmp->FD, /*shouldClose=*/false);
+    return out;
+  }
+  raw_ostream &os() { return file ? static_cast<raw_ostream &>(*file) : outs(); }
+  /// Flushes and renames over the path; false (with a message) if that fails.
+  bool commit() {
+    if (!tmp)
+      return true;
+    file->flush();
+    if (file->has_error()) {
+      errs() << "error: cannot write '" << path << "': " << file->error().message() << "\n";
+      file->clear_error();
+      return false;
+    }
+    file.reset();
+    if (Error e = tmp->keep(path)) {
+      errs() << "error: cannot write '" << path << "': " << toString(std::move(e)) << "\n";
+      return false;
+    }
+    tmp.reset();
+    return true;
+  }
+  ~OutputFile() {
+    if (file) {
+      file->flush();
+      file->clear_error();
+    }
+    file.reset();
+    if (tmp)
+      consumeError(tmp->discard());
+  }
+
+private:
+  explicit OutputFile(StringRef path) : path(path.str()) {}
+  std::string path;
+  std::optional<sys::fs::TempFile> tmp;
+  std::optional<raw_fd_ostream> file;
+};
 cl::OptionCategory importCategory("ONNX import options");
 
 cl::opt<int64_t> batchOpt("batch", cl::desc("Bind symbolic dim 0 of graph inputs"),
@@ -224,17 +278,13 @@ int compileToPlan(StringRef inputFilename, StringRef outputFilename, DialectRegi
   pm.addPass(createCSEPass());
   if (failed(pm.run(*module)))
     return 1;
-  std::string errorMessage;
-  auto output = openOutputFile(outputFilename, &errorMessage);
-  if (!output) {
-    errs() << "error: " << errorMessage << "\n";
+  auto output = OutputFile::open(outputFilename);
+  if (!output)
     return 1;
-  }
   copts.explain = explainOpt;
   if (failed(pipemesh::plan::emitPlan(*module, copts, output->os())))
     return 1;
-  output->keep();
-  return 0;
+  return output->commit() ? 0 : 1;
 }
 } // namespace
 
@@ -285,15 +335,11 @@ int main(int argc, char **argv) {
     }
   }
 
-  std::string errorMessage;
-  auto output = openOutputFile(outputFilename, &errorMessage);
-  if (!output) {
-    errs() << "error: " << errorMessage << "\n";
+  auto output = OutputFile::open(outputFilename);
+  if (!output)
     return 1;
-  }
   MlirOptMainConfig config = MlirOptMainConfig::createFromCLOptions();
   if (failed(MlirOptMain(output->os(), std::move(input), registry, config)))
     return 1;
-  output->keep();
-  return 0;
+  return output->commit() ? 0 : 1;
 }
