@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cmath>
 #include <cstring>
 
@@ -47,8 +49,37 @@ std::string jsonLine(const StepRecord &r) {
   return j.dump();
 }
 
-JsonLog::JsonLog(const std::string &p) : path(p) {
-  file = std::fopen(p.c_str(), "w");
+JsonLog::JsonLog(const std::string &p, int64_t resumedAt) : path(p) {
+  if (resumedAt >= 0) {
+    // The steps before the checkpoint stay; lines of steps the resumed run
+    // redoes (the interrupted run went past its last checkpoint) and a
+    // line cut short by the interruption go. Rewritten beside the file and
+    // renamed over it, so an interruption now loses nothing either.
+    std::string kept;
+    if (std::FILE *in = std::fopen(p.c_str(), "r")) {
+      char *line = nullptr;
+      size_t cap = 0;
+      ssize_t n;
+      while ((n = getline(&line, &cap, in)) > 0) {
+        std::string text(line, (size_t)n);
+        nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+        if (text.back() == '\n' && j.is_object() && j.contains("step") &&
+            j["step"].is_number_integer() && j["step"].get<int64_t>() < resumedAt) {
+          kept += text;
+          ++keptSteps;
+        }
+      }
+      std::free(line);
+      std::fclose(in);
+    }
+    std::string tmp = p + ".tmp";
+    std::FILE *out = std::fopen(tmp.c_str(), "w");
+    if (!out || std::fwrite(kept.data(), 1, kept.size(), out) != kept.size() ||
+        std::fclose(out) != 0 || std::rename(tmp.c_str(), p.c_str()) != 0)
+      fail("cannot rewrite --log-json file '", p, "' for the resumed run: ",
+           std::strerror(errno));
+  }
+  file = std::fopen(p.c_str(), resumedAt >= 0 ? "a" : "w");
   if (!file)
     fail("cannot open --log-json file '", p, "': ", std::strerror(errno));
 }

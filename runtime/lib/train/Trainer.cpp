@@ -185,7 +185,7 @@ void Trainer::run() {
   const Plan &p = planData;
   std::unique_ptr<JsonLog> jsonLog;
   if (comm.rank() == 0 && !opts.logJson.empty())
-    jsonLog = std::make_unique<JsonLog>(opts.logJson);
+    jsonLog = std::make_unique<JsonLog>(opts.logJson, resumedFrom.empty() ? -1 : startStep);
   std::unique_ptr<std::ofstream> dump;
   if (!opts.dumpData.empty()) {
     std::string path = opts.dumpData;

@@ -68,6 +68,25 @@ class Checkpoints(common.TempDirTest):
                                       "--resume"] + FLAGS))
         self.assertIn("nothing to do", r.stdout)
 
+    def test_resume_keeps_the_log_of_the_steps_before(self):
+        # Resumed into the same --log-json: the steps before the checkpoint
+        # stay, the one the interrupted run did past it (6) and a line the
+        # interruption cut short go, and the resumed steps follow: every step
+        # once, as an uninterrupted run logs them.
+        full, _ = self.train("full.jsonl")
+        part, _ = self.train("log.jsonl", "--checkpoint-dir", self.ckpt, "--checkpoint-every", 3,
+                             "--stop-at-step", 7)
+        self.assertEqual([p["step"] for p in part], list(range(7)))
+        with open(self.path("log.jsonl"), "a") as f:
+            f.write('{"step": 7, "loss": 4.')
+        log, _ = self.train("log.jsonl", "--checkpoint-dir", self.ckpt, "--resume")
+        self.assertEqual([p["step"] for p in log], list(range(10)))
+        self.assertEqual([p["loss"] for p in log], [p["loss"] for p in full])
+        self.assertFalse(os.path.exists(self.path("log.jsonl.tmp")))
+        # A run that does not resume starts its log afresh.
+        log, _ = self.train("log.jsonl")
+        self.assertEqual([p["step"] for p in log], list(range(10)))
+
     def test_incomplete_and_damaged_checkpoints(self):
         self.train("a.jsonl", "--checkpoint-dir", self.ckpt, "--checkpoint-every", 2, "--stop-at-step", 4)
         self.assertFalse([n for n in os.listdir(self.ckpt) if n.startswith(".")], "temp files left")

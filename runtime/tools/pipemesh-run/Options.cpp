@@ -32,7 +32,8 @@ optimizer (AdamW, PyTorch semantics and defaults)
   --min-lr X               floor of the cosine schedule (default 0)
 run
   --steps N                total number of steps (also what the schedule spans)
-  --log-json FILE          one JSON object per step (rank 0)
+  --log-json FILE          one JSON object per step (rank 0; --resume keeps the
+                           earlier steps' lines and appends)
   --checkpoint-dir D       write D/step-<s>/ checkpoints (atomic, checksummed)
   --checkpoint-every K     every K steps (and after the last step)
   --resume                 continue from the newest checkpoint in --checkpoint-dir

@@ -34,12 +34,16 @@ struct StepRecord {
 std::string progressLine(const StepRecord &r);
 std::string jsonLine(const StepRecord &r);
 
-/// The --log-json file: truncated when opened, one flushed line per step.
+/// The --log-json file, one flushed line per step. A fresh run truncates it;
+/// a run resumed at step `resumedAt` (0-based: the first step it runs) keeps
+/// the lines of the steps before and appends.
 class JsonLog {
 public:
-  explicit JsonLog(const std::string &path);
+  explicit JsonLog(const std::string &path, int64_t resumedAt = -1);
   ~JsonLog();
   void write(const StepRecord &r);
+  /// Lines kept from before a resume.
+  int64_t keptSteps = 0;
 
 private:
   std::FILE *file = nullptr;
