@@ -16,6 +16,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <vector>
 
 namespace fs = std::filesystem;
 
@@ -261,10 +262,24 @@ ExportSummary exportOnnx(const std::string &sourceModel, const std::string &out,
   if (const char *env = std::getenv("PIPEMESH_ONNX_INLINE_LIMIT"))
     limit = std::min<size_t>(limit, std::strtoull(env, nullptr, 10));
   std::string dataName = fs::path(out).filename().string() + ".data";
+  // Both files are written beside their paths and renamed over them at the
+  // end: a failed export (a full disk) leaves what was there, which may be
+  // the source model itself, as it was.
+  auto tmpOf = [](const fs::path &p) { return fs::path(p.string() + ".tmp"); };
+  fs::path dataPath;
+  struct RemoveTemps { // on a failure (fail() throws), no temp file stays behind
+    std::vector<fs::path> paths;
+    ~RemoveTemps() {
+      std::error_code ignored;
+      for (const fs::path &p : paths)
+        fs::remove(p, ignored);
+    }
+  } temps{{tmpOf(out)}};
   if (model.ByteSizeLong() > limit) {
     sum.externalData = true;
-    fs::path dataPath = fs::path(out).parent_path() / dataName;
-    std::ofstream data(dataPath, std::ios::binary | std::ios::trunc);
+    dataPath = fs::path(out).parent_path() / dataName;
+    temps.paths.push_back(tmpOf(dataPath));
+    std::ofstream data(tmpOf(dataPath), std::ios::binary | std::ios::trunc);
     if (!data)
       fail("--export-onnx: cannot write '", dataPath.string(), "'");
     uint64_t offset = 0;
@@ -291,9 +306,18 @@ ExportSummary exportOnnx(const std::string &sourceModel, const std::string &out,
     if (!data.flush())
       fail("--export-onnx: cannot write '", dataPath.string(), "'");
   }
-  std::ofstream o(out, std::ios::binary | std::ios::trunc);
-  if (!o || !model.SerializeToOstream(&o) || !o.flush())
-    fail("--export-onnx: cannot write '", out, "'");
+  {
+    std::ofstream o(tmpOf(out), std::ios::binary | std::ios::trunc);
+    if (!o || !model.SerializeToOstream(&o) || !o.flush())
+      fail("--export-onnx: cannot write '", out, "'");
+  }
+  std::error_code ec;
+  if (!dataPath.empty())
+    fs::rename(tmpOf(dataPath), dataPath, ec);
+  if (!ec)
+    fs::rename(tmpOf(out), out, ec);
+  if (ec)
+    fail("--export-onnx: cannot write '", out, "': ", ec.message());
   return sum;
 }
 

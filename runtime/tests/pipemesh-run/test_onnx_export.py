@@ -6,6 +6,9 @@ the transposed copy of the tied embedding rewritten transposed, external
 data inlined; the values equal the final checkpoint's bit for bit.
 """
 import os
+import resource
+import signal
+import subprocess
 
 import numpy as np
 import onnx
@@ -81,6 +84,44 @@ class OnnxExport(common.TempDirTest):
         mtp.write_plan(plan, b.manifest(), b.weights)
         self.check_fails(common.run([plan, "--steps", 1, "--export-onnx", self.path("o.onnx")]),
                          "source model 'nowhere.onnx' does not exist")
+
+    def test_export_over_its_source_and_a_failed_one(self):
+        # Written beside its path and renamed over it: the source model itself
+        # can be the output, and a failed export leaves what was there as it
+        # was, with no temp file behind.
+        b, w = mtp.build_tiny_gpt(batch=2, seq=16, embd=32, heads=4, source="tiny_gpt.onnx")
+        plan = self.path("tiny.plan")
+        mtp.write_plan(plan, b.manifest(), b.weights)
+        src = self.path("tiny_gpt.onnx")
+        source_model(w, src, external=False)
+        self.check_ok(common.run([plan, "--steps", 2, "--export-onnx", src]))
+        got = {t.name: numpy_helper.to_array(t) for t in onnx.load(src).graph.initializer}
+        self.assertFalse(np.array_equal(got["wte"], w["wte"]), "wte was not trained")
+        # A write that fails halfway (a full disk; here a 20 MB file size
+        # limit, over what MPI's start-up writes, under which a 25 MB model
+        # cannot be written): the model that was there stays whole.
+        b, w = mtp.build_tiny_gpt(batch=2, seq=16, vocab=16384, embd=384, heads=4,
+                                  source="big_gpt.onnx")
+        plan = self.path("big.plan")
+        mtp.write_plan(plan, b.manifest(), b.weights)
+        src = self.path("big_gpt.onnx")
+        source_model(w, src, external=False)
+        before = common.read_bytes(src)
+        def limited():
+            resource.setrlimit(resource.RLIMIT_FSIZE, (20 << 20, 20 << 20))
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG, not death
+        r = subprocess.run([common.PIPEMESH_RUN, plan, "--steps", "1", "--export-onnx", src],
+                           capture_output=True, text=True, timeout=300, preexec_fn=limited,
+                           env=dict(os.environ, **common.MPI_ENV))
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--export-onnx: cannot write", r.stderr)
+        self.assertEqual(common.read_bytes(src), before)
+        self.assertGreater(len(before), 20 << 20)
+        os.mkdir(self.path("taken"))
+        self.check_fails(common.run([plan, "--steps", 1, "--export-onnx", self.path("taken")]),
+                         "--export-onnx: cannot write")
+        self.assertTrue(os.path.isdir(self.path("taken")))
+        self.assertEqual([f for f in os.listdir(self.dir) if f.endswith(".tmp")], [])
 
 
 if __name__ == "__main__":
