@@ -37,59 +37,25 @@ using namespace llvm;
 
 namespace {
 
-/// The output file, written beside its final path and renamed over it only
-/// when the run succeeds: a failed compile leaves what was there (a plan
-/// compiled earlier) as it was, and never a partial file. "-" is stdout.
-class OutputFile {
-public:
-  static std::unique_ptr<OutputFile> open(StringRef path) {
-    auto out = std::unique_ptr<OutputFile>(new OutputFile(path));
-    if (path == "-")
-      return out;
-    Expected<sys::fs::TempFile> tmp = sys::fs::TempFile::create(path + ".tmp-%%%%%%");
-    if (!tmp) {
-      errs() << "error: cannot write '" << path << "': " << toString(tmp.takeError()) << "\n";
-      return nullptr;
-    }
-    out->tmp.emplace(std::move(*tmp));
-    out->file.emplace(out->tmp->FD, /*shouldClose=*/false);
-    return out;
-  }
-  raw_ostream &os() { return file ? static_cast<raw_ostream &>(*file) : outs(); }
-  /// Flushes and renames over the path; false (with a message) if that fails.
-  bool commit() {
-    if (!tmp)
-      return true;
-    file->flush();
-    if (file->has_error()) {
-      errs() << "error: cannot write '" << path << "': " << file->error().message() << "\n";
-      file->clear_error();
-      return false;
-    }
-    file.reset();
-    if (Error e = tmp->keep(path)) {
-      errs() << "error: cannot write '" << path << "': " << toString(std::move(e)) << "\n";
-      return false;
-    }
-    tmp.reset();
-    return true;
-  }
-  ~OutputFile() {
-    if (file) {
-      file->flush();
-      file->clear_error();
-    }
-    file.reset();
-    if (tmp)
-      consumeError(tmp->discard());
-  }
-
-private:
-  explicit OutputFile(StringRef path) : path(path.str()) {}
-  std::string path;
-  std::optional<sys::fs::TempFile> tmp;
-  std::optional<raw_fd_ostream> file;
-};
+/// Writes the output through `write` into a temporary file beside its path,
+/// renamed over it only when `write` succeeds (llvm::writeToOutput): a failed
+/// compile leaves what was there (a plan compiled earlier) as it was, and
+/// never a partial file. "-" is stdout. `write` reports its own errors.
+int writeOutput(StringRef path, llvm::function_ref<LogicalResult(raw_ostream &)> write) {
+  bool writeFailed = false; // and reported
+  Error e = writeToOutput(path, [&](raw_ostream &os) -> Error {
+    writeFailed = failed(write(os));
+    return writeFailed ? createStringError(inconvertibleErrorCode(), "not written")
+                       : Error::success();
+  });
+  if (!e)
+    return 0;
+  if (writeFailed)
+    consumeError(std::move(e));
+  else
+    errs() << "error: cannot write " << toString(std::move(e)) << "\n"; // names the path
+  return 1;
+}
 cl::OptionCategory importCategory("ONNX import options");
 
 cl::opt<int64_t> batchOpt("batch", cl::desc("Bind symbolic dim 0 of graph inputs"),
@@ -278,13 +244,10 @@ int compileToPlan(StringRef inputFilename, StringRef outputFilename, DialectRegi
   pm.addPass(createCSEPass());
   if (failed(pm.run(*module)))
     return 1;
-  auto output = OutputFile::open(outputFilename);
-  if (!output)
-    return 1;
   copts.explain = explainOpt;
-  if (failed(pipemesh::plan::emitPlan(*module, copts, output->os())))
-    return 1;
-  return output->commit() ? 0 : 1;
+  return writeOutput(outputFilename, [&](raw_ostream &os) {
+    return pipemesh::plan::emitPlan(*module, copts, os);
+  });
 }
 } // namespace
 
@@ -335,11 +298,8 @@ int main(int argc, char **argv) {
     }
   }
 
-  auto output = OutputFile::open(outputFilename);
-  if (!output)
-    return 1;
   MlirOptMainConfig config = MlirOptMainConfig::createFromCLOptions();
-  if (failed(MlirOptMain(output->os(), std::move(input), registry, config)))
-    return 1;
-  return output->commit() ? 0 : 1;
+  return writeOutput(outputFilename, [&](raw_ostream &os) {
+    return MlirOptMain(os, std::move(input), registry, config);
+  });
 }

@@ -475,14 +475,15 @@ int pipemesh::sim::runCalibration(const std::string &outPath, bool quick) {
     json::Object out = *c.toJson().getAsObject();
     raw["ranks"] = size;
     out["calibration"] = std::move(raw);
-    std::error_code ec;
-    llvm::raw_fd_ostream f(outPath, ec, llvm::sys::fs::OF_Text);
-    if (ec) {
-      llvm::errs() << "pipemesh-sim: error: cannot write '" << outPath << "': " << ec.message()
+    // Beside the path and renamed over it (llvm::writeToOutput): a cluster
+    // file calibrated earlier survives a failed write.
+    if (llvm::Error e = llvm::writeToOutput(outPath, [&](llvm::raw_ostream &f) {
+          f << llvm::formatv("{0:2}", json::Value(std::move(out))) << "\n";
+          return llvm::Error::success();
+        })) {
+      llvm::errs() << "pipemesh-sim: error: cannot write " << llvm::toString(std::move(e))
                    << "\n";
       rc = 1;
-    } else {
-      f << llvm::formatv("{0:2}", json::Value(std::move(out))) << "\n";
     }
     os << "pipemesh-sim --calibrate: " << size << " rank(s)\n"
        << llvm::format("  GEMM: %.1f GFLOP/s asymptotic (efficiency %.2f of %.0f), half at "

@@ -71,14 +71,17 @@ static int error(const llvm::Twine &msg) {
   return 1;
 }
 
+/// Into a temporary file beside `path`, renamed over it once complete
+/// (llvm::writeToOutput; "-" is stdout): an interrupted or failed write
+/// leaves what was there.
 template <typename F> static bool writeFile(const std::string &path, F &&write) {
-  std::error_code ec;
-  llvm::raw_fd_ostream os(path, ec, llvm::sys::fs::OF_Text);
-  if (ec) {
-    error("cannot write '" + path + "': " + ec.message());
+  if (llvm::Error e = llvm::writeToOutput(path, [&](llvm::raw_ostream &os) {
+        write(os);
+        return llvm::Error::success();
+      })) {
+    error("cannot write " + llvm::toString(std::move(e))); // names the path
     return false;
   }
-  write(os);
   return true;
 }
 
