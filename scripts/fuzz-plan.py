@@ -11,7 +11,10 @@ swapped, nudged (numbers +-1, +-2) or replaced (null, -1, 2**40, nan, "", [],
 past the header checks) and read by `pipemesh-run --check-rank R` for every
 rank and by `pipemesh-sim`; single-rank plans also train one step.
 program: the same, confined to rank 0's instruction stream of the pp=1 plan,
-which then trains one step. cluster: one to two fields of a cluster preset's
+which then trains one step. bytes: the file itself cut short, grown, a byte
+flipped, or a length in its header changed (checksum not recomputed), read by
+pipemesh-run --check-rank 0, pipemesh-sim and pipemesh-opt --print-plan.
+cluster: one to two fields of a cluster preset's
 JSON replaced or deleted, simulated on three plans; the JSON written must parse
 and its step time, throughput and bubble be finite.
 
@@ -163,6 +166,43 @@ def fuzz_plans(args, bins, plans, work, rng):
     return findings
 
 
+def fuzz_bytes(args, bins, plans, work, rng):
+    findings = 0
+    for i in range(args.count):
+        src = rng.choice(list(plans.values()))
+        data = bytearray(open(src, "rb").read())
+        op = rng.randrange(4)
+        if op == 0:
+            cut = rng.choice([rng.randrange(41), rng.randrange(len(data))])
+            data, desc = data[:cut], f"cut to {cut} bytes"
+        elif op == 1:
+            data, desc = data + bytes(rng.randrange(1, 64)), "grown"
+        elif op == 2:
+            at = rng.randrange(len(data))
+            data[at] ^= 1 << rng.randrange(8)
+            desc = f"bit flipped at byte {at}"
+        else:
+            field = rng.choice([16, 24])  # manifest / weights length
+            value = rng.choice([0, 1, 40, len(data), 2**31, 2**63, 2**64 - 1,
+                                struct.unpack("<Q", data[field:field + 8])[0] + rng.choice([-1, 1])])
+            data[field:field + 8] = struct.pack("<Q", value % 2**64)
+            desc = f"header length at {field} set to {value}"
+        path = os.path.join(work, f"bytes-{args.seed}-{i}.plan")
+        with open(path, "wb") as f:
+            f.write(bytes(data))
+        for cmd in ([bins["run"], path, "--check-rank", "0"],
+                    [bins["sim"], path, "--quiet"], [bins["opt"], "--print-plan", path]):
+            why, out = verdict(cmd)
+            if why:
+                findings += 1
+                print(f"[{i}] {why}: {os.path.basename(src)} {desc}\n  {' '.join(cmd)}\n  "
+                      + out.strip()[-600:].replace("\n", "\n  "), flush=True)
+                break
+        else:
+            os.remove(path)
+    return findings
+
+
 def fuzz_clusters(args, bins, plans, work, rng):
     base = json.loads(subprocess.run([bins["sim"], "--cluster", "a100-40g-25gbps", "--print-cluster"],
                                      capture_output=True, text=True, check=True).stdout)
@@ -201,7 +241,7 @@ def main():
     ap.add_argument("--build", default=os.path.join(REPO, "build"))
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--count", type=int, default=300)
-    ap.add_argument("--target", choices=("manifest", "program", "cluster"), default="manifest")
+    ap.add_argument("--target", choices=("manifest", "program", "bytes", "cluster"), default="manifest")
     ap.add_argument("--work", help="keep mutants and findings here (default: a temporary directory)")
     args = ap.parse_args()
     bins = {k: os.path.join(args.build, "bin", v) for k, v in
@@ -210,7 +250,7 @@ def main():
     os.makedirs(work, exist_ok=True)
     plans = compile_plans(bins["opt"], work)
     rng = random.Random(args.seed)
-    fuzz = fuzz_clusters if args.target == "cluster" else fuzz_plans
+    fuzz = {"cluster": fuzz_clusters, "bytes": fuzz_bytes}.get(args.target, fuzz_plans)
     findings = fuzz(args, bins, plans, work, rng)
     print(f"{args.target}, seed {args.seed}: {args.count} mutants, {findings} findings (work: {work})")
     return 1 if findings else 0

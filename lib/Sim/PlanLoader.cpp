@@ -3,6 +3,7 @@
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/Support/Endian.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <algorithm>
@@ -411,6 +412,18 @@ bool pipemesh::sim::jobFromManifest(const json::Object &m, LoadedPlan &out, std:
 }
 
 bool pipemesh::sim::loadPlanFile(llvm::StringRef path, LoadedPlan &out, std::string &why) {
+  // Slices may be mapped, not read: past the end of the file their pages
+  // would fault. So every length is checked against the file's size first.
+  uint64_t fileSize = 0;
+  if (std::error_code ec = llvm::sys::fs::file_size(path, fileSize)) {
+    why = "cannot read plan '" + path.str() + "': " + ec.message();
+    return false;
+  }
+  if (fileSize < kHeaderBytes) {
+    why = "'" + path.str() + "' is not a PipeMesh plan (" + std::to_string(fileSize) +
+          " bytes, shorter than the header)";
+    return false;
+  }
   auto head = llvm::MemoryBuffer::getFileSlice(path, kHeaderBytes, 0);
   if (!head) {
     why = "cannot read plan '" + path.str() + "': " + head.getError().message();
@@ -433,13 +446,19 @@ bool pipemesh::sim::loadPlanFile(llvm::StringRef path, LoadedPlan &out, std::str
     return false;
   }
   uint64_t manifestLen = u64(16), weightsLen = u64(24);
-  auto whole = llvm::MemoryBuffer::getFileSlice(path, manifestLen, kHeaderBytes);
-  if (!whole || (*whole)->getBufferSize() != manifestLen) {
-    why = "plan '" + path.str() + "': truncated (manifest of " + std::to_string(manifestLen) +
-          " bytes announced)";
+  const uint64_t body = fileSize - kHeaderBytes;
+  if (manifestLen > body || weightsLen > body - manifestLen) {
+    why = "plan '" + path.str() + "' is truncated: the header announces " +
+          std::to_string(manifestLen) + " manifest + " + std::to_string(weightsLen) +
+          " weight bytes but only " + std::to_string(body) + " follow";
     return false;
   }
-  (void)weightsLen;
+  auto whole = llvm::MemoryBuffer::getFileSlice(path, manifestLen, kHeaderBytes);
+  if (!whole || (*whole)->getBufferSize() != manifestLen) {
+    why = "plan '" + path.str() + "': cannot read its manifest of " +
+          std::to_string(manifestLen) + " bytes";
+    return false;
+  }
   llvm::Expected<json::Value> v = json::parse((*whole)->getBuffer());
   if (!v) {
     why = "plan '" + path.str() + "': invalid manifest JSON: " + toString(v.takeError());

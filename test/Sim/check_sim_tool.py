@@ -133,8 +133,18 @@ def main():
     for name in ("a100-40g-25gbps", "a100-40g-100gbps", "cpu"):
         assert name in p.stdout, p.stdout
 
-    # Errors: clear message, exit status 1.
-    for args, text in (([os.path.join(work, "missing.plan")], "cannot read plan"),
+    # Errors: clear message, exit status 1. A truncated plan (or one whose
+    # header announces more than follows) is refused before anything past
+    # the end is mapped (it was a segmentation fault).
+    with open(plan, "rb") as f:
+        whole = f.read()
+    truncated = os.path.join(work, "truncated.plan")
+    open(truncated, "wb").write(whole[:1000])
+    overlong = os.path.join(work, "overlong.plan")
+    open(overlong, "wb").write(whole[:16] + struct.pack("<Q", 1 << 63) + whole[24:])
+    for args, text in (([truncated], "is truncated: the header announces"),
+                       ([overlong], "is truncated: the header announces 9223372036854775808"),
+                       ([os.path.join(work, "missing.plan")], "cannot read plan"),
                        ([plan, "--cluster", "no-such-cluster"], "unknown cluster preset"),
                        ([out_json], "not a PipeMesh plan")):
         p = run([sim] + args, ok=False)
