@@ -25,7 +25,6 @@
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/SourceMgr.h"
-#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/raw_ostream.h"
 
 #ifdef __GLIBC__
@@ -56,6 +55,7 @@ int writeOutput(StringRef path, llvm::function_ref<LogicalResult(raw_ostream &)>
     errs() << "error: cannot write " << toString(std::move(e)) << "\n"; // names the path
   return 1;
 }
+
 cl::OptionCategory importCategory("ONNX import options");
 
 cl::opt<int64_t> batchOpt("batch", cl::desc("Bind symbolic dim 0 of graph inputs"),

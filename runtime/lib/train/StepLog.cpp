@@ -66,7 +66,6 @@ JsonLog::JsonLog(const std::string &p, int64_t resumedAt) : path(p) {
         if (text.back() == '\n' && j.is_object() && j.contains("step") &&
             j["step"].is_number_integer() && j["step"].get<int64_t>() < resumedAt) {
           kept += text;
-          ++keptSteps;
         }
       }
       std::free(line);

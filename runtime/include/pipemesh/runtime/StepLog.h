@@ -42,8 +42,6 @@ public:
   explicit JsonLog(const std::string &path, int64_t resumedAt = -1);
   ~JsonLog();
   void write(const StepRecord &r);
-  /// Lines kept from before a resume.
-  int64_t keptSteps = 0;
 
 private:
   std::FILE *file = nullptr;
