@@ -80,9 +80,11 @@ cl::opt<std::string> compileOpt(
     "pipemesh-compile",
     cl::desc("Run the whole pipeline and write a plan: \"batch=B seq=T [pp=1 dp=1 vpp=1 "
              "microbatches=M schedule=gpipe|1f1b|interleaved|elastic|bfs|zb-h1|zb-h2 group=N "
-             "fwd-groups=a,b bwd-groups=c,d groups=auto zero=0|1|2|3 "
-             "recompute=none|selective|full|auto mem-limit=40GiB cluster=PRESET|FILE "
-             "layers-per-stage=a,b,... labels=auto|next|same shapes-only=false]\""),
+             "fwd-groups=a,b bwd-groups=c,d groups=auto defer-w=none|chunk|all|bucket "
+             "zero=0|1|2|3|a,b,..|auto prefetch=N|auto recompute=none|selective|full|auto "
+             "mem-limit=40GiB cluster=PRESET|FILE activations=f32|bf16 params=f32|bf16 "
+             "grad-reduce=f32|bf16 layers-per-stage=a,b,... labels=auto|next|same "
+             "shapes-only=false]\" (docs/pipemesh-opt.md)"),
     cl::init(""), cl::cat(compileCategory));
 cl::opt<bool> explainOpt("explain",
                          cl::desc("With --pipemesh-compile: print the chosen plan's simulated "

@@ -321,7 +321,7 @@ struct PlanParser {
       std::string dt = string(b, bw, "dtype");
       auto t = parseDType(dt);
       if (!t)
-        bad(bw + ".dtype", "'" + dt + "' is not one of f32, f64, i64, i32, i1");
+        bad(bw + ".dtype", "'" + dt + "' is not one of f32, f64, i64, i32, i1, bf16");
       bi.dtype = *t;
       int64_t off = integer(b, bw, "offset"), bytes = integer(b, bw, "bytes");
       if (off < 0 || bytes < 0)
