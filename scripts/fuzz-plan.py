@@ -14,6 +14,8 @@ program: the same, confined to rank 0's instruction stream of the pp=1 plan,
 which then trains one step. bytes: the file itself cut short, grown, a byte
 flipped, or a length in its header changed (checksum not recomputed), read by
 pipemesh-run --check-rank 0, pipemesh-sim and pipemesh-opt --print-plan.
+checkpoint: one JSON node of a checkpoint's manifest.json mutated, then --resume; a
+refusal must name what is wrong (a bare JSON library type error counts as a finding).
 cluster: one to two fields of a cluster preset's
 JSON replaced or deleted, simulated on three plans; the JSON written must parse
 and its step time, throughput and bubble be finite.
@@ -30,6 +32,7 @@ import json
 import math
 import os
 import random
+import shutil
 import struct
 import subprocess
 import sys
@@ -203,6 +206,30 @@ def fuzz_bytes(args, bins, plans, work, rng):
     return findings
 
 
+def fuzz_checkpoints(args, bins, plans, work, rng):
+    plan, good = plans["pp1"], os.path.join(work, "checkpoint")
+    subprocess.run([bins["run"], plan, "--steps", "2", "--checkpoint-dir", good], check=True,
+                   capture_output=True, env=ENV)
+    manifest = json.load(open(os.path.join(good, "step-2", "manifest.json")))
+    findings = 0
+    for i in range(args.count):
+        ckpt = os.path.join(work, f"checkpoint-{args.seed}-{i}")
+        shutil.copytree(good, ckpt)
+        mutated, desc = mutate(manifest, rng)
+        with open(os.path.join(ckpt, "step-2", "manifest.json"), "w") as f:
+            json.dump(mutated, f, indent=1)
+        cmd = [bins["run"], plan, "--steps", "3", "--checkpoint-dir", ckpt, "--resume"]
+        why, out = verdict(cmd)
+        if not why and "type_error" in out:
+            why = "a JSON type error that names no field"
+        if why:
+            findings += 1
+            print(f"[{i}] {why}: {desc}\n  {' '.join(cmd)}\n  {out.strip()[-600:]}", flush=True)
+        else:
+            shutil.rmtree(ckpt)
+    return findings
+
+
 def fuzz_clusters(args, bins, plans, work, rng):
     base = json.loads(subprocess.run([bins["sim"], "--cluster", "a100-40g-25gbps", "--print-cluster"],
                                      capture_output=True, text=True, check=True).stdout)
@@ -241,7 +268,7 @@ def main():
     ap.add_argument("--build", default=os.path.join(REPO, "build"))
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--count", type=int, default=300)
-    ap.add_argument("--target", choices=("manifest", "program", "bytes", "cluster"), default="manifest")
+    ap.add_argument("--target", choices=("manifest", "program", "bytes", "checkpoint", "cluster"), default="manifest")
     ap.add_argument("--work", help="keep mutants and findings here (default: a temporary directory)")
     args = ap.parse_args()
     bins = {k: os.path.join(args.build, "bin", v) for k, v in
@@ -250,7 +277,8 @@ def main():
     os.makedirs(work, exist_ok=True)
     plans = compile_plans(bins["opt"], work)
     rng = random.Random(args.seed)
-    fuzz = {"cluster": fuzz_clusters, "bytes": fuzz_bytes}.get(args.target, fuzz_plans)
+    fuzz = {"cluster": fuzz_clusters, "bytes": fuzz_bytes,
+            "checkpoint": fuzz_checkpoints}.get(args.target, fuzz_plans)
     findings = fuzz(args, bins, plans, work, rng)
     print(f"{args.target}, seed {args.seed}: {args.count} mutants, {findings} findings (work: {work})")
     return 1 if findings else 0

@@ -251,6 +251,23 @@ CheckpointState loadCheckpoint(const std::string &dir, const Plan &plan, const R
         fail("checkpoint '", S.string(), "': manifest.json has no '", key, "'");
       return m[key];
     };
+    // Typed reads that name the field (an edited manifest.json would
+    // otherwise surface as a bare "type must be string, but is number").
+    auto typed = [&](const nlohmann::json &v, const std::string &field, bool ok,
+                     const char *want) -> const nlohmann::json & {
+      if (!ok)
+        fail("checkpoint '", S.string(), "': manifest.json field '", field, "' must be ", want,
+             ", got ", v.dump());
+      return v;
+    };
+    auto text = [&](const nlohmann::json &v, const std::string &field) {
+      return typed(v, field, v.is_string(), "a string").get<std::string>();
+    };
+    auto count = [&](const nlohmann::json &v, const std::string &field) {
+      return typed(v, field, v.is_number_integer() && v.get<int64_t>() >= 0,
+                   "a non-negative integer")
+          .get<int64_t>();
+    };
     if (need("format") != kFormat || need("version") != kVersion)
       fail("checkpoint '", S.string(), "' is not a version ", kVersion, " PipeMesh checkpoint");
     // Same configuration only: a checkpoint's files are this layout's shards
@@ -263,32 +280,46 @@ CheckpointState loadCheckpoint(const std::string &dir, const Plan &plan, const R
                " job; this plan '", plan.path, "' is ", configText(mine),
                ": resume needs the same configuration (its files are that layout's shards)");
     }
-    if (need("world_size").get<int64_t>() != comm.size())
-      fail("checkpoint '", S.string(), "' was written by ", m["world_size"].get<int64_t>(),
+    const int64_t worldSize = count(need("world_size"), "world_size");
+    if (worldSize != comm.size())
+      fail("checkpoint '", S.string(), "' was written by ", worldSize,
            " ranks, this job has ", comm.size(), ": resume needs the same configuration");
     uint64_t planSum = 0;
-    if (!need("plan").contains("checksum") ||
-        !parseHex64(m["plan"]["checksum"].get<std::string>(), planSum))
+    const nlohmann::json &planEntry = typed(need("plan"), "plan", m["plan"].is_object(),
+                                            "an object");
+    if (!planEntry.contains("checksum") ||
+        !parseHex64(text(planEntry["checksum"], "plan.checksum"), planSum))
       fail("checkpoint '", S.string(), "': manifest.json has no plan checksum");
     if (planSum != plan.checksum)
       fail("checkpoint '", S.string(), "' was written for another plan (checksum ", hex64(planSum),
            ", this plan '", plan.path, "' has ", hex64(plan.checksum), ")");
-    st.step = need("step").get<int64_t>();
-    if (!parseHex64(need("rng_state").get<std::string>(), st.rngState))
+    st.step = count(need("step"), "step");
+    if (!parseHex64(text(need("rng_state"), "rng_state"), st.rngState))
       fail("checkpoint '", S.string(), "': bad rng_state");
     st.run = m.value("run", nlohmann::json::object());
+    typed(st.run, "run", st.run.is_object(), "an object");
+    const nlohmann::json &files = typed(need("files"), "files", m["files"].is_array(), "a list");
     const nlohmann::json *entry = nullptr;
-    for (const auto &f : need("files"))
-      if (f.value("rank", -1) == rank.rank)
+    for (size_t i = 0; i < files.size(); ++i) {
+      const std::string at = "files[" + std::to_string(i) + "]";
+      const nlohmann::json &f = typed(files[i], at, files[i].is_object(), "an object");
+      if (f.contains("rank") && count(f["rank"], at + ".rank") == rank.rank)
         entry = &f;
+    }
     if (!entry)
       fail("checkpoint '", S.string(), "' lists no file for rank ", rank.rank);
-    fs::path file = S / (*entry)["file"].get<std::string>();
+    const std::string at = "files[rank " + std::to_string(rank.rank) + "]";
+    auto field = [&](const char *key) -> const nlohmann::json & {
+      if (!entry->contains(key))
+        fail("checkpoint '", S.string(), "': manifest.json: ", at, " has no '", key, "'");
+      return (*entry)[key];
+    };
+    fs::path file = S / text(field("file"), at + ".file");
     uint64_t wantSum = 0;
-    if (!parseHex64((*entry)["fnv1a64"].get<std::string>(), wantSum))
+    if (!parseHex64(text(field("fnv1a64"), at + ".fnv1a64"), wantSum))
       fail("checkpoint '", S.string(), "': bad checksum for rank ", rank.rank);
     auto mf = MappedFile::open(file.string(), "checkpoint file");
-    uint64_t wantBytes = (*entry)["bytes"].get<uint64_t>();
+    uint64_t wantBytes = (uint64_t)count(field("bytes"), at + ".bytes");
     if (mf->size() != wantBytes)
       fail("checkpoint file '", file.string(), "' is damaged: ", mf->size(),
            " bytes, the manifest says ", wantBytes);

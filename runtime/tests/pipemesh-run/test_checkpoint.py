@@ -107,6 +107,22 @@ class Checkpoints(common.TempDirTest):
         self.check_fails(common.run([self.plan, "--steps", 10, "--checkpoint-dir", self.ckpt, "--resume"]),
                          "is damaged: checksum")
 
+        # An edited manifest.json: a field of the wrong type is named, not reported as a
+        # bare JSON type error.
+        mpath = os.path.join(self.ckpt, "step-4", "manifest.json")
+        good = json.load(open(mpath))
+        for edit, text in ((lambda m: m["plan"].update(checksum=12), "field 'plan.checksum' must be a string, got 12"),
+                           (lambda m: m.update(step="4"), "field 'step' must be a non-negative integer, got \"4\""),
+                           (lambda m: m["files"].insert(0, 7), "field 'files[0]' must be an object, got 7"),
+                           (lambda m: m["files"][0].update(bytes=-1),
+                            "field 'files[rank 0].bytes' must be a non-negative integer, got -1")):
+            m = json.loads(json.dumps(good))
+            edit(m)
+            with open(mpath, "w") as out:
+                json.dump(m, out)
+            self.check_fails(common.run([self.plan, "--steps", 10, "--checkpoint-dir", self.ckpt,
+                                         "--resume"]), text)
+
     def test_other_plan_and_missing_checkpoint(self):
         self.check_fails(common.run([self.plan, "--steps", 3, "--checkpoint-dir", self.ckpt, "--resume"]),
                          "no complete checkpoint")
