@@ -15,13 +15,14 @@ which then trains one step. bytes: the file itself cut short, grown, a byte
 flipped, or a length in its header changed (checksum not recomputed), read by
 pipemesh-run --check-rank 0, pipemesh-sim and pipemesh-opt --print-plan.
 checkpoint: one JSON node of a checkpoint's manifest.json mutated, then --resume; a
-refusal must name what is wrong (a bare JSON library type error counts as a finding).
+refusal must name what is wrong.
 cluster: one to two fields of a cluster preset's
 JSON replaced or deleted, simulated on three plans; the JSON written must parse
 and its step time, throughput and bubble be finite.
 
 A finding is a signal, an exit status other than 0, 1 or 2, an assertion or
-sanitizer message, a hang (30 s), or (cluster) output that is not finite JSON.
+sanitizer message, a hang (30 s), an error that is the JSON library's own (no
+field named), or (cluster) output that is not finite JSON.
 Each finding's input is kept in the work directory. A bad plan that is refused
 with a message, or accepted, is not a finding: whether an accepted mutation
 trains what the user meant is beyond a fuzzer.
@@ -129,6 +130,8 @@ def verdict(cmd):
     out = r.stdout + r.stderr
     if r.returncode < 0 or r.returncode > 2 or any(w in out for w in CRASH_WORDS):
         return f"exit {r.returncode}", out[-1200:]
+    if "type_error" in out or "out_of_range" in out:  # a JSON library error, no field named
+        return "an error that names no field", out[-1200:]
     return None, out
 
 
@@ -220,8 +223,6 @@ def fuzz_checkpoints(args, bins, plans, work, rng):
             json.dump(mutated, f, indent=1)
         cmd = [bins["run"], plan, "--steps", "3", "--checkpoint-dir", ckpt, "--resume"]
         why, out = verdict(cmd)
-        if not why and "type_error" in out:
-            why = "a JSON type error that names no field"
         if why:
             findings += 1
             print(f"[{i}] {why}: {desc}\n  {' '.join(cmd)}\n  {out.strip()[-600:]}", flush=True)
