@@ -3,7 +3,10 @@
 manifests and cluster files.
 
     /usr/bin/python3 scripts/fuzz-plan.py [--build build] [--seed 1] [--count 300]
-                                          [--target manifest|program|cluster]
+        [--target manifest,program,bytes,checkpoint,cluster]   (one or several)
+
+ctest runs it with a dozen mutants of each target (runtime.fuzz-plan), as a
+regression guard; longer runs find more.
 
 manifest: one JSON node of a compiled plan's manifest is deleted, duplicated,
 swapped, nudged (numbers +-1, +-2) or replaced (null, -1, 2**40, nan, "", [],
@@ -269,20 +272,35 @@ def main():
     ap.add_argument("--build", default=os.path.join(REPO, "build"))
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--count", type=int, default=300)
-    ap.add_argument("--target", choices=("manifest", "program", "bytes", "checkpoint", "cluster"), default="manifest")
+    targets = ("manifest", "program", "bytes", "checkpoint", "cluster")
+    ap.add_argument("--target", default="manifest",
+                    help="comma-separated, of " + ", ".join(targets) + " (default %(default)s)")
     ap.add_argument("--work", help="keep mutants and findings here (default: a temporary directory)")
     args = ap.parse_args()
-    bins = {k: os.path.join(args.build, "bin", v) for k, v in
-            (("opt", "pipemesh-opt"), ("run", "pipemesh-run"), ("sim", "pipemesh-sim"))}
+    chosen = args.target.split(",")
+    if not set(chosen) <= set(targets):
+        ap.error(f"--target takes {', '.join(targets)}, got {args.target}")
+    # The binaries: under --build, or as ctest names them.
+    bins = {k: os.environ.get(env) or os.path.join(args.build, "bin", v) for k, v, env in
+            (("opt", "pipemesh-opt", "PIPEMESH_OPT"), ("run", "pipemesh-run", "PIPEMESH_RUN"),
+             ("sim", "pipemesh-sim", "PIPEMESH_SIM"))}
     work = args.work or tempfile.mkdtemp(prefix="pipemesh-fuzz-")
     os.makedirs(work, exist_ok=True)
     plans = compile_plans(bins["opt"], work)
-    rng = random.Random(args.seed)
-    fuzz = {"cluster": fuzz_clusters, "bytes": fuzz_bytes,
-            "checkpoint": fuzz_checkpoints}.get(args.target, fuzz_plans)
-    findings = fuzz(args, bins, plans, work, rng)
-    print(f"{args.target}, seed {args.seed}: {args.count} mutants, {findings} findings (work: {work})")
-    return 1 if findings else 0
+    total = 0
+    for target in chosen:
+        args.target = target
+        rng = random.Random(args.seed)
+        fuzz = {"cluster": fuzz_clusters, "bytes": fuzz_bytes,
+                "checkpoint": fuzz_checkpoints}.get(target, fuzz_plans)
+        findings = fuzz(args, bins, plans, work, rng)
+        print(f"{target}, seed {args.seed}: {args.count} mutants, {findings} findings")
+        total += findings
+    if total == 0 and not args.work:
+        shutil.rmtree(work)  # nothing to keep
+    else:
+        print(f"inputs kept in {work}")
+    return 1 if total else 0
 
 
 if __name__ == "__main__":
