@@ -142,7 +142,17 @@ def main():
     open(truncated, "wb").write(whole[:1000])
     overlong = os.path.join(work, "overlong.plan")
     open(overlong, "wb").write(whole[:16] + struct.pack("<Q", 1 << 63) + whole[24:])
+    empty = os.path.join(work, "empty.plan")
+    open(empty, "wb").close()
+    missing_dir = os.path.join(work, "no-such-dir")
     for args, text in (([truncated], "is truncated: the header announces"),
+                       ([empty], "is not a PipeMesh plan (0 bytes, shorter than the header)"),
+                       # Outputs go through a temporary file beside the path: a
+                       # missing directory is named, nothing is written.
+                       ([plan, "--json", os.path.join(missing_dir, "o.json")],
+                        f"cannot write '{missing_dir}/o.json': No such file or directory"),
+                       (["--calibrate", "--quick", "-o", os.path.join(missing_dir, "c.json")],
+                        f"cannot write '{missing_dir}/c.json': No such file or directory"),
                        ([overlong], "is truncated: the header announces 9223372036854775808"),
                        ([os.path.join(work, "missing.plan")], "cannot read plan"),
                        ([plan, "--cluster", "no-such-cluster"], "unknown cluster preset"),

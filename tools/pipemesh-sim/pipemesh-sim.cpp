@@ -37,10 +37,12 @@ namespace cl = llvm::cl;
 // Only these in --help: the LLVM libraries register hundreds of their own.
 static cl::OptionCategory simOptions("pipemesh-sim options");
 
-static cl::opt<std::string> planPath(cl::Positional, cl::desc("<plan>"), cl::init(""), cl::cat(simOptions));
+static cl::opt<std::string> planPath(cl::Positional, cl::desc("<plan>"), cl::init(""),
+                                     cl::cat(simOptions));
 static cl::opt<std::string> clusterArg("cluster",
                                        cl::desc("Cluster preset name or JSON file (default cpu)"),
-                                       cl::value_desc("C.json|preset"), cl::init("cpu"), cl::cat(simOptions));
+                                       cl::value_desc("C.json|preset"), cl::init("cpu"),
+                                       cl::cat(simOptions));
 static cl::opt<std::string> traceOut("trace", cl::desc("Write a Chrome/Perfetto trace"),
                                      cl::value_desc("T.json"), cl::init(""), cl::cat(simOptions));
 static cl::opt<std::string> jsonOut("json", cl::desc("Write the summary as JSON"),
@@ -52,19 +54,20 @@ static cl::opt<bool> rendezvous("rendezvous",
                                 cl::init(false), cl::cat(simOptions));
 static cl::opt<bool> listClusters("list-clusters", cl::desc("List the cluster presets"),
                                   cl::init(false), cl::cat(simOptions));
-static cl::opt<bool> printCluster("print-cluster",
-                                  cl::desc("Print the cluster as JSON and exit"), cl::init(false), cl::cat(simOptions));
+static cl::opt<bool> printCluster("print-cluster", cl::desc("Print the cluster as JSON and exit"),
+                                  cl::init(false), cl::cat(simOptions));
 static cl::opt<bool> calibrate("calibrate",
                                cl::desc("Measure this machine and write a cluster file (-o)"),
                                cl::init(false), cl::cat(simOptions));
-static cl::opt<bool> quick("quick", cl::desc("--calibrate: shorter measurements"),
-                           cl::init(false), cl::cat(simOptions));
+static cl::opt<bool> quick("quick", cl::desc("--calibrate: shorter measurements"), cl::init(false),
+                           cl::cat(simOptions));
 static cl::opt<std::string> outPath("o", cl::desc("--calibrate: output cluster file"),
                                     cl::value_desc("C.json"), cl::init(""), cl::cat(simOptions));
 static cl::opt<int> perOpRank("per-op",
                               cl::desc("Print the simulated time per op name of this rank"),
                               cl::value_desc("rank"), cl::init(-1), cl::cat(simOptions));
-static cl::opt<bool> quiet("quiet", cl::desc("No summary table on stdout"), cl::init(false), cl::cat(simOptions));
+static cl::opt<bool> quiet("quiet", cl::desc("No summary table on stdout"), cl::init(false),
+                           cl::cat(simOptions));
 
 static int error(const llvm::Twine &msg) {
   llvm::errs() << "pipemesh-sim: error: " << msg << "\n";

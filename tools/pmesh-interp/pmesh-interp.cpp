@@ -70,7 +70,8 @@ llvm::cl::opt<std::string> moduleFile(llvm::cl::Positional, llvm::cl::desc("<mod
                                       llvm::cl::init("-"), llvm::cl::cat(interpOptions));
 llvm::cl::list<std::string> inputOpts("input",
                                       llvm::cl::desc("NAME=FILE: raw data of the argument named "
-                                                     "NAME (int64, i1 as bytes, or float32)"), llvm::cl::cat(interpOptions));
+                                                     "NAME (int64, i1 as bytes, or float32)"),
+                                      llvm::cl::cat(interpOptions));
 llvm::cl::opt<std::string> outputDir("output-dir", llvm::cl::desc("Where to write NAME.bin"),
                                      llvm::cl::init(""), llvm::cl::cat(interpOptions));
 llvm::cl::opt<bool> resultsF64("results-f64",
@@ -96,7 +97,8 @@ llvm::cl::opt<std::string> gradsDir("grads-dir",
 llvm::cl::list<std::string> paramOverrides(
     "param-override",
     llvm::cl::desc("NAME=FILE: raw float64 values of parameter @NAME, replacing its initial "
-                   "value from the ONNX file"), llvm::cl::cat(interpOptions));
+                   "value from the ONNX file"),
+    llvm::cl::cat(interpOptions));
 llvm::cl::opt<std::string> paramsDir("params-dir",
                                      llvm::cl::desc("Parameters with a file DIR/<param>.bin "
                                                     "(raw float64) take their values from it"),

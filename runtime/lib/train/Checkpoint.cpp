@@ -1,6 +1,7 @@
 //===- Checkpoint.cpp - atomic, checksummed checkpoints ---------------------===//
 #include "pipemesh/runtime/Checkpoint.h"
 
+#include "pipemesh/runtime/AtomicFile.h"
 #include "pipemesh/runtime/Checksum.h"
 #include "pipemesh/runtime/Communicator.h"
 #include "pipemesh/runtime/Error.h"
@@ -38,32 +39,6 @@ void renameOrFail(const fs::path &from, const fs::path &to) {
   if (::rename(from.c_str(), to.c_str()) != 0)
     fail("checkpoint: cannot rename '", from.string(), "' to '", to.string(),
          "': ", std::strerror(errno));
-}
-
-/// Writes `text` to `path` atomically: temp file, fsync, rename.
-void writeTextAtomically(const fs::path &path, const std::string &text) {
-  fs::path tmp = path;
-  tmp += ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    fail("checkpoint: cannot create '", tmp.string(), "': ", std::strerror(errno));
-  const char *p = text.data();
-  size_t n = text.size();
-  while (n) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w < 0) {
-      int e = errno;
-      ::close(fd);
-      fail("checkpoint: cannot write '", tmp.string(), "': ", std::strerror(e));
-    }
-    p += w;
-    n -= (size_t)w;
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0)
-    fail("checkpoint: cannot sync '", tmp.string(), "': ", std::strerror(errno));
-  renameOrFail(tmp, path);
 }
 
 /// Name of a persistent buffer's tensor in a checkpoint file: a shard (and
@@ -181,7 +156,7 @@ std::string writeCheckpoint(const std::string &dir, const CheckpointState &state
                        {"bytes", all[2 * r + 1]},
                        {"fnv1a64", hex64(all[2 * r])}});
     m["files"] = files;
-    writeTextAtomically(tmp / "manifest.json", m.dump(2) + "\n");
+    writeFileAtomically((tmp / "manifest.json").string(), m.dump(2) + "\n", "checkpoint");
     fsyncPath(tmp, true);
     fs::path old;
     if (fs::exists(final)) {
@@ -193,7 +168,7 @@ std::string writeCheckpoint(const std::string &dir, const CheckpointState &state
     fsyncPath(D, true);
     if (!old.empty())
       fs::remove_all(old);
-    writeTextAtomically(D / "latest", stepName + "\n");
+    writeFileAtomically((D / "latest").string(), stepName + "\n", "checkpoint");
     fsyncPath(D, true);
   });
   return final.string();

@@ -1,6 +1,7 @@
 //===- StepLog.cpp - progress lines and the JSON step log -------------------===//
 #include "pipemesh/runtime/StepLog.h"
 
+#include "pipemesh/runtime/AtomicFile.h"
 #include "pipemesh/runtime/Error.h"
 
 #include <nlohmann/json.hpp>
@@ -53,8 +54,8 @@ JsonLog::JsonLog(const std::string &p, int64_t resumedAt) : path(p) {
   if (resumedAt >= 0) {
     // The steps before the checkpoint stay; lines of steps the resumed run
     // redoes (the interrupted run went past its last checkpoint) and a
-    // line cut short by the interruption go. Rewritten beside the file and
-    // renamed over it, so an interruption now loses nothing either.
+    // line cut short by the interruption go. Rewritten atomically, so an
+    // interruption now loses nothing either.
     std::string kept;
     if (std::FILE *in = std::fopen(p.c_str(), "r")) {
       char *line = nullptr;
@@ -71,12 +72,7 @@ JsonLog::JsonLog(const std::string &p, int64_t resumedAt) : path(p) {
       std::free(line);
       std::fclose(in);
     }
-    std::string tmp = p + ".tmp";
-    std::FILE *out = std::fopen(tmp.c_str(), "w");
-    if (!out || std::fwrite(kept.data(), 1, kept.size(), out) != kept.size() ||
-        std::fclose(out) != 0 || std::rename(tmp.c_str(), p.c_str()) != 0)
-      fail("cannot rewrite --log-json file '", p, "' for the resumed run: ",
-           std::strerror(errno));
+    writeFileAtomically(p, kept, "--log-json file");
   }
   file = std::fopen(p.c_str(), resumedAt >= 0 ? "a" : "w");
   if (!file)

@@ -77,6 +77,14 @@ class TempDirTest(unittest.TestCase):
     def path(self, name):
         return os.path.join(self.dir, name)
 
+    def write_tiny_plan(self, name="tiny.plan", **gpt):
+        """make_test_plan's tiny GPT (build_tiny_gpt's arguments) as a plan in the
+        test's folder; returns its path."""
+        b, _ = mtp.build_tiny_gpt(**gpt)
+        path = self.path(name)
+        mtp.write_plan(path, b.manifest(), b.weights)
+        return path
+
     def check_ok(self, r):
         self.assertEqual(r.returncode, 0, f"pipemesh-run failed:\n{r.stdout}\n{r.stderr}")
         return r

@@ -19,9 +19,7 @@ FLAGS = ["--lr", "3e-3", "--warmup-steps", "2", "--lr-schedule", "cosine", "--gr
 class Checkpoints(common.TempDirTest):
     def setUp(self):
         super().setUp()
-        b, _ = mtp.build_tiny_gpt(batch=2, seq=16, embd=32, heads=4, microbatches=2)
-        self.plan = self.path("tiny.plan")
-        mtp.write_plan(self.plan, b.manifest(), b.weights)
+        self.plan = self.write_tiny_plan(batch=2, seq=16, embd=32, heads=4, microbatches=2)
         self.ckpt = self.path("ckpt")
 
     def train(self, log, *extra):
@@ -83,6 +81,10 @@ class Checkpoints(common.TempDirTest):
         self.assertEqual([p["step"] for p in log], list(range(10)))
         self.assertEqual([p["loss"] for p in log], [p["loss"] for p in full])
         self.assertFalse(os.path.exists(self.path("log.jsonl.tmp")))
+        # A log that cannot be rewritten (its directory is gone) is an error naming it.
+        self.check_fails(common.run([self.plan, "--steps", 10, "--checkpoint-dir", self.ckpt,
+                                     "--resume", "--log-json", self.path("gone/log.jsonl")]),
+                         "--log-json file: cannot create")
         # A run that does not resume starts its log afresh.
         log, _ = self.train("log.jsonl")
         self.assertEqual([p["step"] for p in log], list(range(10)))
@@ -127,9 +129,8 @@ class Checkpoints(common.TempDirTest):
         self.check_fails(common.run([self.plan, "--steps", 3, "--checkpoint-dir", self.ckpt, "--resume"]),
                          "no complete checkpoint")
         self.train("a.jsonl", "--checkpoint-dir", self.ckpt, "--stop-at-step", 2, "--checkpoint-every", 2)
-        b, _ = mtp.build_tiny_gpt(batch=2, seq=16, embd=32, heads=4, microbatches=2, seed=9)
-        other = self.path("other.plan")
-        mtp.write_plan(other, b.manifest(), b.weights)
+        other = self.write_tiny_plan("other.plan", batch=2, seq=16, embd=32, heads=4,
+                                     microbatches=2, seed=9)
         self.check_fails(common.run([other, "--steps", 3, "--checkpoint-dir", self.ckpt, "--resume"]),
                          "was written for another plan")
 

@@ -17,8 +17,11 @@ import common
 from common import mtp
 
 
+TINY = dict(batch=2, seq=8, vocab=256, embd=16, heads=2)
+
+
 def tiny():
-    b, _ = mtp.build_tiny_gpt(batch=2, seq=8, vocab=256, embd=16, heads=2)
+    b, _ = mtp.build_tiny_gpt(**TINY)
     return b
 
 
@@ -213,9 +216,7 @@ class PlanErrors(common.TempDirTest):
 class DataErrors(common.TempDirTest):
     def setUp(self):
         super().setUp()
-        b = tiny()
-        self.plan = self.path("p.plan")
-        mtp.write_plan(self.plan, b.manifest(), b.weights)
+        self.plan = self.write_tiny_plan("p.plan", **TINY)
 
     def test_missing_data_file(self):
         self.check_fails(common.run([self.plan, "--data", self.path("none.bin"), "--steps", 1]),
@@ -377,9 +378,7 @@ class ElidedReplicas(common.TempDirTest):
 
 class CommandLine(common.TempDirTest):
     def test_bad_flags(self):
-        b = tiny()
-        path = self.path("p.plan")
-        mtp.write_plan(path, b.manifest(), b.weights)
+        path = self.write_tiny_plan("p.plan", **TINY)
         cases = [([path], "--steps N is required"),
                  ([path, "--steps", "x"], "--steps expects an integer"),
                  ([path, "--steps", 1, "--lr-schedule", "linear"], "constant or cosine"),

@@ -13,7 +13,6 @@ import subprocess
 import unittest
 
 import common
-from common import mtp
 
 
 def launch(plan, *mpirun_args):
@@ -33,9 +32,7 @@ def cpus(out):
 class Launch(common.TempDirTest):
     def setUp(self):
         super().setUp()
-        b, _ = mtp.build_tiny_gpt(batch=2, seq=8, vocab=256, embd=16, heads=2)
-        self.plan = self.path("tiny.plan")
-        mtp.write_plan(self.plan, b.manifest(), b.weights)
+        self.plan = self.write_tiny_plan(batch=2, seq=8, vocab=256, embd=16, heads=2)
 
     def test_default_binding_of_a_lone_rank_is_widened(self):
         r = self.check_ok(launch(self.plan))

@@ -79,9 +79,7 @@ class OnnxExport(common.TempDirTest):
         self.assertLess(os.path.getsize(self.path("trained.onnx")), 20000)
 
     def test_missing_source(self):
-        b, _ = mtp.build_tiny_gpt(batch=2, seq=16, embd=32, heads=4, source="nowhere.onnx")
-        plan = self.path("tiny.plan")
-        mtp.write_plan(plan, b.manifest(), b.weights)
+        plan = self.write_tiny_plan(batch=2, seq=16, embd=32, heads=4, source="nowhere.onnx")
         self.check_fails(common.run([plan, "--steps", 1, "--export-onnx", self.path("o.onnx")]),
                          "source model 'nowhere.onnx' does not exist")
 
