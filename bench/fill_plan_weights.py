@@ -12,9 +12,8 @@ weights equal those of the plan compiled from the model's full ONNX file.
 
 The model configuration is read off the plan's parameters (wte, wpe, the
 number of blocks); a parameter gen_gpt2.py does not make, or of another
-shape, is an error. Constants already in the plan are kept. Needs numpy;
-numba, where importable, makes the plan checksum of a large plan take a
-second instead of minutes.
+shape, is an error. Constants already in the plan are kept. Needs numpy and
+libxxhash.so.0 (the plan checksum; the bundle carries it).
 """
 import argparse
 import os

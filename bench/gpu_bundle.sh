@@ -36,6 +36,9 @@ ldd "${BINS[@]/#/$BUILD/bin/}" | awk '/=> \//{print $3}' | sort -u | while read 
     *) cp -L "$lib" "$T/lib/" ;;
   esac
 done
+# The plan checksum for bench/fill_plan_weights.py (make_test_plan.checksum64 loads
+# it with ctypes; pipemesh-run inlines the same function).
+cp -L "$(ldconfig -p | awk '/libxxhash.so.0 /{print $NF; exit}')" "$T/lib/"
 # Open MPI's components (dlopened from its package library directory, found through
 # OPAL_PREFIX) and their helper libraries; a component whose dependencies are missing
 # there (UCX, libfabric, PSM) is skipped by Open MPI.

@@ -71,7 +71,7 @@ def write_plan(path, manifest, weights):
     m = json.dumps(manifest, separators=(",", ":")).encode()
     body = m + weights
     head = mtp.MAGIC + struct.pack("<II", mtp.VERSION, 0) + struct.pack(
-        "<QQQ", len(m), len(weights), mtp.fnv1a64(body))
+        "<QQQ", len(m), len(weights), mtp.checksum64(body))
     with open(path, "wb") as f:
         f.write(head + body)
 

@@ -12,7 +12,7 @@ PACKAGES=(
   # thread pool (runtime/CMakeLists.txt). Installing it leaves the system's
   # default libblas (the pthread build) as it is.
   libopenblas-dev libopenblas-openmp-dev libgtest-dev
-  nlohmann-json3-dev
+  nlohmann-json3-dev libxxhash-dev
   python3-numpy python3-torch
   clang-14 libclang-rt-14-dev
 )

@@ -8,14 +8,6 @@
 
 namespace pipemesh::plan {
 
-uint64_t fnv1a64(llvm::StringRef bytes, uint64_t hash) {
-  for (unsigned char c : bytes) {
-    hash ^= c;
-    hash *= 0x100000001b3ull;
-  }
-  return hash;
-}
-
 std::optional<int64_t> parseByteSize(llvm::StringRef text) {
   static const std::pair<const char *, double> units[] = {
       {"TiB", 1024.0 * 1024 * 1024 * 1024}, {"GiB", 1024.0 * 1024 * 1024},

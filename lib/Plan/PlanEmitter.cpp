@@ -791,7 +791,7 @@ LogicalResult PlanBuilder::run(llvm::raw_ostream &os) {
   std::string blob;
   if (failed(detail::writeWeights(sh.module, weights, sh.opts.shapesOnly, blob)))
     return failure();
-  uint64_t hash = fnv1a64(blob, fnv1a64(manifest));
+  uint64_t hash = planChecksum(manifest, blob);
   uint32_t version = kPlanFormatVersion, reserved = 0;
   uint64_t lm = manifest.size(), lw = blob.size();
   os.write(kPlanMagic, 8);

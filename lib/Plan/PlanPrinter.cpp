@@ -46,7 +46,7 @@ bool printPlan(llvm::StringRef path, llvm::raw_ostream &os, std::string &why) {
     return false;
   }
   llvm::StringRef bytes = (*buffer)->getBuffer();
-  if (bytes.size() < 40 || std::memcmp(bytes.data(), kPlanMagic, 8) != 0) {
+  if (bytes.size() < kPlanHeaderBytes || std::memcmp(bytes.data(), kPlanMagic, 8) != 0) {
     why = "'" + path.str() + "' is not a PipeMesh plan";
     return false;
   }
@@ -61,15 +61,16 @@ bool printPlan(llvm::StringRef path, llvm::raw_ostream &os, std::string &why) {
           std::to_string(kPlanFormatVersion);
     return false;
   }
-  if (bytes.size() - 40 < lm || bytes.size() - 40 - lm != lw) {
+  llvm::StringRef body = bytes.drop_front(kPlanHeaderBytes);
+  if (body.size() < lm || body.size() - lm != lw) {
     why = "plan is truncated or has trailing bytes";
     return false;
   }
-  if (fnv1a64(bytes.substr(40, lm + lw)) != hash) {
+  if (planChecksum(body.take_front(lm), body.drop_front(lm)) != hash) {
     why = "plan is damaged (checksum mismatch)";
     return false;
   }
-  auto parsed = json::parse(bytes.substr(40, lm));
+  auto parsed = json::parse(body.take_front(lm));
   if (!parsed) {
     why = "plan manifest is not valid JSON: " + llvm::toString(parsed.takeError());
     return false;

@@ -1,5 +1,6 @@
 //===- PlanLoader.cpp - a plan file's programs as a simulator Job ---------===//
 #include "pipemesh/Sim/PlanLoader.h"
+#include "pipemesh/Plan/PlanFormat.h"
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/Support/Endian.h"
@@ -15,8 +16,6 @@ using namespace pipemesh::sim;
 namespace json = llvm::json;
 
 namespace {
-
-constexpr size_t kHeaderBytes = 40;
 
 int64_t align64(int64_t v) { return (v + 63) / 64 * 64; }
 
@@ -419,18 +418,19 @@ bool pipemesh::sim::loadPlanFile(llvm::StringRef path, LoadedPlan &out, std::str
     why = "cannot read plan '" + path.str() + "': " + ec.message();
     return false;
   }
-  if (fileSize < kHeaderBytes) {
+  if (fileSize < plan::kPlanHeaderBytes) {
     why = "'" + path.str() + "' is not a PipeMesh plan (" + std::to_string(fileSize) +
           " bytes, shorter than the header)";
     return false;
   }
-  auto head = llvm::MemoryBuffer::getFileSlice(path, kHeaderBytes, 0);
+  auto head = llvm::MemoryBuffer::getFileSlice(path, plan::kPlanHeaderBytes, 0);
   if (!head) {
     why = "cannot read plan '" + path.str() + "': " + head.getError().message();
     return false;
   }
   llvm::StringRef h = (*head)->getBuffer();
-  if (h.size() < kHeaderBytes || h.substr(0, 8) != llvm::StringRef("PMPLAN\0\0", 8)) {
+  if (h.size() < plan::kPlanHeaderBytes ||
+      h.substr(0, 8) != llvm::StringRef(plan::kPlanMagic, 8)) {
     why = "'" + path.str() + "' is not a PipeMesh plan (bad magic)";
     return false;
   }
@@ -440,20 +440,21 @@ bool pipemesh::sim::loadPlanFile(llvm::StringRef path, LoadedPlan &out, std::str
   auto u64 = [&](size_t at) {
     return llvm::support::endian::read64le(h.data() + at);
   };
-  if (u32(8) != 1) {
+  if (u32(8) != plan::kPlanFormatVersion) {
     why = "plan '" + path.str() + "': format version " + std::to_string(u32(8)) +
-          ", this pipemesh-sim reads version 1";
+          ", this pipemesh-sim reads version " + std::to_string(plan::kPlanFormatVersion) +
+          " (recompile it with a matching pipemesh-opt)";
     return false;
   }
   uint64_t manifestLen = u64(16), weightsLen = u64(24);
-  const uint64_t body = fileSize - kHeaderBytes;
+  const uint64_t body = fileSize - plan::kPlanHeaderBytes;
   if (manifestLen > body || weightsLen > body - manifestLen) {
     why = "plan '" + path.str() + "' is truncated: the header announces " +
           std::to_string(manifestLen) + " manifest + " + std::to_string(weightsLen) +
           " weight bytes but only " + std::to_string(body) + " follow";
     return false;
   }
-  auto whole = llvm::MemoryBuffer::getFileSlice(path, manifestLen, kHeaderBytes);
+  auto whole = llvm::MemoryBuffer::getFileSlice(path, manifestLen, plan::kPlanHeaderBytes);
   if (!whole || (*whole)->getBufferSize() != manifestLen) {
     why = "plan '" + path.str() + "': cannot read its manifest of " +
           std::to_string(manifestLen) + " bytes";

@@ -44,7 +44,7 @@ json elidedManifest() {
          {comm, {{"op", "adamw"}, {"params", {{{"param", 0}, {"norm_dp0_only", true}}}}}}}};
   };
   return json{{"format", "pipemesh-plan"},
-              {"version", 1},
+              {"version", kPlanVersion},
               {"model", {{"batch", 1}, {"seq", 2}, {"vocab", 4}}},
               {"parallel",
                {{"pp", 2}, {"dp", 2}, {"microbatches", 1}, {"world_size", 4},
@@ -77,11 +77,11 @@ public:
       u32((uint32_t)v);
       u32((uint32_t)(v >> 32));
     };
-    u32(1);
+    u32(kPlanVersion);
     u32(0);
     u64(m.size());
     u64(w.size());
-    u64(fnv1a64(body.data(), body.size()));
+    u64(checksum64(body.data(), body.size()));
     std::ofstream(path, std::ios::binary) << head << body;
   }
   ~PlanFile() { std::remove(path.c_str()); }
@@ -201,4 +201,21 @@ TEST(PlanReader, CrossRankChecksNameWhatIsNotListed) {
       }
     }
   }
+}
+
+// The plan and checkpoint checksum is libxxhash's XXH3-64 (seed 0): the
+// values below are the reference implementation's (XXH3_64bits, through
+// Python's xxhash module), so another language can check our files; fed in
+// pieces, it gives the one-shot value.
+TEST(Checksum, IsXxh3SixtyFourAndStreams) {
+  EXPECT_EQ(checksum64("", 0), 0x2d06800538d394c2ull);
+  EXPECT_EQ(checksum64("abc", 3), 0x78af5f94892f3950ull);
+  std::string bytes;
+  for (int i = 0; i < 40 * 256; ++i)
+    bytes.push_back((char)(i % 256));
+  EXPECT_EQ(checksum64(bytes.data(), bytes.size()), 0xc03d2231ab9348f3ull);
+  Checksum64 pieces;
+  for (size_t at = 0, n = 1; at < bytes.size(); at += n, n = n * 3 + 1)
+    pieces.update(bytes.data() + at, std::min(n, bytes.size() - at));
+  EXPECT_EQ(pieces.digest(), 0xc03d2231ab9348f3ull);
 }

@@ -38,7 +38,7 @@ import sys
 import numpy as np
 
 MAGIC = b"PMPLAN\0\0"
-VERSION = 1
+VERSION = 2
 ALIGN = 64
 
 _DTYPES = {  # plan dtype -> (numpy dtype, safetensors dtype)
@@ -50,38 +50,35 @@ _DTYPES = {  # plan dtype -> (numpy dtype, safetensors dtype)
 }
 
 
-def fnv1a64(data: bytes, h: int = 0xCBF29CE484222325) -> int:
-    """64-bit FNV-1a (the plan and checkpoint checksum)."""
-    if len(data) >= 1 << 20:
-        fast = _fnv1a64_compiled()
-        if fast:
-            return int(fast(np.frombuffer(data, np.uint8), np.uint64(h)))
-    for byte in data:
-        h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return h
+def checksum64(data: bytes) -> int:
+    """XXH3-64 (seed 0) of `data`: the plan and checkpoint checksum. From the C library
+    libxxhash (what pipemesh-run inlines), loaded with ctypes: no Python package needed,
+    and bench/gpu_bundle.sh carries libxxhash.so.0 to machines that lack it."""
+    view = np.frombuffer(data, np.uint8)  # bytes, bytearray or memoryview, not copied
+    return _libxxhash().XXH3_64bits(view.ctypes.data, view.size)
 
 
-_FNV_COMPILED = []
+_LIBXXHASH = []
 
 
-def _fnv1a64_compiled():
-    """numba's compilation of the same loop, where numba is importable (a byte loop in
-    Python takes minutes over the gigabyte of a GPT-2 350M plan's weights); else None."""
-    if not _FNV_COMPILED:
-        try:
-            import numba
-
-            @numba.njit(cache=False)
-            def loop(a, h):
-                prime = np.uint64(0x100000001B3)
-                for i in range(a.size):
-                    h = (h ^ np.uint64(a[i])) * prime
-                return h
-
-            _FNV_COMPILED.append(loop)
-        except ImportError:
-            _FNV_COMPILED.append(None)
-    return _FNV_COMPILED[0]
+def _libxxhash():
+    if not _LIBXXHASH:
+        import ctypes
+        import ctypes.util
+        names = ["libxxhash.so.0", ctypes.util.find_library("xxhash")]
+        for name in filter(None, names):
+            try:
+                lib = ctypes.CDLL(name)
+                break
+            except OSError:
+                continue
+        else:
+            sys.exit("make_test_plan.py: libxxhash.so.0 not found (the plan checksum is "
+                     "XXH3-64; install libxxhash0, or add its folder to LD_LIBRARY_PATH)")
+        lib.XXH3_64bits.restype = ctypes.c_uint64
+        lib.XXH3_64bits.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        _LIBXXHASH.append(lib)
+    return _LIBXXHASH[0]
 
 
 def plan_dtype(a: np.ndarray) -> str:
@@ -133,14 +130,14 @@ def plan_bytes(manifest: dict, weights: dict, version: int = VERSION) -> bytes:
     m = json.dumps(manifest, separators=(",", ":")).encode()
     w = safetensors_bytes(weights)
     body = m + w
-    head = MAGIC + struct.pack("<II", version, 0) + struct.pack("<QQQ", len(m), len(w), fnv1a64(body))
+    head = MAGIC + struct.pack("<II", version, 0) + struct.pack("<QQQ", len(m), len(w), checksum64(body))
     return head + body
 
 
 def write_plan(path: str, manifest: dict, weights: dict, version: int = VERSION, corrupt: str = None):
     data = bytearray(plan_bytes(manifest, weights, version))
     if corrupt == "version":
-        data[8:12] = struct.pack("<I", 2)
+        data[8:12] = struct.pack("<I", VERSION + 1)
     elif corrupt == "truncate":
         data = data[: len(data) - 100]
     elif corrupt == "checksum":

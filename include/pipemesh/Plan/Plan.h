@@ -8,6 +8,7 @@
 #ifndef PIPEMESH_PLAN_PLAN_H
 #define PIPEMESH_PLAN_PLAN_H
 
+#include "pipemesh/Plan/PlanFormat.h"
 #include "pipemesh/Plan/Schedule.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -20,8 +21,6 @@
 
 namespace pipemesh::plan {
 
-constexpr uint32_t kPlanFormatVersion = 1;
-constexpr char kPlanMagic[8] = {'P', 'M', 'P', 'L', 'A', 'N', 0, 0};
 
 /// The `--pipemesh-compile="..."` options.
 struct CompileOptions {
@@ -115,8 +114,9 @@ constexpr int64_t kMaxMessageTag = 32767;
 /// Prints a plan file as readable text; false with `why` for a bad file.
 bool printPlan(llvm::StringRef path, llvm::raw_ostream &os, std::string &why);
 
-/// FNV-1a 64 of `bytes`, continuing from `hash`.
-uint64_t fnv1a64(llvm::StringRef bytes, uint64_t hash = 0xcbf29ce484222325ull);
+/// The plan container's checksum: XXH3-64 of the manifest bytes followed by
+/// the weight bytes (docs/plan-format.md).
+uint64_t planChecksum(llvm::StringRef manifest, llvm::StringRef weights);
 
 } // namespace pipemesh::plan
 

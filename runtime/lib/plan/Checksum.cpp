@@ -1,17 +1,32 @@
-//===- Checksum.cpp - FNV-1a 64 ------------------------------------------===//
+//===- Checksum.cpp - XXH3-64 ---------------------------------------------===//
 #include "pipemesh/runtime/Checksum.h"
+#include "pipemesh/runtime/Error.h"
 
 #include <cstdio>
 
+// The implementation inlined from the header: no libxxhash.so to ship with
+// pipemesh-run (bench/gpu_bundle.sh), the same function as the library's.
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 namespace pipemesh::rt {
 
-uint64_t fnv1a64(const void *data, size_t n, uint64_t h) {
-  const uint8_t *p = static_cast<const uint8_t *>(data);
-  for (size_t i = 0; i < n; ++i) {
-    h ^= p[i];
-    h *= 0x100000001b3ull;
-  }
-  return h;
+uint64_t checksum64(const void *data, size_t n) { return XXH3_64bits(data, n); }
+
+Checksum64::Checksum64() : state(XXH3_createState()) {
+  if (!state)
+    fail("out of memory for a checksum state");
+  XXH3_64bits_reset(static_cast<XXH3_state_t *>(state));
+}
+
+Checksum64::~Checksum64() { XXH3_freeState(static_cast<XXH3_state_t *>(state)); }
+
+void Checksum64::update(const void *data, size_t n) {
+  XXH3_64bits_update(static_cast<XXH3_state_t *>(state), data, n);
+}
+
+uint64_t Checksum64::digest() const {
+  return XXH3_64bits_digest(static_cast<const XXH3_state_t *>(state));
 }
 
 std::string hex64(uint64_t v) {

@@ -519,7 +519,7 @@ Plan readPlan(const std::string &path, int64_t ownRank) {
          " weight bytes but only ", body, " follow");
   if (L + W != body)
     fail("plan '", path, "' is damaged: ", body - L - W, " unexpected bytes after the weights");
-  uint64_t actual = fnv1a64(d + kPlanHeaderBytes, L + W);
+  uint64_t actual = checksum64(d + kPlanHeaderBytes, L + W);
   if (actual != sum)
     fail("plan '", path, "' is damaged: checksum ", hex64(actual), " does not match the ",
          hex64(sum), " in its header");

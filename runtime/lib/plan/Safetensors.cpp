@@ -142,8 +142,9 @@ uint64_t SafetensorsWriter::size() const {
   return n;
 }
 
-static void writeAll(int fd, const void *data, uint64_t n, const std::string &what, uint64_t &h) {
-  h = fnv1a64(data, n, h);
+static void writeAll(int fd, const void *data, uint64_t n, const std::string &what,
+                     Checksum64 &sum) {
+  sum.update(data, n);
   const char *p = static_cast<const char *>(data);
   while (n) {
     ssize_t w = ::write(fd, p, n > (1u << 30) ? (1u << 30) : n);
@@ -163,12 +164,12 @@ uint64_t SafetensorsWriter::write(int fd, const std::string &what) const {
   uint64_t n = h.size();
   for (int i = 0; i < 8; ++i)
     len[i] = (uint8_t)(n >> (8 * i));
-  uint64_t sum = kFnv1aBasis;
+  Checksum64 sum;
   writeAll(fd, len, 8, what, sum);
   writeAll(fd, h.data(), h.size(), what, sum);
   for (const Item &it : items)
     writeAll(fd, it.data, it.bytes, what, sum);
-  return sum;
+  return sum.digest();
 }
 
 } // namespace pipemesh::rt

@@ -22,7 +22,7 @@ namespace pipemesh::rt {
 namespace {
 
 constexpr const char *kFormat = "pipemesh-checkpoint";
-constexpr int kVersion = 1;
+constexpr int kVersion = 2; // 2: file checksums are XXH3-64 ("xxh3_64"), were FNV-1a
 
 void fsyncPath(const fs::path &p, bool directory) {
   int fd = ::open(p.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
@@ -154,7 +154,7 @@ std::string writeCheckpoint(const std::string &dir, const CheckpointState &state
       files.push_back({{"rank", r},
                        {"file", "rank-" + std::to_string(r) + ".safetensors"},
                        {"bytes", all[2 * r + 1]},
-                       {"fnv1a64", hex64(all[2 * r])}});
+                       {"xxh3_64", hex64(all[2 * r])}});
     m["files"] = files;
     writeFileAtomically((tmp / "manifest.json").string(), m.dump(2) + "\n", "checkpoint");
     fsyncPath(tmp, true);
@@ -243,8 +243,12 @@ CheckpointState loadCheckpoint(const std::string &dir, const Plan &plan, const R
                    "a non-negative integer")
           .get<int64_t>();
     };
-    if (need("format") != kFormat || need("version") != kVersion)
-      fail("checkpoint '", S.string(), "' is not a version ", kVersion, " PipeMesh checkpoint");
+    if (need("format") != kFormat)
+      fail("checkpoint '", S.string(), "' is not a PipeMesh checkpoint");
+    if (need("version") != kVersion)
+      fail("checkpoint '", S.string(), "' is a version ", need("version").dump(),
+           " PipeMesh checkpoint, this pipemesh-run reads version ", kVersion,
+           " (resume it with the pipemesh-run and plan that wrote it)");
     // Same configuration only: a checkpoint's files are this layout's shards
     // (resharding to another pp / dp / zero is not supported).
     if (m.contains("parallel")) {
@@ -291,14 +295,14 @@ CheckpointState loadCheckpoint(const std::string &dir, const Plan &plan, const R
     };
     fs::path file = S / text(field("file"), at + ".file");
     uint64_t wantSum = 0;
-    if (!parseHex64(text(field("fnv1a64"), at + ".fnv1a64"), wantSum))
+    if (!parseHex64(text(field("xxh3_64"), at + ".xxh3_64"), wantSum))
       fail("checkpoint '", S.string(), "': bad checksum for rank ", rank.rank);
     auto mf = MappedFile::open(file.string(), "checkpoint file");
     uint64_t wantBytes = (uint64_t)count(field("bytes"), at + ".bytes");
     if (mf->size() != wantBytes)
       fail("checkpoint file '", file.string(), "' is damaged: ", mf->size(),
            " bytes, the manifest says ", wantBytes);
-    uint64_t sum = fnv1a64(mf->data(), mf->size());
+    uint64_t sum = checksum64(mf->data(), mf->size());
     if (sum != wantSum)
       fail("checkpoint file '", file.string(), "' is damaged: checksum ", hex64(sum),
            " does not match the manifest's ", hex64(wantSum));

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checkpoints: an interrupted run resumed from its newest checkpoint gives a
 loss trajectory bit-identical to an uninterrupted run; the files are
-complete, checksummed (FNV-1a 64 in manifest.json) and atomic (no temp files
+complete, checksummed (XXH3-64 in manifest.json) and atomic (no temp files
 left, incomplete step directories ignored); damaged files and checkpoints of
 another plan are rejected with a clear error.
 """
@@ -56,7 +56,7 @@ class Checkpoints(common.TempDirTest):
             (entry,) = m["files"]
             data = common.read_bytes(os.path.join(self.ckpt, step, entry["file"]))
             self.assertEqual(len(data), entry["bytes"])
-            self.assertEqual(int(entry["fnv1a64"], 16), mtp.fnv1a64(data))
+            self.assertEqual(int(entry["xxh3_64"], 16), mtp.checksum64(data))
             tensors = mtp.read_safetensors(data)
             names = {n.split("/")[0] for n in tensors}
             self.assertEqual(names, {"param", "adam_m", "adam_v"})
@@ -117,7 +117,10 @@ class Checkpoints(common.TempDirTest):
                            (lambda m: m.update(step="4"), "field 'step' must be a non-negative integer, got \"4\""),
                            (lambda m: m["files"].insert(0, 7), "field 'files[0]' must be an object, got 7"),
                            (lambda m: m["files"][0].update(bytes=-1),
-                            "field 'files[rank 0].bytes' must be a non-negative integer, got -1")):
+                            "field 'files[rank 0].bytes' must be a non-negative integer, got -1"),
+                           # A checkpoint of an older format (version 1 had FNV-1a checksums).
+                           (lambda m: m.update(version=1),
+                            "is a version 1 PipeMesh checkpoint, this pipemesh-run reads version 2")):
             m = json.loads(json.dumps(good))
             edit(m)
             with open(mpath, "w") as out:

@@ -181,7 +181,7 @@ class CompiledParallel(common.TempDirTest):
             m["ranks"] = [mtp.replica_entry(r, d) for r in m["ranks"] for d in range(dp)]
             body = json.dumps(m, separators=(",", ":")).encode() + raw[40 + L:40 + L + W]
             with open(out, "wb") as f:
-                f.write(mtp.MAGIC + struct.pack("<IIQQQ", 1, 0, len(body) - W, W, mtp.fnv1a64(body)) + body)
+                f.write(mtp.MAGIC + struct.pack("<IIQQQ", mtp.VERSION, 0, len(body) - W, W, mtp.checksum64(body)) + body)
             return len(m["ranks"])
 
         def export(plan, name):

@@ -36,7 +36,7 @@ def final_params(ckpt_step_dir):
     whole, shards = {}, {}
     for entry in manifest["files"]:
         data = common.read_bytes(os.path.join(ckpt_step_dir, entry["file"]))
-        assert len(data) == entry["bytes"] and int(entry["fnv1a64"], 16) == mtp.fnv1a64(data)
+        assert len(data) == entry["bytes"] and int(entry["xxh3_64"], 16) == mtp.checksum64(data)
         for name, value in mtp.read_safetensors(data).items():
             kind, _, pname = name.partition("/")
             if kind != "param":
@@ -200,7 +200,7 @@ class ShardedCheckpoints(common.TempDirTest):
         self.assertEqual(sorted(os.listdir(step4)), ["manifest.json"] + [f"rank-{r}.safetensors" for r in range(4)])
         for e in m["files"]:
             data = common.read_bytes(os.path.join(step4, e["file"]))
-            self.assertEqual((len(data), int(e["fnv1a64"], 16)), (e["bytes"], mtp.fnv1a64(data)))
+            self.assertEqual((len(data), int(e["xxh3_64"], 16)), (e["bytes"], mtp.checksum64(data)))
             names = set(mtp.read_safetensors(data))
             # zero=1: moments are shards; rank r = p*dp + d holds shard d.
             d = e["rank"] % 2

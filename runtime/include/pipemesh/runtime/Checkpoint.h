@@ -8,7 +8,7 @@
 //   D/step-<s>/manifest.json         step, plan checksum, world size and
 //                                    parallel configuration (pp, dp, zero,
 //                                    ...), RNG state, and per rank file its
-//                                    size and FNV-1a 64 checksum (rank 0)
+//                                    size and XXH3-64 checksum (rank 0)
 //   D/latest                         "step-<s>\n", replaced last
 // <s> counts completed steps. Every file is written to a temporary name,
 // fsync'ed and renamed; the step directory is built as D/.step-<s>.tmp and

@@ -1,7 +1,7 @@
 //===- Plan.h - the plan artifact as the runtime sees it --------*- C++ -*-===//
 //
 // docs/plan-format.md specifies the file. readPlan() checks the container
-// (magic, version, lengths, FNV-1a 64 checksum), parses the manifest with
+// (magic, version, lengths, XXH3-64 checksum), parses the manifest with
 // nlohmann::json into these structs (every missing or mistyped field is an
 // Error naming its JSON path) and the safetensors weights blob, and validates
 // the buffer table (shapes against bytes, offsets inside the arena and
@@ -26,7 +26,7 @@
 namespace pipemesh::rt {
 
 constexpr char kPlanMagic[8] = {'P', 'M', 'P', 'L', 'A', 'N', 0, 0};
-constexpr uint32_t kPlanVersion = 1;
+constexpr uint32_t kPlanVersion = 2; // 2: the checksum is XXH3-64, was FNV-1a
 constexpr uint64_t kPlanHeaderBytes = 40;
 constexpr uint64_t kArenaAlignment = 64;
 
@@ -130,7 +130,7 @@ struct ParallelInfo {
 struct Plan {
   std::string path;
   uint32_t version = 0;
-  uint64_t checksum = 0; ///< the container's FNV-1a 64 (identifies the plan)
+  uint64_t checksum = 0; ///< the container's XXH3-64 (identifies the plan)
   ModelInfo model;
   ParallelInfo parallel;
   std::string tokensInput, targetsInput;

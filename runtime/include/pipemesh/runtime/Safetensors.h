@@ -55,7 +55,7 @@ public:
   void setMetadata(const std::string &key, const std::string &value) { metadata[key] = value; }
   /// Total size of the blob write() produces.
   uint64_t size() const;
-  /// Writes the blob to `fd`, returning its FNV-1a 64 checksum. Throws Error
+  /// Writes the blob to `fd`, returning its checksum64. Throws Error
   /// naming `what` on an I/O failure.
   uint64_t write(int fd, const std::string &what) const;
 

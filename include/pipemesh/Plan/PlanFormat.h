@@ -1,0 +1,23 @@
+//===- PlanFormat.h - the plan container's constants ------------*- C++ -*-===//
+//
+// What the compiler writes and its readers (--print-plan, pipemesh-sim) check
+// first; docs/plan-format.md. pipemesh-run, which links no LLVM, states the
+// same in runtime/include/pipemesh/runtime/Plan.h.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PIPEMESH_PLAN_PLANFORMAT_H
+#define PIPEMESH_PLAN_PLANFORMAT_H
+
+#include <cstdint>
+
+namespace pipemesh::plan {
+
+/// 2: the checksum is XXH3-64 (was FNV-1a 64).
+constexpr uint32_t kPlanFormatVersion = 2;
+constexpr char kPlanMagic[8] = {'P', 'M', 'P', 'L', 'A', 'N', 0, 0};
+/// magic, version, reserved, manifest and weight lengths, checksum.
+constexpr uint64_t kPlanHeaderBytes = 40;
+
+} // namespace pipemesh::plan
+
+#endif // PIPEMESH_PLAN_PLANFORMAT_H
