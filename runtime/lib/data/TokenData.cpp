@@ -1,6 +1,7 @@
 //===- TokenData.cpp - llm.c token shards and the default corpus ------------===//
 #include "pipemesh/runtime/TokenData.h"
 
+#include "pipemesh/runtime/AtomicFile.h"
 #include "pipemesh/runtime/DefaultCorpus.h"
 #include "pipemesh/runtime/Error.h"
 
@@ -68,18 +69,18 @@ std::shared_ptr<TokenData> TokenData::defaultCorpus(int64_t vocab) {
 }
 
 void writeShard(const std::string &path, const std::vector<uint16_t> &tokens) {
-  std::FILE *f = std::fopen(path.c_str(), "wb");
-  if (!f)
-    fail("cannot write '", path, "': ", std::strerror(errno));
-  int32_t header[256] = {0};
-  header[0] = kShardMagic;
-  header[1] = kShardVersion;
-  header[2] = (int32_t)tokens.size();
-  bool ok = std::fwrite(header, sizeof header, 1, f) == 1 &&
-            (tokens.empty() || std::fwrite(tokens.data(), 2, tokens.size(), f) == tokens.size());
-  ok = std::fclose(f) == 0 && ok;
-  if (!ok)
-    fail("cannot write '", path, "': ", std::strerror(errno));
+  std::string bytes(kShardHeaderBytes + 2 * tokens.size(), '\0');
+  auto put = [&](size_t at, uint32_t v, int n) {
+    for (int i = 0; i < n; ++i)
+      bytes[at + i] = (char)(v >> (8 * i));
+  };
+  put(0, (uint32_t)kShardMagic, 4);
+  put(4, (uint32_t)kShardVersion, 4);
+  put(8, (uint32_t)tokens.size(), 4);
+  for (size_t i = 0; i < tokens.size(); ++i)
+    put(kShardHeaderBytes + 2 * i, tokens[i], 2);
+  // Beside and renamed over: a failed write leaves what was at `path`.
+  writeFileAtomically(path, bytes, "token shard");
 }
 
 } // namespace pipemesh::rt

@@ -6,6 +6,9 @@ wrap-arounds of the window count; and the default corpus as a shard.
 """
 import json
 import os
+import resource
+import signal
+import subprocess
 
 import numpy as np
 
@@ -84,6 +87,22 @@ class Sampling(common.TempDirTest):
         self.assertLess(int(tokens.max()), 128)
         text = bytes(tokens.astype(np.uint8)).decode("ascii")
         self.assertTrue(text.startswith("Chapter 1\n\n"))
+
+    def test_failed_corpus_write_keeps_the_file(self):
+        # Under a 64 KiB file-size limit (the corpus is about 200 KB) the write fails: the
+        # file that was there is left as it was, and no temporary is left beside it.
+        path = self.path("mine.bin")
+        with open(path, "wb") as f:
+            f.write(b"the user's own shard")
+        def limited():
+            resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, 64 << 10))
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG, not death
+        r = subprocess.run([common.PIPEMESH_RUN, "--write-default-corpus", path],
+                           capture_output=True, text=True, timeout=60, preexec_fn=limited)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("token shard: cannot write", r.stderr)
+        self.assertEqual(common.read_bytes(path), b"the user's own shard")
+        self.assertEqual(os.listdir(self.dir), ["mine.bin"])
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@
 #include "pipemesh/runtime/DefaultCorpus.h"
 #include "pipemesh/runtime/Error.h"
 #include "pipemesh/runtime/OnnxExport.h"
+#include "pipemesh/runtime/Plan.h"
 #include "pipemesh/runtime/TokenData.h"
 #include "pipemesh/runtime/Trainer.h"
 #ifdef PIPEMESH_HAVE_CUDA
@@ -83,7 +84,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (cl.version) {
-    std::printf("pipemesh-run (PipeMesh) plan format 1\n");
+    std::printf("pipemesh-run (PipeMesh) plan format %u\n", (unsigned)rt::kPlanVersion);
     return 0;
   }
   if (!cl.writeDefaultCorpus.empty()) {
