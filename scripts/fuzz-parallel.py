@@ -1,0 +1,262 @@
+#!/usr/bin/env python3
+"""Random parallel configurations, compiled and trained: parallel equivalence beyond the grids.
+
+    /usr/bin/python3 scripts/fuzz-parallel.py [--build build] [--seed 1] [--count 50]
+        [--minutes M] [--steps 3] [--keep]
+
+Each sample draws a small GPT (2 to 8 layers) and a configuration from everything
+`--pipemesh-compile` takes: pp, dp, vpp, micro-batches and their size, schedule (gpipe,
+1f1b, interleaved, bfs, zb-h1, zb-h2, elastic with drawn groups or groups=auto),
+defer-w, zero (a level, a level per chunk, or auto), prefetch, recompute (with a
+mem-limit for auto), layers-per-stage, and sometimes bf16 activations, parameters or
+gradient sums. It compiles the plan, trains it `--steps` steps under `mpirun` (one
+process per rank, oversubscribed), and compares the losses and gradient norms with the
+same model at pp=1 dp=1 on the same global batch (canonical sampling: the same data).
+A share of them (--resume-share) is also stopped after a drawn step with checkpoints and
+resumed: the step log must then equal the uninterrupted run's exactly.
+
+A finding is:
+  - a compile that crashes or reports an internal error (a refusal with a message is
+    not: the draw was impossible, and the refusals are counted by their first words);
+  - a compiled plan that does not train (a non-zero exit, or a hang past --timeout);
+  - losses or gradient norms off the reference by more than 1e-5 relative (f32; the
+    oracle of docs/parallel-plan.md), or by more than 2e-2 with a bf16 option (bf16
+    rounds differently when the sums are ordered differently: that bound catches a
+    wrong gradient or lost data, not rounding);
+  - a checkpoint or resume that fails, or a resumed log that differs.
+Each finding's plan and command are kept in the work directory, which is removed when
+nothing was found (and --keep is not given).
+"""
+import argparse
+import collections
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+CRASH_WORDS = ("Assertion", "terminate called", "UNREACHABLE", "Stack dump", "Segmentation",
+               "internal error", "AddressSanitizer", "runtime error:")
+MAX_WORLD = 8
+
+
+def composition(rng, total, parts):
+    """`parts` positive integers summing to `total` (None when total < parts)."""
+    if total < parts:
+        return None
+    cuts = sorted(rng.sample(range(1, total), parts - 1))
+    return [b - a for a, b in zip([0] + cuts, cuts + [total])]
+
+
+def draw(rng):
+    """One configuration: (layers, batch, seq, options dict, tolerance class)."""
+    pp = rng.choice([1, 2, 2, 3, 4])
+    dp = rng.choice([1, 1, 2, 2, 3, 4])
+    while pp * dp > MAX_WORLD:
+        dp -= 1
+    schedule = rng.choice(["gpipe", "1f1b", "interleaved", "bfs", "zb-h1", "zb-h2",
+                           "elastic", "elastic"])
+    vpp = 1 if schedule in ("gpipe", "1f1b", "zb-h1", "zb-h2") else rng.choice([1, 2, 2, 3])
+    # Mostly a layer or more per chunk; sometimes too few (a refusal to check).
+    layers = rng.choice([2, 3, 4, 6, 8])
+    if layers < pp * vpp and rng.random() < 0.85:
+        layers = max(pp * vpp, rng.choice([4, 6, 8]))
+    m = rng.choice([1, 2, 3, 4, 4, 6, 8])
+    o = {"batch": rng.choice([1, 2]), "seq": rng.choice([8, 16]), "pp": pp, "dp": dp,
+         "vpp": vpp, "microbatches": m, "schedule": schedule}
+    if schedule == "elastic":
+        if rng.random() < 0.3:
+            o["groups"] = "auto"
+            o["cluster"] = rng.choice(["a100-40g-25gbps", "a100-40g-100gbps"])
+        else:
+            o["fwd-groups"] = ",".join(map(str, composition(rng, m, rng.randint(1, m))))
+            o["bwd-groups"] = ",".join(map(str, composition(rng, m, rng.randint(1, m))))
+        if rng.random() < 0.5:
+            o["defer-w"] = rng.choice(["none", "chunk", "all", "bucket"])
+    if dp > 1:
+        z = rng.random()
+        if z < 0.6:
+            o["zero"] = str(rng.choice([0, 1, 2, 3]))
+        elif z < 0.8:
+            o["zero"] = ",".join(str(rng.choice([0, 1, 2, 3])) for _ in range(pp * vpp))
+        else:
+            o["zero"] = "auto"
+            o["cluster"] = o.get("cluster", "a100-40g-25gbps")
+        if "3" in o["zero"] and rng.random() < 0.5:
+            o["prefetch"] = rng.choice(["1", "2", "auto"])
+    r = rng.random()
+    if r < 0.25:
+        o["recompute"] = rng.choice(["selective", "full"])
+    elif r < 0.4:
+        o["recompute"] = "auto"
+        o["mem-limit"] = f"{rng.choice([600, 1000, 1500, 2000, 3000, 5000])}KB"
+    if rng.random() < 0.2:
+        parts = composition(rng, layers, pp * vpp)
+        if parts:
+            o["layers-per-stage"] = ",".join(map(str, parts))
+    bf16 = []
+    if rng.random() < 0.2:
+        for key in ("activations", "params", "grad-reduce"):
+            if rng.random() < 0.5:
+                o[key] = "bf16"
+                bf16.append(key)
+    return layers, o, bf16
+
+
+def options_text(o):
+    return " ".join(f"{k}={v}" for k, v in o.items())
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build", default=os.path.join(REPO, "build"))
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--count", type=int, default=50, help="samples (unless --minutes ends first)")
+    ap.add_argument("--minutes", type=float, help="stop drawing after this long")
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--timeout", type=int, default=300, help="seconds a training run may take")
+    ap.add_argument("--resume-share", type=float, default=0.25,
+                    help="share of the trained samples also stopped after a drawn step and "
+                    "resumed from its checkpoint (the log must be the same, bit for bit)")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    args = ap.parse_args()
+    opt = os.environ.get("PIPEMESH_OPT", os.path.join(args.build, "bin", "pipemesh-opt"))
+    run = os.environ.get("PIPEMESH_RUN", os.path.join(args.build, "bin", "pipemesh-run"))
+    rng = random.Random(args.seed)
+    work = tempfile.mkdtemp(prefix="pipemesh-fuzz-parallel-")
+    corpus = os.path.join(work, "corpus.bin")
+    subprocess.run([run, "--write-default-corpus", corpus], check=True, capture_output=True)
+    models, refs = {}, {}
+    refused = collections.Counter()
+    findings, trained = [], 0
+    t_end = time.monotonic() + 60 * args.minutes if args.minutes else None
+
+    def model(layers):
+        if layers not in models:
+            path = os.path.join(work, f"gpt{layers}.onnx")
+            subprocess.run(["/usr/bin/python3", os.path.join(REPO, "models", "gen_gpt2.py"),
+                            "--layers", str(layers), "--embd", "32", "--heads", "2", "--vocab",
+                            "256", "--ctx", "16", "--seed", str(layers), "-o", path],
+                           check=True, capture_output=True)
+            models[layers] = path
+        return models[layers]
+
+    def compile_plan(name, layers, o):
+        plan = os.path.join(work, name + ".plan")
+        cmd = [opt, model(layers), f"--pipemesh-compile={options_text(o)}", "-o", plan]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        return plan, cmd, r
+
+    def train(name, plan, world, *more):
+        log = os.path.join(work, name + ".jsonl")
+        cmd = ["mpirun", "--oversubscribe", "-np", str(world), run, plan, "--data", corpus,
+               "--steps", str(args.steps), "--lr", "3e-3", "--grad-clip", "1.0",
+               "--log-json", log, "--comm-timeout", "60", *more]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            return None, cmd, "hang: no exit after %d s" % args.timeout
+        if r.returncode:
+            return None, cmd, f"exit {r.returncode}: {(r.stdout + r.stderr).strip()[-600:]}"
+        with open(log) as f:
+            return [json.loads(line) for line in f], cmd, None
+
+    def finding(i, what, cmds):
+        findings.append(i)
+        with open(os.path.join(work, f"finding-{i}.txt"), "w") as f:
+            f.write(what + "\n\n" + "\n".join(" ".join(f"'{c}'" if " " in c else c for c in cmd)
+                                              for cmd in cmds) + "\n")
+        print(f"FINDING sample {i}: {what}", flush=True)
+
+    for i in range(args.count):
+        if t_end and time.monotonic() > t_end:
+            break
+        layers, o, bf16 = draw(rng)
+        label = f"{i}: layers={layers} {options_text(o)}"
+        plan, ccmd, r = compile_plan(f"s{i}", layers, o)
+        text = r.stdout + r.stderr
+        if r.returncode < 0 or r.returncode > 2 or any(w in text for w in CRASH_WORDS):
+            finding(i, f"compile crashed (exit {r.returncode}): {label}\n{text[-1500:]}", [ccmd])
+            continue
+        if r.returncode:
+            first = next((l for l in text.splitlines() if "error" in l), text.strip()[:80])
+            refused[" ".join(first.split("error:")[-1].split()[:6])] += 1
+            print(f"refused {label}: {first.strip()[:160]}", flush=True)
+            continue
+        # The reference: one rank, the same global batch in as many micro-batches, and the
+        # same storage types (with grad-reduce=bf16, dp replicas sum in bf16: the same dp).
+        ref_o = {k: o[k] for k in ("batch", "seq", "activations", "params") if k in o}
+        ref_dp = o["dp"] if "grad-reduce" in o else 1
+        ref_o.update(microbatches=o["microbatches"] * o["dp"] // ref_dp, dp=ref_dp)
+        if ref_dp > 1:
+            ref_o["grad-reduce"] = "bf16"
+        key = (layers, options_text(ref_o))
+        if key not in refs:
+            rplan, rccmd, rr = compile_plan(f"ref{len(refs)}", layers, ref_o)
+            if rr.returncode:
+                finding(i, f"reference does not compile: {key}\n{rr.stderr[-800:]}", [rccmd])
+                continue
+            got, rcmd, err = train(f"ref{len(refs)}", rplan, ref_dp)
+            refs[key] = (got, rccmd, rcmd, err)
+        want, rccmd, rcmd, err = refs[key]
+        if want is None:
+            finding(i, f"reference does not train: {key}: {err}", [rccmd, rcmd])
+            continue
+        got, tcmd, err = train(f"s{i}", plan, o["pp"] * o["dp"])
+        if got is None:
+            finding(i, f"does not train: {label}\n{err}", [ccmd, tcmd])
+            continue
+        trained += 1
+        tol = 2e-2 if bf16 else 1e-5
+        worst = max(max(abs(g["loss"] - w["loss"]) / abs(w["loss"]),
+                        abs(g["grad_norm"] - w["grad_norm"]) / w["grad_norm"])
+                    for g, w in zip(got, want))
+        if len(got) != len(want) or not worst <= tol:
+            finding(i, f"differs from pp=1 by {worst:.2e} (tolerance {tol:g}): {label}\n"
+                    f"got  {[g['loss'] for g in got]}\nwant {[w['loss'] for w in want]}",
+                    [ccmd, tcmd, rccmd, rcmd])
+            continue
+        resumed = ""
+        if args.steps > 1 and rng.random() < args.resume_share:
+            # Interrupted after a drawn step and resumed: the same log, bit for bit.
+            ckpt, stop = os.path.join(work, f"s{i}-ckpt"), rng.randint(1, args.steps - 1)
+            world = o["pp"] * o["dp"]
+            first, c1, err = train(f"s{i}-r", plan, world, "--checkpoint-dir", ckpt,
+                                   "--checkpoint-every", "1", "--stop-at-step", str(stop))
+            again, c2, err2 = train(f"s{i}-r", plan, world, "--checkpoint-dir", ckpt, "--resume")
+            if first is None or again is None:
+                finding(i, f"checkpoint or resume failed: {label}\n{err or err2}", [ccmd, c1, c2])
+                continue
+            numbers = lambda log: [(e["step"], e["loss"], e["grad_norm"], e["lr"]) for e in log]
+            if numbers(again) != numbers(got):
+                finding(i, f"resumed at step {stop}, the log differs: {label}\n"
+                        f"got  {numbers(again)}\nwant {numbers(got)}", [ccmd, c1, c2])
+                continue
+            resumed = f", resumed at step {stop}: identical"
+            shutil.rmtree(ckpt)
+        print(f"ok {label} (max rel {worst:.1e}{resumed})", flush=True)
+        os.remove(plan)
+
+    total = trained + sum(refused.values()) + len(findings)
+    print(f"\n{total} samples: {trained} trained and matched, {sum(refused.values())} refused "
+          f"at compile time, {len(findings)} finding(s)")
+    for reason, n in refused.most_common(12):
+        print(f"  refused {n:3d}x: {reason}")
+    if findings:
+        print(f"findings kept in {work}")
+        return 1
+    if args.keep:
+        print(f"work directory kept: {work}")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
