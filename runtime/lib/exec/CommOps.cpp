@@ -67,7 +67,7 @@ Thunk bindSend(OpContext &c) {
                             " (posted by instruction ", c.inst.index, ")");
   ExecEnv *env = &c.env;
   return [env, t, peer = peer, tag = tag, what] {
-    env->pendingSends.push_back(env->comm->isend(t.data, t.bytes(), peer, tag, what));
+    env->pendingSends.post(env->comm->isend(t.data, t.bytes(), peer, tag, what));
   };
 }
 
@@ -103,13 +103,7 @@ Thunk bindWaitSends(OpContext &c) {
   // such waits mid-step so that older sent buffers can be reused).
   int64_t keep = keepField(c);
   ExecEnv *env = &c.env;
-  return [env, keep] {
-    auto &pending = env->pendingSends;
-    size_t done = pending.size() > (size_t)keep ? pending.size() - keep : 0;
-    for (size_t i = 0; i < done; ++i)
-      pending[i]->wait();
-    pending.erase(pending.begin(), pending.begin() + done);
-  };
+  return [env, keep] { env->pendingSends.waitAllBut((size_t)keep); };
 }
 
 Group groupOf(OpContext &c, bool tiedAllowed) {

@@ -124,12 +124,6 @@ Executor::Executor(ExecEnv &env) : env(env) {
   }
 }
 
-void Executor::progressSends() {
-  auto &sends = env.pendingSends;
-  sends.erase(std::remove_if(sends.begin(), sends.end(), [](const auto &r) { return r->test(); }),
-              sends.end());
-}
-
 void Executor::runStep() {
   using clock = std::chrono::steady_clock;
   StepTimings t;
@@ -150,7 +144,7 @@ void Executor::runStep() {
     try {
       b.run();
       if (b.cls != InstrClass::Comm && !env.pendingSends.empty())
-        progressSends();
+        env.pendingSends.progress();
     } catch (const Error &e) {
       throw Error(prefix(env, *b.inst) + e.what());
     }
@@ -170,12 +164,10 @@ void Executor::runStep() {
     activity::set("the end of the step (completing outstanding sends)");
     auto start = clock::now();
     try {
-      for (auto &r : env.pendingSends)
-        r->wait();
+      env.pendingSends.waitAllBut(0);
     } catch (const Error &e) {
       throw Error(concat("rank ", env.rank.rank, ", end of step ", env.state.step, ": ", e.what()));
     }
-    env.pendingSends.clear();
     t.commMs += std::chrono::duration<double, std::milli>(clock::now() - start).count();
   }
   if (env.backend) {

@@ -15,6 +15,7 @@
 
 #include "pipemesh/runtime/Arena.h"
 #include "pipemesh/runtime/Backend.h"
+#include "pipemesh/runtime/PendingSends.h"
 #include "pipemesh/runtime/Plan.h"
 
 #include <functional>
@@ -66,7 +67,7 @@ struct ExecEnv {
   MicrobatchObserver observer;
   /// Sends posted by `send` and not yet completed by `wait_sends` (or the
   /// end of the step).
-  std::vector<std::unique_ptr<CommRequest>> pendingSends;
+  PendingSends pendingSends;
   /// Packing space of the collectives (one, sized at bind time for the
   /// largest: instructions run one at a time).
   std::vector<float> commScratch;
@@ -124,7 +125,6 @@ private:
   /// kernels compute in f32): one space, sized for the largest instruction.
   std::vector<float> bf16Staging;
   StepTimings lastTimings;
-  void progressSends();
 };
 
 } // namespace pipemesh::rt
