@@ -46,8 +46,11 @@ def main():
     ints = lambda s: [int(x) for x in s.split(",")]
     work = tempfile.mkdtemp(prefix="pipemesh-grid-")
     model = os.path.join(work, "gpt8.onnx")
+    # Width 64: a pipeline message (batch 2 x seq 8 x 64 floats, 4 KB) is past Open MPI's
+    # shared-memory eager limit, so it is read from the sender's buffer only once matched:
+    # a plan or runtime that reused a buffer still being sent would show here.
     subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "models", "gen_gpt2.py"),
-                    "--layers", "8", "--embd", "32", "--heads", "2", "--vocab", "256",
+                    "--layers", "8", "--embd", "64", "--heads", "2", "--vocab", "256",
                     "--ctx", "16", "-o", model], check=True, capture_output=True)
     corpus = os.path.join(work, "corpus.bin")
     subprocess.run([args.run, "--write-default-corpus", corpus], check=True,
