@@ -4,8 +4,9 @@
     /usr/bin/python3 scripts/fuzz-parallel.py [--build build] [--seed 1] [--count 50]
         [--minutes M] [--steps 3] [--keep]
 
-Each sample draws a small GPT (2 to 12 layers, width 32 or 64) and a configuration from everything
-`--pipemesh-compile` takes: pp, dp, vpp, micro-batches and their size, schedule (gpipe,
+Each sample draws a small GPT (generated: 2 to 12 layers, width 32 or 64; or one of the
+committed exports of models/fixtures, with their losses and masks) and a configuration
+from everything `--pipemesh-compile` takes: pp, dp, vpp, micro-batches and their size, schedule (gpipe,
 1f1b, interleaved, bfs, zb-h1, zb-h2, elastic with drawn groups or groups=auto),
 defer-w, zero (a level, a level per chunk, or auto), prefetch, recompute (with a
 mem-limit for auto), layers-per-stage, and sometimes bf16 activations, parameters or
@@ -44,6 +45,13 @@ ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIR
 CRASH_WORDS = ("Assertion", "terminate called", "UNREACHABLE", "Stack dump", "Segmentation",
                "internal error", "AddressSanitizer", "runtime error:")
 MAX_WORLD = 8
+# Committed exports with dynamic batch and sequence (2 layers each; models/fixtures).
+FIXTURES = ["gpt2_tiny_op13.onnx", "gpt2_tiny_op13_loss.onnx", "gpt2_tiny_op17_loss.onnx",
+            "gpt2_tiny_op17_lossonly_shift.onnx", "gpt2_tiny_op18.onnx",
+            "gpt2_tiny_op18_decomposed_loss.onnx", "gpt2_tiny_op21_computed_mask.onnx",
+            "torch_gpt2_tiny_op14_dyn_nofold.onnx",
+            "torch_gpt2_tiny_op14_dyn_nofold_mask_loss.onnx",
+            "torch_gpt2_tiny_op17_dyn_fold_loss.onnx", "torch_gpt2_tiny_op17_dyn_fold_mask.onnx"]
 
 
 def composition(rng, total, parts):
@@ -55,7 +63,8 @@ def composition(rng, total, parts):
 
 
 def draw(rng):
-    """One configuration: ((layers, width), options, the bf16 options among them)."""
+    """One configuration: the model (a fixture's name, or (layers, width) of a generated
+    GPT), the options, and the bf16 options among them."""
     pp = rng.choice([1, 2, 2, 3, 4])
     dp = rng.choice([1, 1, 2, 2, 3, 4])
     while pp * dp > MAX_WORLD:
@@ -63,14 +72,22 @@ def draw(rng):
     schedule = rng.choice(["gpipe", "1f1b", "interleaved", "bfs", "zb-h1", "zb-h2",
                            "elastic", "elastic"])
     vpp = 1 if schedule in ("gpipe", "1f1b", "zb-h1", "zb-h2") else rng.choice([1, 2, 2, 3])
-    # Mostly a layer or more per chunk; sometimes too few (a refusal to check).
-    layers = rng.choice([2, 3, 4, 6, 8])
-    if layers < pp * vpp and rng.random() < 0.85:
-        layers = max(pp * vpp, rng.choice([4, 6, 8]))
+    if rng.random() < 0.25:
+        # A committed export (2 layers): other exporters' graphs, losses and masks.
+        model = rng.choice(FIXTURES)
+        layers = 2
+        if pp * vpp > 2 and rng.random() < 0.85:
+            pp, vpp = rng.choice([(1, 1), (1, 2), (2, 1)])
+            dp = rng.choice([1, 2, 3, 4])
+    else:
+        # Mostly a layer or more per chunk; sometimes too few (a refusal to check).
+        layers = rng.choice([2, 3, 4, 6, 8])
+        if layers < pp * vpp and rng.random() < 0.85:
+            layers = max(pp * vpp, rng.choice([4, 6, 8]))
+        # Widths whose pipeline messages fall on both sides of Open MPI's 4 KB eager
+        # limit (above it, a message is read from the sender's buffer once matched).
+        model = (layers, rng.choice([32, 64]))
     m = rng.choice([1, 2, 3, 4, 4, 6, 8])
-    # Widths whose pipeline messages fall on both sides of Open MPI's 4 KB eager limit
-    # (above it, a message is read from the sender's buffer only once it is matched).
-    embd = rng.choice([32, 64])
     o = {"batch": rng.choice([1, 2]), "seq": rng.choice([8, 16]), "pp": pp, "dp": dp,
          "vpp": vpp, "microbatches": m, "schedule": schedule}
     if schedule == "elastic":
@@ -109,7 +126,7 @@ def draw(rng):
             if rng.random() < 0.5:
                 o[key] = "bf16"
                 bf16.append(key)
-    return (layers, embd), o, bf16
+    return model, o, bf16
 
 
 def options_text(o):
@@ -141,6 +158,8 @@ def main():
     t_end = time.monotonic() + 60 * args.minutes if args.minutes else None
 
     def model(shape):
+        if isinstance(shape, str):
+            return os.path.join(REPO, "models", "fixtures", shape)
         if shape not in models:
             layers, embd = shape
             path = os.path.join(work, f"gpt{layers}x{embd}.onnx")
@@ -182,7 +201,8 @@ def main():
         if t_end and time.monotonic() > t_end:
             break
         shape, o, bf16 = draw(rng)
-        label = f"{i}: layers={shape[0]} embd={shape[1]} {options_text(o)}"
+        name = shape if isinstance(shape, str) else "layers=%d embd=%d" % shape
+        label = f"{i}: {name} {options_text(o)}"
         plan, ccmd, r = compile_plan(f"s{i}", shape, o)
         text = r.stdout + r.stderr
         if r.returncode < 0 or r.returncode > 2 or any(w in text for w in CRASH_WORDS):
