@@ -6,11 +6,11 @@
 
 Each sample draws a small GPT (generated: 2 to 12 layers, width 32 or 64; or one of the
 committed exports of models/fixtures, with their losses and masks) and a configuration
-from everything `--pipemesh-compile` takes: pp, dp, vpp, micro-batches and their size, schedule (gpipe,
-1f1b, interleaved, bfs, zb-h1, zb-h2, elastic with drawn groups or groups=auto),
-defer-w, zero (a level, a level per chunk, or auto), prefetch, recompute (with a
-mem-limit for auto), layers-per-stage, and sometimes bf16 activations, parameters or
-gradient sums. It compiles the plan, trains it `--steps` steps under `mpirun` (one
+from everything `--pipemesh-compile` takes: pp, dp, vpp, micro-batches and their size,
+schedule (gpipe, 1f1b, interleaved, bfs, zb-h1, zb-h2, elastic with drawn groups or
+groups=auto), defer-w, zero (a level, a level per chunk, or auto), prefetch, recompute
+(with a mem-limit for auto), layers-per-stage, and sometimes bf16 activations,
+parameters or gradient sums. It compiles the plan, trains it `--steps` steps under `mpirun` (one
 process per rank, oversubscribed), and compares the losses and gradient norms with the
 same model at pp=1 dp=1 on the same global batch (canonical sampling: the same data).
 A share of them (--resume-share) is also stopped after a drawn step with checkpoints and
