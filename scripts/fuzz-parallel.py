@@ -12,15 +12,16 @@ groups=auto), defer-w, zero (a level, a level per chunk, or auto), prefetch, rec
 (with a mem-limit for auto), layers-per-stage, and sometimes bf16 activations,
 parameters or gradient sums. It compiles the plan, trains it `--steps` steps under `mpirun` (one
 process per rank, oversubscribed), and compares the losses and gradient norms with the
-same model at pp=1 dp=1 on the same global batch (canonical sampling: the same data).
-A share of them (--resume-share) is also stopped after a drawn step with checkpoints and
+same model at pp=1 dp=1 on the same global batch (canonical sampling: the same data),
+and so the validation losses (--val-data) that every run evaluates after steps 2, 4, ...
+and the last. A share of them (--resume-share) is also stopped after a drawn step with checkpoints and
 resumed: the step log must then equal the uninterrupted run's exactly.
 
 A finding is:
   - a compile that crashes or reports an internal error (a refusal with a message is
     not: the draw was impossible, and the refusals are counted by their first words);
   - a compiled plan that does not train (a non-zero exit, or a hang past --timeout);
-  - losses or gradient norms off the reference by more than 1e-5 relative (f32; the
+  - losses, gradient norms or validation losses off the reference by more than 1e-5 relative (f32; the
     oracle of docs/parallel-plan.md), or by more than 2e-2 with a bf16 option (bf16
     rounds differently when the sums are ordered differently: that bound catches a
     wrong gradient or lost data, not rounding);
@@ -34,6 +35,7 @@ import json
 import os
 import random
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -152,6 +154,12 @@ def main():
     work = tempfile.mkdtemp(prefix="pipemesh-fuzz-parallel-")
     corpus = os.path.join(work, "corpus.bin")
     subprocess.run([run, "--write-default-corpus", corpus], check=True, capture_output=True)
+    # Validation tokens (below every fixture's vocabulary, as the corpus's are): every
+    # run evaluates after steps 2, 4, ... and the last, which the reference must match.
+    val = os.path.join(work, "val.bin")
+    with open(val, "wb") as f:
+        f.write(struct.pack("<256i", 20240520, 1, 1500, *[0] * 253))
+        f.write(struct.pack("<1500H", *[random.Random(args.seed).randrange(120) for _ in range(1500)]))
     models, refs = {}, {}
     refused = collections.Counter()
     findings, trained = [], 0
@@ -180,7 +188,8 @@ def main():
         log = os.path.join(work, name + ".jsonl")
         cmd = ["mpirun", "--oversubscribe", "-np", str(world), run, plan, "--data", corpus,
                "--steps", str(args.steps), "--lr", "3e-3", "--grad-clip", "1.0",
-               "--log-json", log, "--comm-timeout", "60", *more]
+               "--log-json", log, "--comm-timeout", "60", "--val-data", val,
+               "--eval-interval", "2", "--eval-iters", "2", *more]
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=args.timeout)
         except subprocess.TimeoutExpired:
@@ -189,6 +198,12 @@ def main():
             return None, cmd, f"exit {r.returncode}: {(r.stdout + r.stderr).strip()[-600:]}"
         with open(log) as f:
             return [json.loads(line) for line in f], cmd, None
+
+    def steps(log):
+        return [e for e in log if "loss" in e]
+
+    def evals(log):
+        return [e for e in log if "val_loss" in e]
 
     def finding(i, what, cmds):
         findings.append(i)
@@ -240,10 +255,14 @@ def main():
         tol = 2e-2 if bf16 else 1e-5
         worst = max(max(abs(g["loss"] - w["loss"]) / abs(w["loss"]),
                         abs(g["grad_norm"] - w["grad_norm"]) / w["grad_norm"])
-                    for g, w in zip(got, want))
-        if len(got) != len(want) or not worst <= tol:
+                    for g, w in zip(steps(got), steps(want)))
+        worst = max([worst] + [abs(g["val_loss"] - w["val_loss"]) / w["val_loss"]
+                               for g, w in zip(evals(got), evals(want))])
+        shape_of = lambda log: [(e["step"], "val_loss" in e) for e in log]
+        if shape_of(got) != shape_of(want) or not worst <= tol:
             finding(i, f"differs from pp=1 by {worst:.2e} (tolerance {tol:g}): {label}\n"
-                    f"got  {[g['loss'] for g in got]}\nwant {[w['loss'] for w in want]}",
+                    f"got  {[g.get('loss', g.get('val_loss')) for g in got]}\n"
+                    f"want {[w.get('loss', w.get('val_loss')) for w in want]}",
                     [ccmd, tcmd, rccmd, rcmd])
             continue
         resumed = ""
@@ -257,7 +276,8 @@ def main():
             if first is None or again is None:
                 finding(i, f"checkpoint or resume failed: {label}\n{err or err2}", [ccmd, c1, c2])
                 continue
-            numbers = lambda log: [(e["step"], e["loss"], e["grad_norm"], e["lr"]) for e in log]
+            numbers = lambda log: [(e["step"], e.get("loss"), e.get("grad_norm"), e.get("lr"),
+                                    e.get("val_loss")) for e in log]
             if numbers(again) != numbers(got):
                 finding(i, f"resumed at step {stop}, the log differs: {label}\n"
                         f"got  {numbers(again)}\nwant {numbers(got)}", [ccmd, c1, c2])

@@ -124,13 +124,19 @@ Executor::Executor(ExecEnv &env) : env(env) {
   }
 }
 
-void Executor::runStep() {
+void Executor::runStep(const std::vector<bool> *skips) {
   using clock = std::chrono::steady_clock;
   StepTimings t;
-  activity::setStep(env.state.step);
+  const bool evaluating = skips != nullptr;
+  if (evaluating && skips->size() != program.size())
+    fail("rank ", env.rank.rank, ": evaluation skips for ", skips->size(),
+         " instructions, the program has ", program.size());
+  activity::setStep(evaluating ? -1 : env.state.step);
   for (size_t i = 0; i < program.size(); ++i) {
     BoundInstruction &b = program[i];
-    if (env.state.step == env.testExitStep && i == env.testExitInstruction) {
+    if (evaluating && (*skips)[i])
+      continue;
+    if (!evaluating && env.state.step == env.testExitStep && i == env.testExitInstruction) {
       std::fprintf(stderr,
                    "pipemesh-run: test: rank %lld exits with status 9 before instruction %zu of "
                    "step %lld (PIPEMESH_TEST_EXIT_AT_STEP)\n",
@@ -149,7 +155,8 @@ void Executor::runStep() {
       throw Error(prefix(env, *b.inst) + e.what());
     }
     double ms = std::chrono::duration<double, std::milli>(clock::now() - start).count();
-    b.totalMs += ms;
+    if (!evaluating)
+      b.totalMs += ms;
     if (b.cls == InstrClass::Comm) {
       t.commMs += ms;
     } else {

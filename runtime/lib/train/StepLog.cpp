@@ -50,6 +50,25 @@ std::string jsonLine(const StepRecord &r) {
   return j.dump();
 }
 
+std::string progressLine(const EvalRecord &r) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "eval after step %lld/%lld | val loss %.6f | %lld %s, %lld tokens | %.1f ms",
+                (long long)(r.step + 1), (long long)r.steps, r.valLoss, (long long)r.batches,
+                r.batches == 1 ? "batch" : "batches", (long long)r.tokens, r.ms);
+  return buf;
+}
+
+std::string jsonLine(const EvalRecord &r) {
+  nlohmann::json j;
+  j["step"] = r.step;
+  j["val_loss"] = num(r.valLoss);
+  j["val_batches"] = r.batches;
+  j["val_tokens"] = r.tokens;
+  j["ms"] = num(r.ms);
+  return j.dump();
+}
+
 JsonLog::JsonLog(const std::string &p, int64_t resumedAt) : path(p) {
   if (resumedAt >= 0) {
     // The steps before the checkpoint stay; lines of steps the resumed run
@@ -84,8 +103,8 @@ JsonLog::~JsonLog() {
     std::fclose(file);
 }
 
-void JsonLog::write(const StepRecord &r) {
-  std::string line = jsonLine(r) + "\n";
+void JsonLog::writeLine(const std::string &json) {
+  std::string line = json + "\n";
   if (std::fwrite(line.data(), 1, line.size(), file) != line.size() || std::fflush(file) != 0)
     fail("cannot write --log-json file '", path, "': ", std::strerror(errno));
 }

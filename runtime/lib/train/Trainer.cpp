@@ -6,6 +6,7 @@
 #include "pipemesh/runtime/Checksum.h"
 #include "pipemesh/runtime/Communicator.h"
 #include "pipemesh/runtime/Error.h"
+#include "pipemesh/runtime/Evaluation.h"
 #include "pipemesh/runtime/SplitMix64.h"
 #include "pipemesh/runtime/StepLog.h"
 
@@ -55,6 +56,22 @@ Trainer::Trainer(const RunOptions &o, Communicator &comm, std::ostream &log)
                     : TokenData::defaultCorpus(p.model.vocab);
   sampler = std::make_unique<Sampler>(data, p.model.seq, p.model.batch, p.parallel.dp,
                                       p.parallel.microbatches, o.shuffleSeed);
+
+  if (o.valDataPath) {
+    // Evaluation skips instructions of the step; a device backend's
+    // streams and events have not been checked to allow that.
+    if (factory)
+      fail("--val-data: evaluation runs on the cpu backend only (this run uses --backend ",
+           o.backend, ")");
+    valData = TokenData::loadShard(*o.valDataPath, p.model.vocab);
+    valSampler = std::make_unique<Sampler>(valData, p.model.seq, p.model.batch, p.parallel.dp,
+                                           p.parallel.microbatches, std::nullopt);
+    evalIters = o.evalIters > 0
+                    ? o.evalIters
+                    : std::clamp<int64_t>(valSampler->numWindows() / p.globalBatch(), 1,
+                                          kDefaultEvalIters);
+    evalSkips = evaluationSkips(p, *rankPlan);
+  }
 
   arena = std::make_unique<Arena>(*rankPlan);
   arena->loadInitialValues(p);
@@ -176,6 +193,13 @@ void Trainer::banner() {
       << sampler->numWindows() << " windows of " << p.model.seq << ")"
       << (opts.shuffleSeed ? ", shuffled with seed " + std::to_string(*opts.shuffleSeed) : "")
       << "\n";
+  if (valSampler)
+    log << "pipemesh-run: validation data " << valData->origin() << " (" << valData->size()
+        << " tokens, " << valSampler->numWindows() << " windows): " << evalIters
+        << (evalIters == 1 ? " batch" : " batches") << " per evaluation, "
+        << (opts.evalInterval > 0 ? "every " + std::to_string(opts.evalInterval) + " steps and "
+                                  : std::string())
+        << "after the last step\n";
   if (!resumedFrom.empty())
     log << "pipemesh-run: resumed from " << resumedFrom << " at step " << startStep << "\n";
   log.flush();
@@ -265,6 +289,9 @@ void Trainer::run() {
         jsonLog->write(r);
     }
     int64_t done = s + 1;
+    if (valSampler &&
+        ((opts.evalInterval > 0 && done % opts.evalInterval == 0) || done == opts.steps))
+      evaluate(done, jsonLog.get());
     bool due =
         !opts.checkpointDir.empty() &&
         ((opts.checkpointEvery > 0 && done % opts.checkpointEvery == 0) || done == opts.steps);
@@ -297,6 +324,44 @@ void Trainer::run() {
   syncToHost(); // trainedParams (--export-onnx) reads the host arena
   if (opts.profile)
     printProfile();
+}
+
+void Trainer::evaluate(int64_t done, JsonLog *jsonLog) {
+  using clock = std::chrono::steady_clock;
+  auto t0 = clock::now();
+  // The step's program on the validation batches, without what only the
+  // update needs (Evaluation.h); the data loader reads batch i as if it were
+  // step i of the validation data.
+  const Sampler *trainSampler = env->sampler;
+  MicrobatchObserver observer = std::move(env->observer);
+  env->observer = nullptr;
+  env->sampler = valSampler.get();
+  double sum = 0;
+  for (int64_t i = 0; i < evalIters; ++i) {
+    StepState &st = env->state;
+    st = StepState();
+    st.step = i;
+    executor->runStep(&evalSkips);
+    double loss = st.loss;
+    activity::set("the all-reduce of the validation loss (waiting for the other ranks)");
+    comm.allreduceSum(&loss, 1, "validation loss");
+    sum += loss;
+  }
+  env->sampler = trainSampler;
+  env->observer = std::move(observer);
+  if (comm.rank() != 0)
+    return;
+  EvalRecord r;
+  r.step = done - 1;
+  r.steps = opts.steps;
+  r.batches = evalIters;
+  r.tokens = evalIters * planData.globalBatch() * planData.model.seq;
+  r.valLoss = sum / (double)evalIters;
+  r.ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+  log << progressLine(r) << "\n";
+  log.flush();
+  if (jsonLog)
+    jsonLog->write(r);
 }
 
 void Trainer::syncToHost() {

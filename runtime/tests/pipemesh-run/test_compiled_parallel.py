@@ -10,6 +10,8 @@ import os
 import subprocess
 import unittest
 
+import numpy as np
+
 import common
 from common import mtp
 
@@ -67,11 +69,18 @@ class CompiledParallel(common.TempDirTest):
         self.assertEqual(r.returncode, 0, f"pipemesh-opt {options} failed:\n{r.stderr}")
         return plan
 
-    def train(self, plan, world, name):
+    def train(self, plan, world, name, extra=()):
         log = self.path(name + ".jsonl")
-        self.check_ok(common.run([plan, "--steps", STEPS, "--log-json", log] + FLAGS,
+        self.check_ok(common.run([plan, "--steps", STEPS, "--log-json", log] + FLAGS + list(extra),
                                  np_=world if world > 1 else None, timeout=300))
         return common.read_log(log)
+
+    def evaluation_flags(self):
+        """Validation after steps 2, 4 and 5 (the last) on two global batches."""
+        val = self.path("val.bin")
+        if not os.path.exists(val):
+            common.write_shard(val, np.random.default_rng(7).integers(0, 100, 2000))
+        return ["--val-data", val, "--eval-interval", "2", "--eval-iters", "2"]
 
     def train_model(self, model, name, options, world):
         """Compiles `model` (batch=2 seq=16 `options`) and trains it on `world` ranks."""
@@ -102,17 +111,31 @@ class CompiledParallel(common.TempDirTest):
             self.assertLess(abs(g["grad_norm"] - w["grad_norm"]) / w["grad_norm"], 1e-5)
 
     def test_equivalence(self):
+        # The validation losses too: an evaluation runs each plan's own program
+        # without what only the update needs (runtime/include/pipemesh/runtime/
+        # Evaluation.h), which every schedule, sharding and recomputation here
+        # must allow and agree on.
+        evaluate = self.evaluation_flags()
         refs = {}
         for pp, dp, zero, m, schedule in CONFIGS:
             name = f"pp{pp}-dp{dp}-zero{zero}-{schedule}-m{m}".replace(" ", "_").replace(",", "-").replace("=", "")
             with self.subTest(name):
                 if m * dp not in refs:
                     one = self.compile(f"one-m{m * dp}.plan", f"pp=1 dp=1 microbatches={m * dp}")
-                    refs[m * dp] = self.train(one, 1, f"one-m{m * dp}")
-                want = refs[m * dp]
+                    refs[m * dp] = self.train(one, 1, f"one-m{m * dp}", evaluate)
+                want = [x for x in refs[m * dp] if "loss" in x]
+                want_val = [x for x in refs[m * dp] if "val_loss" in x]
                 plan = self.compile(name + ".plan",
                                     f"pp={pp} dp={dp} microbatches={m} schedule={schedule} zero={zero}")
-                got = self.train(plan, pp * dp, name)
+                log = self.train(plan, pp * dp, name, evaluate)
+                got = [x for x in log if "loss" in x]
+                got_val = [x for x in log if "val_loss" in x]
+                self.assertEqual([x["step"] for x in got_val], [1, 3, 4])
+                self.assertEqual([x["step"] for x in want_val], [1, 3, 4])
+                for g, w in zip(got_val, want_val):
+                    self.assertLess(abs(g["val_loss"] - w["val_loss"]) / w["val_loss"], 1e-5,
+                                    f"{name} validation after step {g['step'] + 1}")
+                self.assertEqual(len(got), len(want))
                 worst = 0.0
                 for g, w in zip(got, want):
                     rel = abs(g["loss"] - w["loss"]) / abs(w["loss"])

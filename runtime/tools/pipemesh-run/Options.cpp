@@ -23,6 +23,13 @@ data
   --data FILE              llm.c token shard (uint16 tokens, 1024-byte header);
                            without it: the embedded default corpus (byte-level text)
   --shuffle SEED           permute the sequence windows (splitmix64 Fisher-Yates)
+  --val-data FILE          validation token shard: its mean loss is evaluated after
+                           the last step (and every --eval-interval steps) with the
+                           plan's forward, the parameters unchanged (cpu backend)
+  --eval-interval N        evaluate after every N steps too (default 0: at the end)
+  --eval-iters K           global batches per evaluation, sampled like steps 0..K-1
+                           of the validation data (default: every window once, at
+                           most 20 batches)
   --seed S                 seed of the runtime RNG (saved in checkpoints; default 0)
 optimizer (AdamW, PyTorch semantics and defaults)
   --lr X (1e-3)  --beta1 X (0.9)  --beta2 X (0.999)  --eps X (1e-8)  --weight-decay X (0.01)
@@ -92,6 +99,9 @@ CommandLine parseCommandLine(int argc, char **argv) {
   using Handler = std::function<void(const std::string &, const std::string &)>;
   std::map<std::string, Handler> valued = {
       {"--data", [&](auto &, auto &v) { r.dataPath = v; }},
+      {"--val-data", [&](auto &, auto &v) { r.valDataPath = v; }},
+      {"--eval-interval", [&](auto &o, auto &v) { r.evalInterval = parseInt(o, v, 1); }},
+      {"--eval-iters", [&](auto &o, auto &v) { r.evalIters = parseInt(o, v, 1); }},
       {"--steps",
        [&](auto &o, auto &v) {
          r.steps = parseInt(o, v, 1);
@@ -194,6 +204,8 @@ CommandLine parseCommandLine(int argc, char **argv) {
     fail("--steps N is required");
   if (r.resume && r.checkpointDir.empty())
     fail("--resume needs --checkpoint-dir");
+  if ((r.evalInterval > 0 || r.evalIters > 0) && !r.valDataPath)
+    fail(r.evalInterval > 0 ? "--eval-interval" : "--eval-iters", " needs --val-data");
   if (r.checkpointEvery > 0 && r.checkpointDir.empty())
     fail("--checkpoint-every needs --checkpoint-dir");
   if (r.opt.lr < 0 || r.minLr < 0 || r.opt.eps < 0 || r.opt.weightDecay < 0 || r.opt.gradClip < 0)

@@ -100,8 +100,10 @@ public:
   /// Binds the rank's whole program; Error on the first bad instruction.
   explicit Executor(ExecEnv &env);
   /// Runs the program once (one training step), then completes the sends
-  /// still outstanding.
-  void runStep();
+  /// still outstanding. With `skips` (evaluationSkips(): one flag per
+  /// instruction), an evaluation: the flagged instructions do not run, and
+  /// the step counts neither into the profile nor for the test-exit hook.
+  void runStep(const std::vector<bool> *skips = nullptr);
   /// Peers of this rank's send and recv instructions (sorted, unique).
   std::vector<int64_t> peers() const;
   const StepTimings &timings() const { return lastTimings; }

@@ -29,10 +29,20 @@
 namespace pipemesh::rt {
 
 class Communicator;
+class JsonLog;
+
+/// The most global batches an evaluation takes by default.
+constexpr int64_t kDefaultEvalIters = 20;
 
 struct RunOptions {
   std::string planPath;
   std::optional<std::string> dataPath;
+  /// Validation tokens (--val-data): evaluated after every `evalInterval`
+  /// steps (0: only after the last) on `evalIters` global batches (0: the
+  /// default, every window once, at most kDefaultEvalIters batches).
+  std::optional<std::string> valDataPath;
+  int64_t evalInterval = 0;
+  int64_t evalIters = 0;
   int64_t steps = 0;
   std::string logJson;
   OptimizerConfig opt;
@@ -73,6 +83,8 @@ public:
 
 private:
   void banner();
+  /// The validation loss after `done` steps, logged on rank 0.
+  void evaluate(int64_t done, JsonLog *jsonLog);
   void printProfile() const;
   void setUpTestExit(const std::string &spec);
   /// Device backends: their persistent buffers into the host arena.
@@ -88,6 +100,10 @@ private:
   std::unique_ptr<ComputeBackend> backend; ///< null: the CPU kernels on `arena`
   std::shared_ptr<TokenData> data;
   std::unique_ptr<Sampler> sampler;
+  std::shared_ptr<TokenData> valData;
+  std::unique_ptr<Sampler> valSampler; ///< without --shuffle: the same batches every time
+  std::vector<bool> evalSkips;         ///< evaluationSkips() of this rank's program
+  int64_t evalIters = 0;
   std::unique_ptr<ExecEnv> env;
   std::unique_ptr<Executor> executor;
   LrSchedule schedule;
