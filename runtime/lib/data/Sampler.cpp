@@ -4,6 +4,7 @@
 #include "pipemesh/runtime/Error.h"
 #include "pipemesh/runtime/SplitMix64.h"
 
+#include <algorithm>
 #include <numeric>
 #include <utility>
 
@@ -24,11 +25,16 @@ Sampler::Sampler(std::shared_ptr<const TokenData> data, int64_t seq, int64_t bat
                  int64_t microbatches, std::optional<uint64_t> shuffleSeed)
     : tokens(std::move(data)), T(seq), B(batch), dp(dp), M(microbatches) {
   G = dp * M * B;
-  int64_t n = tokens->size();
-  windows = n > 0 ? (n - 1) / T : 0;
+  // Each shard's windows, shard after shard (one shard: W = floor((N-1)/T)).
+  windows = 0;
+  for (const TokenData::Shard &s : tokens->shards()) {
+    firstWindow.push_back(windows);
+    windows += s.count > 0 ? (s.count - 1) / T : 0;
+  }
   if (windows < 1)
-    fail(tokens->origin(), " has ", n, " tokens: too few for one sequence of ", T,
-         " tokens plus its shifted target (need at least ", T + 1, ")");
+    fail(tokens->origin(), " has ", tokens->size(), " tokens: too few for one sequence of ", T,
+         " tokens plus its shifted target (need at least ", T + 1,
+         tokens->shards().size() > 1 ? " in one shard)" : ")");
   if (shuffleSeed)
     perm = shufflePermutation(windows, *shuffleSeed);
 }
@@ -40,15 +46,20 @@ int64_t Sampler::window(int64_t step, int64_t k) const {
   return perm.empty() ? (int64_t)w : perm[w];
 }
 
+const uint16_t *Sampler::windowTokens(int64_t w) const {
+  // The last shard whose first window is <= w.
+  size_t s = std::upper_bound(firstWindow.begin(), firstWindow.end(), w) - firstWindow.begin() - 1;
+  return tokens->shards()[s].tokens + (w - firstWindow[s]) * T;
+}
+
 void Sampler::fill(int64_t step, int64_t microbatch, int64_t dpRank, int64_t *inputs,
                    int64_t *targets) const {
-  const uint16_t *t = tokens->tokens();
   for (int64_t b = 0; b < B; ++b) {
     int64_t k = (microbatch * dp + dpRank) * B + b;
-    int64_t start = window(step, k) * T;
+    const uint16_t *t = windowTokens(window(step, k));
     for (int64_t i = 0; i < T; ++i) {
-      inputs[b * T + i] = t[start + i];
-      targets[b * T + i] = t[start + i + 1];
+      inputs[b * T + i] = t[i];
+      targets[b * T + i] = t[i + 1];
     }
   }
 }

@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <glob.h>
+#include <sys/stat.h>
 
 namespace pipemesh::rt {
 
@@ -16,12 +18,10 @@ static int32_t readI32(const uint8_t *p) {
                    (uint32_t)p[3] << 24);
 }
 
-std::shared_ptr<TokenData> TokenData::loadShard(const std::string &path, int64_t vocab) {
-  auto td = std::make_shared<TokenData>();
-  td->name = path;
-  td->file = MappedFile::open(path, "data file");
-  const uint8_t *d = td->file->data();
-  uint64_t size = td->file->size();
+void TokenData::addShard(const std::string &path, int64_t vocab) {
+  std::shared_ptr<MappedFile> file = MappedFile::open(path, "data file");
+  const uint8_t *d = file->data();
+  uint64_t size = file->size();
   if (size < kShardHeaderBytes)
     fail("data file '", path, "' is too short for an llm.c token shard: ", size,
          " bytes, the header alone is ", kShardHeaderBytes);
@@ -43,21 +43,55 @@ std::shared_ptr<TokenData> TokenData::loadShard(const std::string &path, int64_t
          " announced tokens (a bad header?)");
   if ((uintptr_t)(d + kShardHeaderBytes) % alignof(uint16_t))
     fail("data file '", path, "': misaligned mapping");
-  td->data = reinterpret_cast<const uint16_t *>(d + kShardHeaderBytes);
-  td->count = n;
-  for (int64_t i = 0; i < td->count; ++i)
-    if (td->data[i] >= vocab)
-      fail("data file '", path, "' has token ", td->data[i], " at position ", i,
+  Shard sh{path, reinterpret_cast<const uint16_t *>(d + kShardHeaderBytes), n};
+  for (int64_t i = 0; i < sh.count; ++i)
+    if (sh.tokens[i] >= vocab)
+      fail("data file '", path, "' has token ", sh.tokens[i], " at position ", i,
            ", outside the plan's vocabulary of ", vocab, " (tokens must be < ", vocab, ")");
+  files.push_back(std::move(file));
+  parts.push_back(std::move(sh));
+}
+
+std::shared_ptr<TokenData> TokenData::load(const std::string &pathOrPattern, int64_t vocab,
+                                           const std::string &what) {
+  auto td = std::make_shared<TokenData>();
+  struct stat st;
+  bool pattern = pathOrPattern.find_first_of("*?[") != std::string::npos &&
+                 ::stat(pathOrPattern.c_str(), &st) != 0;
+  if (!pattern) {
+    td->name = pathOrPattern;
+    td->addShard(pathOrPattern, vocab);
+    return td;
+  }
+  glob_t g{};
+  int rc = ::glob(pathOrPattern.c_str(), GLOB_ERR, nullptr, &g);
+  std::vector<std::string> paths(g.gl_pathv, g.gl_pathv + (rc == 0 ? g.gl_pathc : 0));
+  ::globfree(&g);
+  if (rc == GLOB_NOMATCH || (rc == 0 && paths.empty()))
+    fail(what, " '", pathOrPattern, "' matches no file");
+  if (rc != 0)
+    fail(what, " '", pathOrPattern, "': cannot read the directories it names (",
+         std::strerror(errno), ")");
+  // glob(3) sorts by name: the shards' order, hence every window's index.
+  for (const std::string &p : paths)
+    td->addShard(p, vocab);
+  td->name = pathOrPattern + " (" + std::to_string(paths.size()) +
+             (paths.size() == 1 ? " shard)" : " shards)");
   return td;
+}
+
+int64_t TokenData::size() const {
+  int64_t n = 0;
+  for (const Shard &s : parts)
+    n += s.count;
+  return n;
 }
 
 std::shared_ptr<TokenData> TokenData::defaultCorpus(int64_t vocab) {
   auto td = std::make_shared<TokenData>();
   td->name = "the embedded default corpus";
   td->owned = defaultCorpusTokens();
-  td->data = td->owned.data();
-  td->count = (int64_t)td->owned.size();
+  td->parts.push_back({td->name, td->owned.data(), (int64_t)td->owned.size()});
   uint16_t maxTok = 0;
   for (uint16_t t : td->owned)
     maxTok = t > maxTok ? t : maxTok;

@@ -52,7 +52,7 @@ Trainer::Trainer(const RunOptions &o, Communicator &comm, std::ostream &log)
   if (o.steps <= 0)
     fail("--steps must be positive (got ", o.steps, ")");
 
-  data = o.dataPath ? TokenData::loadShard(*o.dataPath, p.model.vocab)
+  data = o.dataPath ? TokenData::load(*o.dataPath, p.model.vocab)
                     : TokenData::defaultCorpus(p.model.vocab);
   sampler = std::make_unique<Sampler>(data, p.model.seq, p.model.batch, p.parallel.dp,
                                       p.parallel.microbatches, o.shuffleSeed);
@@ -63,7 +63,7 @@ Trainer::Trainer(const RunOptions &o, Communicator &comm, std::ostream &log)
     if (factory)
       fail("--val-data: evaluation runs on the cpu backend only (this run uses --backend ",
            o.backend, ")");
-    valData = TokenData::loadShard(*o.valDataPath, p.model.vocab);
+    valData = TokenData::load(*o.valDataPath, p.model.vocab, "--val-data");
     valSampler = std::make_unique<Sampler>(valData, p.model.seq, p.model.batch, p.parallel.dp,
                                            p.parallel.microbatches, std::nullopt);
     evalIters = o.evalIters > 0

@@ -33,13 +33,18 @@ def shuffle_permutation(n, seed):
 
 
 class Sampler:
-    """Sequence k of step s reads window ((s*G + k) mod W) (or perm[...])."""
+    """Sequence k of step s reads window ((s*G + k) mod W) (or perm[...]). `tokens`: one
+    shard's, or a list of shards' (each shard's windows, shard after shard)."""
 
     def __init__(self, tokens, seq, batch, dp, microbatches, shuffle=None):
-        self.tokens = np.asarray(tokens, np.int64)
+        shards = tokens if isinstance(tokens, list) else [tokens]
+        self.shards = [np.asarray(t, np.int64) for t in shards]
         self.T, self.B, self.dp, self.M = seq, batch, dp, microbatches
         self.G = dp * microbatches * batch
-        self.W = (len(self.tokens) - 1) // seq
+        # (shard, first token) of every window
+        self.starts = [(i, w * seq) for i, t in enumerate(self.shards)
+                       for w in range(max(0, (len(t) - 1) // seq))]
+        self.W = len(self.starts)
         self.perm = shuffle_permutation(self.W, shuffle) if shuffle is not None else None
 
     def window(self, s, k):
@@ -51,9 +56,9 @@ class Sampler:
         y = np.zeros((self.B, self.T), np.int64)
         for b in range(self.B):
             k = (j * self.dp + d) * self.B + b
-            start = self.window(s, k) * self.T
-            x[b] = self.tokens[start : start + self.T]
-            y[b] = self.tokens[start + 1 : start + self.T + 1]
+            shard, start = self.starts[self.window(s, k)]
+            x[b] = self.shards[shard][start : start + self.T]
+            y[b] = self.shards[shard][start + 1 : start + self.T + 1]
         return x, y
 
 

@@ -33,10 +33,17 @@ def loader_plan(path, batch, seq, vocab, dp, microbatches):
 
 class Sampling(common.TempDirTest):
     def check(self, tokens, batch, seq, dp, microbatches, steps, shuffle=None):
+        """`tokens`: one shard's, or a list of shards' (passed as a glob pattern)."""
         plan = self.path("loader.plan")
         loader_plan(plan, batch, seq, 65536, dp, microbatches)
-        data = self.path("data.bin")
-        common.write_shard(data, tokens)
+        if isinstance(tokens, list):
+            os.makedirs(self.path("shards"), exist_ok=True)
+            for i, t in enumerate(tokens):
+                common.write_shard(self.path(f"shards/train_{i:03d}.bin"), t)
+            data = self.path("shards/train_*.bin")
+        else:
+            data = self.path("data.bin")
+            common.write_shard(data, tokens)
         dump = self.path("dump.jsonl")
         args = [plan, "--data", data, "--steps", steps, "--dump-data", dump]
         if shuffle is not None:
@@ -73,6 +80,29 @@ class Sampling(common.TempDirTest):
 
     def test_dp2_two_ranks_shuffled(self):
         self.check(np.arange(500), batch=1, seq=6, dp=2, microbatches=2, steps=5, shuffle=3)
+
+    def test_several_shards(self):
+        # Windows within each shard, shard after shard in name order: 41 tokens give 8
+        # windows of 5, the 4-token shard none (a window needs 6), the last 12; the global
+        # batch of 6 wraps in step 3.
+        shards = [np.arange(41), 1000 + np.arange(4), 2000 + np.arange(62)]
+        ref = self.check(shards, batch=2, seq=5, dp=1, microbatches=3, steps=7)
+        self.assertEqual(ref.W, 8 + 0 + 12)
+        self.check(shards, batch=1, seq=5, dp=2, microbatches=2, steps=6, shuffle=9)
+
+    def test_shard_pattern_errors(self):
+        plan = self.path("loader.plan")
+        loader_plan(plan, 1, 4, 100, 1, 1)
+        os.makedirs(self.path("d"))
+        self.check_fails(common.run([plan, "--steps", 1, "--data", self.path("d/none_*.bin")]),
+                         "--data", "none_*.bin", "matches no file")
+        common.write_shard(self.path("d/a_0.bin"), np.arange(10))
+        common.write_shard(self.path("d/a_1.bin"), np.array([5, 500]))
+        self.check_fails(common.run([plan, "--steps", 1, "--data", self.path("d/a_*.bin")]),
+                         "a_1.bin", "token 500")
+        self.check_fails(common.run([plan, "--steps", 1, "--data", self.path("d/a_0.bin"),
+                                     "--val-data", self.path("d/b*.bin")]),
+                         "--val-data", "matches no file")
 
     def test_shuffle_permutation_reference(self):
         # Fixed values: a change of the PRNG or of Fisher-Yates changes every run.

@@ -1,6 +1,7 @@
 //===- Sampler.h - canonical sampling (DESIGN.md section 2) -----*- C++ -*-===//
 //
-// N tokens, sequence length T: W = floor((N - 1) / T) windows. The global
+// N tokens, sequence length T: W = floor((N - 1) / T) windows (several
+// shards: each shard's windows, shard after shard; none crosses a shard end). The global
 // batch of step s is G = dp * microbatches * batch sequences; sequence k of
 // step s reads window w = ((s * G + k) mod W) (or perm[w] with --shuffle):
 // inputs are tokens [w*T, w*T + T), targets the same shifted by one.
@@ -46,7 +47,10 @@ public:
 private:
   std::shared_ptr<const TokenData> tokens;
   int64_t T, B, dp, M, G, windows;
-  std::vector<int64_t> perm; ///< empty without --shuffle
+  std::vector<int64_t> perm;        ///< empty without --shuffle
+  std::vector<int64_t> firstWindow; ///< per shard: the index of its first window
+  /// The first token of window w.
+  const uint16_t *windowTokens(int64_t w) const;
 };
 
 /// splitmix64 Fisher-Yates permutation of 0..n-1 (the --shuffle order).

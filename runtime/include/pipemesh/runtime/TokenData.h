@@ -5,6 +5,10 @@
 // validated whole at load: header, exact size, and every token < the plan's
 // vocabulary, so a bad file fails before the first step, not at step 9000.
 //
+// A dataset is one shard or several (a glob pattern, as llm.c's loaders take:
+// "fineweb_train_*.bin", the files in name order). Sampling (Sampler.h) cuts
+// windows within each shard, never across two.
+//
 //===----------------------------------------------------------------------===//
 #ifndef PIPEMESH_RUNTIME_TOKENDATA_H
 #define PIPEMESH_RUNTIME_TOKENDATA_H
@@ -24,22 +28,33 @@ constexpr uint64_t kShardHeaderBytes = 1024;
 
 class TokenData {
 public:
-  /// Loads and validates an llm.c shard (tokens must be < vocab).
-  static std::shared_ptr<TokenData> loadShard(const std::string &path, int64_t vocab);
+  struct Shard {
+    std::string path;
+    const uint16_t *tokens = nullptr;
+    int64_t count = 0;
+  };
+
+  /// Loads and validates an llm.c shard, or, when `pathOrPattern` holds a
+  /// glob character (`*?[`) and names no file itself, every file the
+  /// pattern matches, in name order (tokens must be < vocab). `what` names
+  /// the option in messages ("--data").
+  static std::shared_ptr<TokenData> load(const std::string &pathOrPattern, int64_t vocab,
+                                         const std::string &what = "--data");
   /// The embedded default corpus (see DefaultCorpus.h); Error when its
   /// largest token is not < vocab.
   static std::shared_ptr<TokenData> defaultCorpus(int64_t vocab);
 
-  const uint16_t *tokens() const { return data; }
-  int64_t size() const { return count; }
-  /// "train.bin" or "the embedded default corpus".
+  const std::vector<Shard> &shards() const { return parts; }
+  /// Tokens in all shards.
+  int64_t size() const;
+  /// "train.bin", "train_*.bin (12 shards)" or "the embedded default corpus".
   const std::string &origin() const { return name; }
 
 private:
-  std::shared_ptr<MappedFile> file;
+  void addShard(const std::string &path, int64_t vocab);
+  std::vector<std::shared_ptr<MappedFile>> files;
   std::vector<uint16_t> owned;
-  const uint16_t *data = nullptr;
-  int64_t count = 0;
+  std::vector<Shard> parts;
   std::string name;
 };
 
