@@ -106,6 +106,10 @@ Trainer::Trainer(const RunOptions &o, Communicator &comm, std::ostream &log)
   schedule.warmupSteps = o.warmupSteps;
   schedule.kind = o.schedule;
   schedule.minLr = o.minLr;
+  schedule.decaySteps = o.decaySteps;
+  if (o.schedule == LrScheduleKind::Wsd && (o.decaySteps <= 0 || o.decaySteps > o.steps - o.warmupSteps))
+    fail("--lr-schedule wsd needs --decay-steps between 1 and --steps minus --warmup-steps (",
+         o.steps - o.warmupSteps, "), got ", o.decaySteps);
   schedule.totalSteps = o.steps;
   rngState = SplitMix64(o.seed).state;
 
@@ -129,6 +133,8 @@ Trainer::Trainer(const RunOptions &o, Communicator &comm, std::ostream &log)
       differs("lr", o.opt.lr);
       differs("lr_schedule", lrScheduleName(o.schedule));
       differs("warmup_steps", o.warmupSteps);
+      differs("min_lr", o.minLr);
+      differs("decay_steps", o.decaySteps);
     }
   }
   // The device starts from the host arena: initial values or the checkpoint.
@@ -307,6 +313,7 @@ void Trainer::run() {
           {"lr_schedule", lrScheduleName(opts.schedule)},
           {"warmup_steps", opts.warmupSteps},
           {"min_lr", opts.minLr},
+          {"decay_steps", opts.decaySteps},
           {"beta1", opts.opt.beta1},
           {"beta2", opts.opt.beta2},
           {"eps", opts.opt.eps},

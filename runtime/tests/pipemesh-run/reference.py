@@ -62,12 +62,18 @@ class Sampler:
         return x, y
 
 
-def learning_rate(s, lr, steps, warmup=0, schedule="constant", min_lr=0.0):
+def learning_rate(s, lr, steps, warmup=0, schedule="constant", min_lr=0.0, decay_steps=0):
     if s < warmup:
         return lr * (s + 1) / warmup
     if schedule == "constant":
         return lr
+    if schedule == "wsd":
+        if s < steps - decay_steps:
+            return lr
+        return lr - (lr - min_lr) * min(1.0, (s - (steps - decay_steps)) / decay_steps)
     p = min(1.0, (s - warmup) / max(1, steps - warmup))
+    if schedule == "linear":
+        return lr - (lr - min_lr) * p
     return min_lr + 0.5 * (lr - min_lr) * (1.0 + math.cos(math.pi * p))
 
 
@@ -204,7 +210,7 @@ for _a in (False, True):
 
 def train(model, weights, sampler, steps, heads, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
           weight_decay=0.01, grad_clip=0.0, warmup=0, schedule="constant", min_lr=0.0,
-          dtype=torch.float32, grad_reduce="f32"):
+          dtype=torch.float32, grad_reduce="f32", decay_steps=0):
     """Returns per-step dicts (loss, lr, grad_norm) and the final parameters.
     dtype=torch.float64: the same computation with f64 arithmetic (bf16 rounding
     points stay where they are), to tell a difference in evaluation order from one
@@ -224,7 +230,7 @@ def train(model, weights, sampler, steps, heads, lr=1e-3, beta1=0.9, beta2=0.999
     bf16 = lambda t: t.to(torch.bfloat16).to(t.dtype)
     log = []
     for s in range(steps):
-        lr_s = learning_rate(s, lr, steps, warmup, schedule, min_lr)
+        lr_s = learning_rate(s, lr, steps, warmup, schedule, min_lr, decay_steps)
         for g in opt.param_groups:
             g["lr"] = lr_s
         total = 0.0

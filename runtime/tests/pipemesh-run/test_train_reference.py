@@ -74,6 +74,32 @@ class TrainReference(common.TempDirTest):
         got = self.compare("tiny-gpt", dict(batch=2, seq=16, microbatches=4), flags, ref, 12, shuffle=7)
         self.assertTrue(any(g["grad_norm"] > 1.0 for g in got), "clipping never engaged")
 
+    def test_linear_and_wsd_schedules(self):
+        # The rate each step used (the log's lr) is the documented formula's (compare
+        # checks it), and the losses follow PyTorch trained with it.
+        for schedule, extra_flags, extra_ref in [("linear", [], {}),
+                                                 ("wsd", ["--decay-steps", "4"], dict(decay_steps=4))]:
+            with self.subTest(schedule):
+                flags = ["--lr", "3e-3", "--warmup-steps", "2", "--lr-schedule", schedule,
+                         "--min-lr", "2e-4"] + extra_flags
+                ref = dict(lr=3e-3, warmup=2, schedule=schedule, min_lr=2e-4, **extra_ref)
+                self.compare("tiny-gpt", dict(batch=2, seq=16, microbatches=2), flags, ref, 10)
+        self.assertEqual([round(reference.learning_rate(s, 1.0, 10, 2, "wsd", 0.0, 4), 9) for s in range(10)],
+                         [0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.75, 0.5, 0.25])
+
+    def test_schedule_errors(self):
+        b, _ = mtp.MODELS["tiny-gpt"](batch=2, seq=16, microbatches=1)
+        plan = self.path("tiny.plan")
+        mtp.write_plan(plan, b.manifest(), b.weights)
+        self.check_fails(common.run([plan, "--steps", 5, "--lr-schedule", "wsd"]),
+                         "--lr-schedule wsd needs --decay-steps")
+        self.check_fails(common.run([plan, "--steps", 5, "--lr-schedule", "wsd", "--decay-steps", 6]),
+                         "got 6")
+        self.check_fails(common.run([plan, "--steps", 5, "--decay-steps", 2]),
+                         "--decay-steps needs --lr-schedule wsd")
+        self.check_fails(common.run([plan, "--steps", 5, "--lr-schedule", "step"]),
+                         "constant, cosine, linear or wsd")
+
     def test_zoo_ops(self):
         rng = np.random.default_rng(3)
         data = rng.integers(0, 64, size=4000)

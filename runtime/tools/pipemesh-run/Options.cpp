@@ -35,8 +35,12 @@ optimizer (AdamW, PyTorch semantics and defaults)
   --lr X (1e-3)  --beta1 X (0.9)  --beta2 X (0.999)  --eps X (1e-8)  --weight-decay X (0.01)
   --grad-clip X            global-norm clipping threshold (0 = off, the default)
   --warmup-steps N         linear warmup: lr*(s+1)/N for steps s < N (default 0)
-  --lr-schedule constant|cosine   after warmup (default constant)
-  --min-lr X               floor of the cosine schedule (default 0)
+  --lr-schedule constant|cosine|linear|wsd   after warmup (default constant);
+                           cosine and linear decay to --min-lr over the rest, wsd
+                           (warmup-stable-decay) holds --lr, then decays linearly
+                           to --min-lr over the last --decay-steps
+  --min-lr X               floor of the decaying schedules (default 0)
+  --decay-steps N          wsd: the steps that decay
 run
   --steps N                total number of steps (also what the schedule spans)
   --log-json FILE          one JSON object per step (rank 0; --resume keeps the
@@ -119,10 +123,11 @@ CommandLine parseCommandLine(int argc, char **argv) {
        [&](auto &o, auto &v) {
          auto k = rt::parseLrSchedule(v);
          if (!k)
-           fail(o, " must be constant or cosine, got '", v, "'");
+           fail(o, " must be constant, cosine, linear or wsd, got '", v, "'");
          r.schedule = *k;
        }},
       {"--min-lr", [&](auto &o, auto &v) { r.minLr = parseDouble(o, v); }},
+      {"--decay-steps", [&](auto &o, auto &v) { r.decaySteps = parseInt(o, v, 1); }},
       {"--checkpoint-dir", [&](auto &, auto &v) { r.checkpointDir = v; }},
       {"--checkpoint-every", [&](auto &o, auto &v) { r.checkpointEvery = parseInt(o, v, 0); }},
       {"--export-onnx", [&](auto &, auto &v) { c.exportOnnx = v; }},
@@ -204,6 +209,8 @@ CommandLine parseCommandLine(int argc, char **argv) {
     fail("--steps N is required");
   if (r.resume && r.checkpointDir.empty())
     fail("--resume needs --checkpoint-dir");
+  if (r.decaySteps > 0 && r.schedule != rt::LrScheduleKind::Wsd)
+    fail("--decay-steps needs --lr-schedule wsd");
   if ((r.evalInterval > 0 || r.evalIters > 0) && !r.valDataPath)
     fail(r.evalInterval > 0 ? "--eval-interval" : "--eval-iters", " needs --val-data");
   if (r.checkpointEvery > 0 && r.checkpointDir.empty())

@@ -5,8 +5,12 @@
 //   s >= W, constant:      lr
 //   s >= W, cosine:        min_lr + 0.5 * (lr - min_lr) * (1 + cos(pi * p)),
 //                          p = (s - W) / max(1, S - W)
+//   s >= W, linear:        lr - (lr - min_lr) * p, the same p
+//   s >= W, wsd:           warmup-stable-decay: lr until the last D decay steps
+//                          (--decay-steps), then lr - (lr - min_lr) * q,
+//                          q = (s - (S - D)) / D
 // (llm.c's schedule; the last step's p is (S-1-W)/(S-W), slightly above
-// min_lr.) Computed in double; AdamW receives it as is.
+// min_lr, and so q.) Computed in double; AdamW receives it as is.
 //
 //===----------------------------------------------------------------------===//
 #ifndef PIPEMESH_RUNTIME_LRSCHEDULE_H
@@ -18,7 +22,7 @@
 
 namespace pipemesh::rt {
 
-enum class LrScheduleKind { Constant, Cosine };
+enum class LrScheduleKind { Constant, Cosine, Linear, Wsd };
 std::optional<LrScheduleKind> parseLrSchedule(const std::string &name);
 const char *lrScheduleName(LrScheduleKind k);
 
@@ -28,6 +32,7 @@ struct LrSchedule {
   LrScheduleKind kind = LrScheduleKind::Constant;
   double minLr = 0;
   int64_t totalSteps = 1;
+  int64_t decaySteps = 0; ///< wsd: the last steps, decaying linearly to minLr
 
   double at(int64_t step) const;
 };

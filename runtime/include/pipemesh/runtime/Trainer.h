@@ -49,6 +49,7 @@ struct RunOptions {
   int64_t warmupSteps = 0;
   LrScheduleKind schedule = LrScheduleKind::Constant;
   double minLr = 0;
+  int64_t decaySteps = 0; ///< --decay-steps (wsd)
   std::string checkpointDir;
   int64_t checkpointEvery = 0;
   bool resume = false;
