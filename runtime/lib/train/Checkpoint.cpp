@@ -2,13 +2,16 @@
 #include "pipemesh/runtime/Checkpoint.h"
 
 #include "pipemesh/runtime/AtomicFile.h"
+#include "pipemesh/runtime/Bf16.h"
 #include "pipemesh/runtime/Checksum.h"
 #include "pipemesh/runtime/Communicator.h"
 #include "pipemesh/runtime/Error.h"
 #include "pipemesh/runtime/MappedFile.h"
 #include "pipemesh/runtime/Safetensors.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <map>
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
@@ -64,6 +67,16 @@ std::string configText(const nlohmann::json &c) {
                 get("world_size"), ")");
 }
 
+/// What another plan must share to resume from a checkpoint (resharded):
+/// the parameters, and the data each step reads (sequence length, global
+/// batch: canonical sampling).
+nlohmann::json modelIdentity(const Plan &plan) {
+  nlohmann::json params = nlohmann::json::array();
+  for (const ParamInfo &p : plan.params)
+    params.push_back({{"name", p.name}, {"shape", p.shape}});
+  return {{"seq", plan.model.seq}, {"global_batch", plan.globalBatch()}, {"params", params}};
+}
+
 bool checkpointed(const BufferInfo &b) {
   return b.kind == BufferKind::Param || b.kind == BufferKind::ParamCopy ||
          b.kind == BufferKind::AdamM || b.kind == BufferKind::AdamV;
@@ -89,6 +102,147 @@ template <typename F> void collectively(Communicator &comm, const char *what, F 
   if (!err.empty())
     throw Error(err);
   fail("checkpoint: another rank failed during the ", what);
+}
+
+/// A rank's file of a checkpoint: mapped and its header parsed when first
+/// opened, its whole checksum verified before any of its values is used (a
+/// resharded load reads the headers of every file, the values of a few).
+struct CheckpointFile {
+  int64_t rank = 0;
+  fs::path path;
+  uint64_t checksum = 0, bytes = 0;
+  std::shared_ptr<MappedFile> file;
+  Safetensors tensors;
+  bool verified = false;
+
+  const Safetensors &open() {
+    if (file)
+      return tensors;
+    file = MappedFile::open(path.string(), "checkpoint file");
+    if (file->size() != bytes)
+      fail("checkpoint file '", path.string(), "' is damaged: ", file->size(),
+           " bytes, the manifest says ", bytes);
+    tensors = Safetensors::parse(file->data(), file->size(),
+                                 "checkpoint file '" + path.string() + "'");
+    return tensors;
+  }
+  const Safetensors &verify() {
+    open();
+    if (!verified) {
+      uint64_t sum = checksum64(file->data(), file->size());
+      if (sum != checksum)
+        fail("checkpoint file '", path.string(), "' is damaged: checksum ", hex64(sum),
+             " does not match the manifest's ", hex64(checksum));
+      verified = true;
+    }
+    return tensors;
+  }
+};
+
+/// Another plan may resume a checkpoint when it trains the same parameters
+/// on the same data (modelIdentity()).
+void checkSameModel(const fs::path &S, const nlohmann::json &model, const Plan &plan) {
+  const nlohmann::json mine = modelIdentity(plan);
+  for (const char *k : {"seq", "global_batch"})
+    if (!model.contains(k) || model[k] != mine[k])
+      fail("checkpoint '", S.string(), "' was written with ", k, " ",
+           model.contains(k) ? model[k].dump() : std::string("?"), ", this plan '", plan.path,
+           "' has ", mine[k].dump(),
+           ": another sequence length or global batch would change the data each step reads "
+           "(canonical sampling)");
+  std::map<std::string, nlohmann::json> theirs;
+  if (model.contains("params") && model["params"].is_array())
+    for (const nlohmann::json &p : model["params"])
+      if (p.is_object() && p.contains("name") && p["name"].is_string())
+        theirs[p["name"].get<std::string>()] = p.value("shape", nlohmann::json());
+  for (const ParamInfo &p : plan.params) {
+    auto it = theirs.find(p.name);
+    if (it == theirs.end())
+      fail("checkpoint '", S.string(), "' has no parameter '", p.name, "' of this plan '",
+           plan.path, "' (another model?)");
+    if (it->second != nlohmann::json(p.shape)) {
+      std::string theirs = it->second.dump();
+      try {
+        theirs = shapeStr(it->second.get<Dims>());
+      } catch (const nlohmann::json::exception &) {
+      }
+      fail("checkpoint '", S.string(), "' holds parameter '", p.name, "' with shape ", theirs,
+           ", this plan '", plan.path, "' has ", shapeStr(p.shape));
+    }
+    theirs.erase(it);
+  }
+  if (!theirs.empty())
+    fail("checkpoint '", S.string(), "' has parameter '", theirs.begin()->first,
+         "', which this plan '", plan.path, "' does not (another model?)");
+}
+
+/// Fills every checkpointed buffer of `rank` from the elements the files
+/// hold, whatever layout wrote them: tensors are named by kind, parameter
+/// and first element ("adam_m/wte@416"), so each file's pieces cover known
+/// element ranges of their parameter (ZeRO padding past the end ignored).
+/// bf16 copies are the f32 masters rounded, as adamw writes them.
+void loadResharded(const fs::path &S, std::vector<CheckpointFile> &files, const Plan &plan,
+                   const RankPlan &rank, Arena &arena) {
+  struct Piece {
+    CheckpointFile *file;
+    std::string tensor;
+    int64_t first, count;
+  };
+  std::map<std::string, std::vector<Piece>> pieces; // "adam_m/wte" -> its pieces
+  for (CheckpointFile &f : files)
+    for (const auto &[name, e] : f.open().tensors) {
+      std::string key = name;
+      int64_t first = 0;
+      if (size_t at = name.rfind('@'); at != std::string::npos) {
+        key = name.substr(0, at);
+        first = std::stoll(name.substr(at + 1));
+      }
+      if (key.rfind("param_copy/", 0) == 0)
+        continue; // rounded masters: recomputed
+      if (e.dtype != "F32")
+        fail("checkpoint file '", f.path.string(), "': tensor '", name, "' is ", e.dtype,
+             ", expected F32");
+      pieces[key].push_back({&f, name, first, (int64_t)(e.bytes / sizeof(float))});
+    }
+  for (const BufferInfo &b : rank.buffers) {
+    if (!checkpointed(b))
+      continue;
+    const ParamInfo *pi = plan.findParam(b.param);
+    if (!pi)
+      fail("plan '", plan.path, "': buffer '", b.name, "' names no parameter");
+    const int64_t total = numElements(pi->shape);
+    const std::string key =
+        std::string(b.kind == BufferKind::ParamCopy ? "param" : bufferKindName(b.kind)) + "/" +
+        b.param;
+    std::vector<float> values(b.numel, 0.0f);
+    std::vector<bool> have(b.numel, false);
+    const int64_t lo = b.elemOffset, hi = std::min(b.elemOffset + b.numel, total);
+    for (const Piece &pc : pieces[key]) {
+      int64_t from = std::max(lo, pc.first), to = std::min(hi, pc.first + pc.count);
+      if (from >= to)
+        continue;
+      const SafetensorsEntry *e = pc.file->verify().find(pc.tensor);
+      std::memcpy(values.data() + (from - lo), e->data + (from - pc.first) * sizeof(float),
+                  (to - from) * sizeof(float));
+      std::fill(have.begin() + (from - lo), have.begin() + (to - lo), true);
+    }
+    for (int64_t i = lo; i < hi; ++i)
+      if (!have[i - lo]) {
+        int64_t j = i;
+        while (j < hi && !have[j - lo])
+          ++j;
+        fail("checkpoint '", S.string(), "' holds no ", key.substr(0, key.find('/')),
+             " value for elements ", i, "..", j, " of parameter '", b.param, "'");
+      }
+    TensorRef t = arena.tensor(b);
+    if (b.kind == BufferKind::ParamCopy) {
+      uint16_t *out = t.as<uint16_t>();
+      for (int64_t i = 0; i < b.numel; ++i)
+        out[i] = floatToBf16(values[i]);
+    } else {
+      std::memcpy(t.data, values.data(), b.numel * sizeof(float));
+    }
+  }
 }
 
 } // namespace
@@ -147,6 +301,7 @@ std::string writeCheckpoint(const std::string &dir, const CheckpointState &state
     m["plan"] = {{"path", plan.path}, {"checksum", hex64(plan.checksum)}};
     m["world_size"] = comm.size();
     m["parallel"] = parallelConfig(plan);
+    m["model"] = modelIdentity(plan);
     m["rng_state"] = hex64(state.rngState);
     m["run"] = state.run;
     nlohmann::json files = nlohmann::json::array();
@@ -249,77 +404,81 @@ CheckpointState loadCheckpoint(const std::string &dir, const Plan &plan, const R
       fail("checkpoint '", S.string(), "' is a version ", need("version").dump(),
            " PipeMesh checkpoint, this pipemesh-run reads version ", kVersion,
            " (resume it with the pipemesh-run and plan that wrote it)");
-    // Same configuration only: a checkpoint's files are this layout's shards
-    // (resharding to another pp / dp / zero is not supported).
-    if (m.contains("parallel")) {
-      nlohmann::json mine = parallelConfig(plan);
-      for (const char *k : {"world_size", "pp", "dp", "zero"})
-        if (!m["parallel"].contains(k) || m["parallel"][k] != mine[k])
-          fail("checkpoint '", S.string(), "' was written by a ", configText(m["parallel"]),
-               " job; this plan '", plan.path, "' is ", configText(mine),
-               ": resume needs the same configuration (its files are that layout's shards)");
-    }
-    const int64_t worldSize = count(need("world_size"), "world_size");
-    if (worldSize != comm.size())
-      fail("checkpoint '", S.string(), "' was written by ", worldSize,
-           " ranks, this job has ", comm.size(), ": resume needs the same configuration");
     uint64_t planSum = 0;
     const nlohmann::json &planEntry = typed(need("plan"), "plan", m["plan"].is_object(),
                                             "an object");
     if (!planEntry.contains("checksum") ||
         !parseHex64(text(planEntry["checksum"], "plan.checksum"), planSum))
       fail("checkpoint '", S.string(), "': manifest.json has no plan checksum");
-    if (planSum != plan.checksum)
-      fail("checkpoint '", S.string(), "' was written for another plan (checksum ", hex64(planSum),
-           ", this plan '", plan.path, "' has ", hex64(plan.checksum), ")");
+    // The plan that wrote it: each rank reads its own file. Another plan of
+    // the same model (another pp / dp / zero / schedule ...): every rank
+    // gathers its buffers' elements from whichever files hold them.
+    const bool samePlan = planSum == plan.checksum;
+    if (samePlan) {
+      if (m.contains("parallel")) {
+        nlohmann::json mine = parallelConfig(plan);
+        for (const char *k : {"world_size", "pp", "dp", "zero"})
+          if (!m["parallel"].contains(k) || m["parallel"][k] != mine[k])
+            fail("checkpoint '", S.string(), "' was written by a ", configText(m["parallel"]),
+                 " job; this plan '", plan.path, "' is ", configText(mine),
+                 " but has the same checksum");
+      }
+      const int64_t worldSize = count(need("world_size"), "world_size");
+      if (worldSize != comm.size())
+        fail("checkpoint '", S.string(), "' was written by ", worldSize,
+             " ranks, this job has ", comm.size(), ": resume needs the same configuration");
+    } else {
+      if (!m.contains("model"))
+        fail("checkpoint '", S.string(), "' was written for another plan (checksum ",
+             hex64(planSum), ", this plan '", plan.path, "' has ", hex64(plan.checksum),
+             ") and records no model to reshard it by (an older pipemesh-run wrote it)");
+      checkSameModel(S, m["model"], plan);
+      st.reshardedFrom = m.contains("parallel") ? configText(m["parallel"]) : "another";
+    }
     st.step = count(need("step"), "step");
     if (!parseHex64(text(need("rng_state"), "rng_state"), st.rngState))
       fail("checkpoint '", S.string(), "': bad rng_state");
     st.run = m.value("run", nlohmann::json::object());
     typed(st.run, "run", st.run.is_object(), "an object");
     const nlohmann::json &files = typed(need("files"), "files", m["files"].is_array(), "a list");
-    const nlohmann::json *entry = nullptr;
+    std::vector<CheckpointFile> listed;
     for (size_t i = 0; i < files.size(); ++i) {
       const std::string at = "files[" + std::to_string(i) + "]";
       const nlohmann::json &f = typed(files[i], at, files[i].is_object(), "an object");
-      if (f.contains("rank") && count(f["rank"], at + ".rank") == rank.rank)
-        entry = &f;
+      auto field = [&](const char *key) -> const nlohmann::json & {
+        if (!f.contains(key))
+          fail("checkpoint '", S.string(), "': manifest.json: ", at, " has no '", key, "'");
+        return f[key];
+      };
+      CheckpointFile cf;
+      cf.rank = count(field("rank"), at + ".rank");
+      cf.path = S / text(field("file"), at + ".file");
+      if (!parseHex64(text(field("xxh3_64"), at + ".xxh3_64"), cf.checksum))
+        fail("checkpoint '", S.string(), "': bad checksum for rank ", cf.rank);
+      cf.bytes = (uint64_t)count(field("bytes"), at + ".bytes");
+      listed.push_back(std::move(cf));
     }
-    if (!entry)
-      fail("checkpoint '", S.string(), "' lists no file for rank ", rank.rank);
-    const std::string at = "files[rank " + std::to_string(rank.rank) + "]";
-    auto field = [&](const char *key) -> const nlohmann::json & {
-      if (!entry->contains(key))
-        fail("checkpoint '", S.string(), "': manifest.json: ", at, " has no '", key, "'");
-      return (*entry)[key];
-    };
-    fs::path file = S / text(field("file"), at + ".file");
-    uint64_t wantSum = 0;
-    if (!parseHex64(text(field("xxh3_64"), at + ".xxh3_64"), wantSum))
-      fail("checkpoint '", S.string(), "': bad checksum for rank ", rank.rank);
-    auto mf = MappedFile::open(file.string(), "checkpoint file");
-    uint64_t wantBytes = (uint64_t)count(field("bytes"), at + ".bytes");
-    if (mf->size() != wantBytes)
-      fail("checkpoint file '", file.string(), "' is damaged: ", mf->size(),
-           " bytes, the manifest says ", wantBytes);
-    uint64_t sum = checksum64(mf->data(), mf->size());
-    if (sum != wantSum)
-      fail("checkpoint file '", file.string(), "' is damaged: checksum ", hex64(sum),
-           " does not match the manifest's ", hex64(wantSum));
-    Safetensors t =
-        Safetensors::parse(mf->data(), mf->size(), "checkpoint file '" + file.string() + "'");
-    for (const BufferInfo &b : rank.buffers) {
-      if (!checkpointed(b))
-        continue;
-      std::string name = tensorName(b);
-      const SafetensorsEntry *e = t.find(name);
-      if (!e)
-        fail("checkpoint file '", file.string(), "' has no tensor '", name, "'");
-      if (e->dtype != safetensorsDType(b.dtype) || e->bytes != b.bytes)
-        fail("checkpoint file '", file.string(), "': tensor '", name, "' is ", e->dtype, " ",
-             shapeStr(e->shape), ", the plan's buffer is ", dtypeName(b.dtype), " ",
-             shapeStr(b.shape));
-      std::memcpy(arena.tensor(b).data, e->data, b.bytes);
+    if (samePlan) {
+      auto own = std::find_if(listed.begin(), listed.end(),
+                              [&](const CheckpointFile &f) { return f.rank == rank.rank; });
+      if (own == listed.end())
+        fail("checkpoint '", S.string(), "' lists no file for rank ", rank.rank);
+      const Safetensors &t = own->verify();
+      for (const BufferInfo &b : rank.buffers) {
+        if (!checkpointed(b))
+          continue;
+        std::string name = tensorName(b);
+        const SafetensorsEntry *e = t.find(name);
+        if (!e)
+          fail("checkpoint file '", own->path.string(), "' has no tensor '", name, "'");
+        if (e->dtype != safetensorsDType(b.dtype) || e->bytes != b.bytes)
+          fail("checkpoint file '", own->path.string(), "': tensor '", name, "' is ", e->dtype,
+               " ", shapeStr(e->shape), ", the plan's buffer is ", dtypeName(b.dtype), " ",
+               shapeStr(b.shape));
+        std::memcpy(arena.tensor(b).data, e->data, b.bytes);
+      }
+    } else {
+      loadResharded(S, listed, plan, rank, arena);
     }
   });
   return st;

@@ -120,6 +120,7 @@ Trainer::Trainer(const RunOptions &o, Communicator &comm, std::ostream &log)
     CheckpointState st = loadCheckpoint(o.checkpointDir, p, *rankPlan, *arena, comm, resumedFrom);
     startStep = st.step;
     rngState = st.rngState;
+    reshardedFrom = st.reshardedFrom;
     if (comm.rank() == 0) {
       auto differs = [&](const char *key, const nlohmann::json &now) {
         if (st.run.contains(key) && st.run[key] != now)
@@ -207,7 +208,10 @@ void Trainer::banner() {
                                   : std::string())
         << "after the last step\n";
   if (!resumedFrom.empty())
-    log << "pipemesh-run: resumed from " << resumedFrom << " at step " << startStep << "\n";
+    log << "pipemesh-run: resumed from " << resumedFrom << " at step " << startStep
+        << (reshardedFrom.empty() ? std::string()
+                                  : " (another plan's checkpoint, " + reshardedFrom + ": resharded)")
+        << "\n";
   log.flush();
 }
 

@@ -117,7 +117,7 @@ class Checkpoints(common.TempDirTest):
                            (lambda m: m.update(step="4"), "field 'step' must be a non-negative integer, got \"4\""),
                            (lambda m: m["files"].insert(0, 7), "field 'files[0]' must be an object, got 7"),
                            (lambda m: m["files"][0].update(bytes=-1),
-                            "field 'files[rank 0].bytes' must be a non-negative integer, got -1"),
+                            "field 'files[0].bytes' must be a non-negative integer, got -1"),
                            # A checkpoint of an older format (version 1 had FNV-1a checksums).
                            (lambda m: m.update(version=1),
                             "is a version 1 PipeMesh checkpoint, this pipemesh-run reads version 2")):
@@ -132,10 +132,23 @@ class Checkpoints(common.TempDirTest):
         self.check_fails(common.run([self.plan, "--steps", 3, "--checkpoint-dir", self.ckpt, "--resume"]),
                          "no complete checkpoint")
         self.train("a.jsonl", "--checkpoint-dir", self.ckpt, "--stop-at-step", 2, "--checkpoint-every", 2)
+        # Another plan of another model, or of this one reading other data.
+        wider = self.write_tiny_plan("wider.plan", batch=2, seq=16, embd=48, heads=4, microbatches=2)
+        self.check_fails(common.run([wider, "--steps", 3, "--checkpoint-dir", self.ckpt, "--resume"]),
+                         "holds parameter", "with shape 256x32, this plan", "has 256x48")
+        fewer = self.write_tiny_plan("fewer.plan", batch=2, seq=16, embd=32, heads=4, microbatches=1)
+        self.check_fails(common.run([fewer, "--steps", 3, "--checkpoint-dir", self.ckpt, "--resume"]),
+                         "was written with global_batch 4, this plan", "has 2")
+        shorter = self.write_tiny_plan("shorter.plan", batch=2, seq=8, embd=32, heads=4, microbatches=2)
+        self.check_fails(common.run([shorter, "--steps", 3, "--checkpoint-dir", self.ckpt, "--resume"]),
+                         "was written with seq 16")
+        # Another plan of the same model (here: other initial weights) resumes it, resharded
+        # (test_compiled_parallel resumes pp/dp/zero checkpoints in other layouts).
         other = self.write_tiny_plan("other.plan", batch=2, seq=16, embd=32, heads=4,
                                      microbatches=2, seed=9)
-        self.check_fails(common.run([other, "--steps", 3, "--checkpoint-dir", self.ckpt, "--resume"]),
-                         "was written for another plan")
+        r = self.check_ok(common.run([other, "--steps", 3, "--checkpoint-dir", self.ckpt, "--resume"]))
+        self.assertIn("at step 2 (another plan's checkpoint, pp=1 dp=1 zero=0 (world size 1): resharded)",
+                      r.stdout)
 
 
 if __name__ == "__main__":

@@ -13,10 +13,13 @@
 // <s> counts completed steps. Every file is written to a temporary name,
 // fsync'ed and renamed; the step directory is built as D/.step-<s>.tmp and
 // renamed into place only when complete, so a step-<s> directory is always
-// whole. Resume picks the newest complete step directory, verifies the
-// configuration (world size, pp, dp, zero: the same only), the plan checksum
-// and every file's checksum, and restores the state; the loss trajectory
-// then continues bit-identically.
+// whole. Resume picks the newest complete step directory and verifies it
+// (every file it reads against its checksum). With the plan that wrote it,
+// each rank restores its own file and the loss trajectory continues
+// bit-identically. Another plan of the same model, sequence length and
+// global batch (any pp, dp, vpp, zero, schedule, recompute, storage types)
+// resumes it resharded: each rank gathers its buffers' elements from the
+// files that hold them (the manifest records the model for that check).
 //
 //===----------------------------------------------------------------------===//
 #ifndef PIPEMESH_RUNTIME_CHECKPOINT_H
@@ -39,6 +42,9 @@ struct CheckpointState {
   int64_t step = 0;      ///< completed steps: the run resumes at this step
   uint64_t rngState = 0; ///< the runtime RNG (--seed) after those steps
   nlohmann::json run;    ///< informational: steps, optimizer flags, data origin, shuffle
+  /// Loaded from another plan's checkpoint: that job's configuration ("pp=2
+  /// dp=2 zero=1 (world size 4)"); empty when this plan wrote it.
+  std::string reshardedFrom;
 };
 
 /// Collective: every rank writes its file, rank 0 the manifest and `latest`.
@@ -50,8 +56,8 @@ std::string writeCheckpoint(const std::string &dir, const CheckpointState &state
 std::optional<std::string> findLatestCheckpoint(const std::string &dir);
 
 /// Collective: verifies and loads the newest checkpoint into the arena.
-/// Errors: no checkpoint, another plan, another world size, checksum or size
-/// mismatch, missing tensors.
+/// Errors: no checkpoint, another model (parameters, sequence length, global
+/// batch), checksum or size mismatch, missing tensors or elements.
 CheckpointState loadCheckpoint(const std::string &dir, const Plan &plan, const RankPlan &rank,
                                Arena &arena, Communicator &comm, std::string &loadedFrom);
 

@@ -113,6 +113,7 @@ private:
   int64_t profileFirst = -1, profileLast = -1;
   uint64_t rngState = 0;
   std::string resumedFrom;
+  std::string reshardedFrom; ///< the configuration of a resharded checkpoint
 };
 
 } // namespace pipemesh::rt
