@@ -15,7 +15,9 @@ process per rank, oversubscribed), and compares the losses and gradient norms wi
 same model at pp=1 dp=1 on the same global batch (canonical sampling: the same data),
 and so the validation losses (--val-data) that every run evaluates after steps 2, 4, ...
 and the last. A share of them (--resume-share) is also stopped after a drawn step with checkpoints and
-resumed: the step log must then equal the uninterrupted run's exactly.
+resumed: the step log must then equal the uninterrupted run's exactly; and the same
+checkpoint resumed by the reference plan (resharded into its layout) must continue it
+within the tolerance.
 
 A finding is:
   - a compile that crashes or reports an internal error (a refusal with a message is
@@ -272,6 +274,8 @@ def main():
             world = o["pp"] * o["dp"]
             first, c1, err = train(f"s{i}-r", plan, world, "--checkpoint-dir", ckpt,
                                    "--checkpoint-every", "1", "--stop-at-step", str(stop))
+            if first is not None:
+                shutil.copytree(ckpt, ckpt + "-other")
             again, c2, err2 = train(f"s{i}-r", plan, world, "--checkpoint-dir", ckpt, "--resume")
             if first is None or again is None:
                 finding(i, f"checkpoint or resume failed: {label}\n{err or err2}", [ccmd, c1, c2])
@@ -282,8 +286,24 @@ def main():
                 finding(i, f"resumed at step {stop}, the log differs: {label}\n"
                         f"got  {numbers(again)}\nwant {numbers(got)}", [ccmd, c1, c2])
                 continue
-            resumed = f", resumed at step {stop}: identical"
+            # The same checkpoint resumed in the reference's layout (resharded): the rest of
+            # the sample's log within the tolerance.
+            other, c3, err3 = train(f"s{i}-o", rccmd[-1], ref_dp, "--checkpoint-dir",
+                                    ckpt + "-other", "--resume")
+            if other is None:
+                finding(i, f"resume in the reference's layout failed: {label}\n{err3}", [ccmd, c1, c3])
+                continue
+            rest = [e for e in got if e["step"] >= stop]
+            value = lambda e: e.get("loss", e.get("val_loss"))
+            off = max([abs(value(a) - value(b)) / abs(value(b)) for a, b in zip(other, rest)] + [0.0])
+            if shape_of(other) != shape_of(rest) or not off <= tol:
+                finding(i, f"resumed at step {stop} in the reference's layout, off by {off:.2e}: "
+                        f"{label}\ngot  {[value(e) for e in other]}\nwant {[value(e) for e in rest]}",
+                        [ccmd, c1, rccmd, c3])
+                continue
+            resumed = f", resumed at step {stop}: identical, resharded to pp=1: {off:.1e}"
             shutil.rmtree(ckpt)
+            shutil.rmtree(ckpt + "-other")
         print(f"ok {label} (max rel {worst:.1e}{resumed})", flush=True)
         os.remove(plan)
 
