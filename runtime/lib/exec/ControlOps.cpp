@@ -10,6 +10,7 @@
 
 #include "pipemesh/runtime/Communicator.h"
 #include "pipemesh/runtime/CpuKernels.h"
+#include "pipemesh/runtime/Error.h"
 #include "pipemesh/runtime/Sampler.h"
 
 #include <chrono>
@@ -196,6 +197,12 @@ Thunk bindAdamW(OpContext &c) {
     double norm = std::sqrt(sq);
     double gradScale = 1.0;
     const OptimizerConfig &o = env->opt;
+    // The norm is the same on every rank (all-reduced): all stop alike.
+    if (o.nanCheck && !std::isfinite(norm))
+      throw UniformError(concat("step ", env->state.step + 1, ": the global gradient norm is ",
+                                norm, ": stopped before the update, so the parameters (and any "
+                                "checkpoint) are those after step ", env->state.step,
+                                " (--nan-check off would apply it)"));
     if (o.gradClip > 0) {
       double coef = o.gradClip / (norm + 1e-6);
       if (coef < 1.0)

@@ -151,6 +151,8 @@ void Executor::runStep(const std::vector<bool> *skips) {
       b.run();
       if (b.cls != InstrClass::Comm && !env.pendingSends.empty())
         env.pendingSends.progress();
+    } catch (const UniformError &e) {
+      throw UniformError(prefix(env, *b.inst) + e.what()); // every rank alike: rank 0 reports
     } catch (const Error &e) {
       throw Error(prefix(env, *b.inst) + e.what());
     }

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -270,6 +271,11 @@ void Trainer::run() {
     double loss = st.loss;
     activity::set("the step-end all-reduce of the loss (waiting for the other ranks)");
     comm.allreduceSum(&loss, 1, "step loss");
+    // What the CPU adamw catches before its update, a device backend's
+    // reports after it (the last checkpoint holds finite values either way).
+    if (opts.opt.nanCheck && (!std::isfinite(loss) || (st.optimizerRan && !std::isfinite(st.gradNorm))))
+      throw UniformError(concat("step ", s + 1, ": the loss is ", loss, " and the gradient norm ",
+                                st.gradNorm, " (--nan-check off would continue)"));
     activity::setStep(-1);
     // This rank's step: compute (kernels and control instructions), comm
     // (communication instructions and waits inside others), idle (the rest

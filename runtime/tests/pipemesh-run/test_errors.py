@@ -11,6 +11,8 @@ out of an embedding table's range, and bad command lines.
 import copy
 import json
 
+import os
+
 import numpy as np
 
 import common
@@ -377,11 +379,39 @@ class ElidedReplicas(common.TempDirTest):
 
 
 class CommandLine(common.TempDirTest):
+    def test_nonfinite_gradient_norm_stops_before_the_update(self):
+        # A learning rate of 1e30 makes step 1's update overflow step 2's forward: step 2's
+        # gradient norm is not finite, and the run stops before writing NaN into the weights
+        # (its checkpoint after step 1 stays usable). --nan-check off trains on regardless.
+        path = self.write_tiny_plan("p.plan", **TINY)
+        ckpt = self.path("ckpt")
+        r = self.check_fails(common.run([path, "--steps", 4, "--lr", "1e30", "--checkpoint-dir", ckpt,
+                                         "--checkpoint-every", 1]),
+                             "instruction", "(adamw): step 2: the global gradient norm is",
+                             "stopped before the update")
+        self.assertIn("step 1/4", r.stdout)
+        self.assertNotIn("step 2/4", r.stdout)
+        self.assertEqual(sorted(os.listdir(ckpt)), ["latest", "step-1"])
+        weights = mtp.read_safetensors(common.read_bytes(os.path.join(ckpt, "step-1", "rank-0.safetensors")))
+        self.assertTrue(all(np.isfinite(v).all() for v in weights.values()))
+        log = self.path("off.jsonl")
+        self.check_ok(common.run([path, "--steps", 4, "--lr", "1e30", "--nan-check", "off",
+                                  "--log-json", log]))
+        self.assertEqual(len(common.read_log(log)), 4)
+        # Several ranks reach the same verdict: rank 0 alone reports it.
+        manifest, weights = mtp.build_mlp(dp=2, microbatches=1)
+        dp2 = self.path("dp2.plan")
+        mtp.write_plan(dp2, manifest, weights)
+        r = self.check_fails(common.run([dp2, "--steps", 4, "--lr", "1e30"], np_=2, timeout=120),
+                             "the global gradient norm is")
+        self.assertEqual(r.stderr.count("the global gradient norm is"), 1, r.stderr)
+
     def test_bad_flags(self):
         path = self.write_tiny_plan("p.plan", **TINY)
         cases = [([path], "--steps N is required"),
                  ([path, "--steps", "x"], "--steps expects an integer"),
-                 ([path, "--steps", 1, "--lr-schedule", "linear"], "constant or cosine"),
+                 ([path, "--steps", 1, "--lr-schedule", "step"], "constant, cosine, linear or wsd"),
+                 ([path, "--steps", 1, "--nan-check", "maybe"], "--nan-check must be on or off"),
                  ([path, "--steps", 1, "--bogus"], "unknown option '--bogus'"),
                  ([path, "--steps", 1, "--resume"], "--resume needs --checkpoint-dir"),
                  ([path, "--steps", 1, "--backend", "tpu"], "backend 'tpu' is not available")]

@@ -34,6 +34,8 @@ data
 optimizer (AdamW, PyTorch semantics and defaults)
   --lr X (1e-3)  --beta1 X (0.9)  --beta2 X (0.999)  --eps X (1e-8)  --weight-decay X (0.01)
   --grad-clip X            global-norm clipping threshold (0 = off, the default)
+  --nan-check on|off       a non-finite gradient norm or loss stops the run, before
+                           the update where it can (default on)
   --warmup-steps N         linear warmup: lr*(s+1)/N for steps s < N (default 0)
   --lr-schedule constant|cosine|linear|wsd   after warmup (default constant);
                            cosine and linear decay to --min-lr over the rest, wsd
@@ -118,6 +120,12 @@ CommandLine parseCommandLine(int argc, char **argv) {
       {"--eps", [&](auto &o, auto &v) { r.opt.eps = parseDouble(o, v); }},
       {"--weight-decay", [&](auto &o, auto &v) { r.opt.weightDecay = parseDouble(o, v); }},
       {"--grad-clip", [&](auto &o, auto &v) { r.opt.gradClip = parseDouble(o, v); }},
+      {"--nan-check",
+       [&](auto &o, auto &v) {
+         if (v != "on" && v != "off")
+           fail(o, " must be on or off, got '", v, "'");
+         r.opt.nanCheck = v == "on";
+       }},
       {"--warmup-steps", [&](auto &o, auto &v) { r.warmupSteps = parseInt(o, v, 0); }},
       {"--lr-schedule",
        [&](auto &o, auto &v) {

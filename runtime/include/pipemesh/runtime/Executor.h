@@ -33,6 +33,9 @@ class Sampler;
 /// (0 = off). `lr` is the base rate; StepState::lr is this step's.
 struct OptimizerConfig {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weightDecay = 0.01, gradClip = 0;
+  /// A non-finite global gradient norm stops the run before the update
+  /// (--nan-check on, the default), instead of writing NaN into every weight.
+  bool nanCheck = true;
 };
 
 /// What the control instructions of one step read and write.
