@@ -329,30 +329,45 @@ std::string writeCheckpoint(const std::string &dir, const CheckpointState &state
   return final.string();
 }
 
-std::optional<std::string> findLatestCheckpoint(const std::string &dir) {
+/// The complete step directories under `dir`, by step.
+static std::map<int64_t, fs::path> completeCheckpoints(const std::string &dir) {
+  std::map<int64_t, fs::path> out;
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
-    return std::nullopt;
-  int64_t best = -1;
-  std::string bestPath;
+    return out;
   for (const auto &e : fs::directory_iterator(dir, ec)) {
     std::string name = e.path().filename().string();
     if (name.rfind("step-", 0) != 0 || !e.is_directory())
       continue;
     std::string num = name.substr(5);
-    if (num.empty() || num.find_first_not_of("0123456789") != std::string::npos)
+    if (num.empty() || num.size() > 18 || num.find_first_not_of("0123456789") != std::string::npos)
       continue;
     if (!fs::exists(e.path() / "manifest.json"))
       continue;
-    int64_t s = std::stoll(num);
-    if (s > best) {
-      best = s;
-      bestPath = e.path().string();
-    }
+    out[std::stoll(num)] = e.path();
   }
-  if (best < 0)
+  return out;
+}
+
+std::optional<std::string> findLatestCheckpoint(const std::string &dir) {
+  auto all = completeCheckpoints(dir);
+  if (all.empty())
     return std::nullopt;
-  return bestPath;
+  return all.rbegin()->second.string();
+}
+
+int pruneCheckpoints(const std::string &dir, int64_t keep) {
+  auto all = completeCheckpoints(dir);
+  int removed = 0;
+  for (auto it = all.begin(); (int64_t)all.size() - removed > keep && it != all.end(); ++it) {
+    // Renamed aside first: a step directory is whole or absent, never half removed.
+    fs::path aside = it->second.parent_path() / ("." + it->second.filename().string() + ".old");
+    fs::remove_all(aside);
+    renameOrFail(it->second, aside);
+    fs::remove_all(aside);
+    ++removed;
+  }
+  return removed;
 }
 
 CheckpointState loadCheckpoint(const std::string &dir, const Plan &plan, const RankPlan &rank,

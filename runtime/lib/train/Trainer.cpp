@@ -333,8 +333,14 @@ void Trainer::run() {
       activity::set("writing a checkpoint");
       syncToHost();
       std::string where = writeCheckpoint(opts.checkpointDir, cs, p, *rankPlan, *arena, comm);
-      if (comm.rank() == 0)
-        log << "pipemesh-run: checkpoint " << where << "\n";
+      if (comm.rank() == 0) {
+        log << "pipemesh-run: checkpoint " << where;
+        if (opts.keepCheckpoints > 0)
+          if (int gone = pruneCheckpoints(opts.checkpointDir, opts.keepCheckpoints))
+            log << " (" << gone << " older removed, --keep-checkpoints " << opts.keepCheckpoints
+                << ")";
+        log << "\n";
+      }
     }
   }
   activity::set("the end of the run");

@@ -128,6 +128,20 @@ class Checkpoints(common.TempDirTest):
             self.check_fails(common.run([self.plan, "--steps", 10, "--checkpoint-dir", self.ckpt,
                                          "--resume"]), text)
 
+    def test_keep_checkpoints(self):
+        # The newest two stay; the run stopped at 7 resumes from step-6 and ends with 9, 10.
+        full, _ = self.train("full.jsonl")
+        self.train("part.jsonl", "--checkpoint-dir", self.ckpt, "--checkpoint-every", 2,
+                   "--keep-checkpoints", 2, "--stop-at-step", 7)
+        self.assertEqual(sorted(os.listdir(self.ckpt)), ["latest", "step-4", "step-6"])
+        rest, r = self.train("rest.jsonl", "--checkpoint-dir", self.ckpt, "--checkpoint-every", 3,
+                             "--keep-checkpoints", 2, "--resume")
+        self.assertIn("older removed, --keep-checkpoints 2", r.stdout)
+        self.assertEqual(sorted(os.listdir(self.ckpt)), ["latest", "step-10", "step-9"])
+        self.assertEqual([(g["step"], g["loss"]) for g in rest], [(g["step"], g["loss"]) for g in full[6:]])
+        self.check_fails(common.run([self.plan, "--steps", 2, "--keep-checkpoints", 1]),
+                         "--keep-checkpoints needs --checkpoint-dir")
+
     def test_other_plan_and_missing_checkpoint(self):
         self.check_fails(common.run([self.plan, "--steps", 3, "--checkpoint-dir", self.ckpt, "--resume"]),
                          "no complete checkpoint")

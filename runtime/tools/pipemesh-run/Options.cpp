@@ -49,6 +49,7 @@ run
                            earlier steps' lines and appends)
   --checkpoint-dir D       write D/step-<s>/ checkpoints (atomic, checksummed)
   --checkpoint-every K     every K steps (and after the last step)
+  --keep-checkpoints K     remove all but the K newest (default: keep every one)
   --resume                 continue from the newest checkpoint in --checkpoint-dir
   --stop-at-step S         stop after S completed steps, as if interrupted
   --export-onnx OUT.onnx   write the trained weights into a copy of the source model
@@ -138,6 +139,7 @@ CommandLine parseCommandLine(int argc, char **argv) {
       {"--decay-steps", [&](auto &o, auto &v) { r.decaySteps = parseInt(o, v, 1); }},
       {"--checkpoint-dir", [&](auto &, auto &v) { r.checkpointDir = v; }},
       {"--checkpoint-every", [&](auto &o, auto &v) { r.checkpointEvery = parseInt(o, v, 0); }},
+      {"--keep-checkpoints", [&](auto &o, auto &v) { r.keepCheckpoints = parseInt(o, v, 1); }},
       {"--export-onnx", [&](auto &, auto &v) { c.exportOnnx = v; }},
       {"--onnx-source", [&](auto &, auto &v) { c.onnxSource = v; }},
       {"--backend", [&](auto &, auto &v) { r.backend = v; }},
@@ -221,6 +223,8 @@ CommandLine parseCommandLine(int argc, char **argv) {
     fail("--decay-steps needs --lr-schedule wsd");
   if ((r.evalInterval > 0 || r.evalIters > 0) && !r.valDataPath)
     fail(r.evalInterval > 0 ? "--eval-interval" : "--eval-iters", " needs --val-data");
+  if (r.keepCheckpoints > 0 && r.checkpointDir.empty())
+    fail("--keep-checkpoints needs --checkpoint-dir");
   if (r.checkpointEvery > 0 && r.checkpointDir.empty())
     fail("--checkpoint-every needs --checkpoint-dir");
   if (r.opt.lr < 0 || r.minLr < 0 || r.opt.eps < 0 || r.opt.weightDecay < 0 || r.opt.gradClip < 0)

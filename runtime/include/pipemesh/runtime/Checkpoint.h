@@ -52,6 +52,10 @@ struct CheckpointState {
 std::string writeCheckpoint(const std::string &dir, const CheckpointState &state, const Plan &plan,
                             const RankPlan &rank, const Arena &arena, Communicator &comm);
 
+/// Removes all but the `keep` newest complete step directories under `dir`
+/// (rank 0, after a checkpoint is committed); returns how many went.
+int pruneCheckpoints(const std::string &dir, int64_t keep);
+
 /// The newest complete checkpoint directory under `dir` (nullopt if none).
 std::optional<std::string> findLatestCheckpoint(const std::string &dir);
 

@@ -52,6 +52,7 @@ struct RunOptions {
   int64_t decaySteps = 0; ///< --decay-steps (wsd)
   std::string checkpointDir;
   int64_t checkpointEvery = 0;
+  int64_t keepCheckpoints = 0; ///< 0: all; else the newest K step directories stay
   bool resume = false;
   std::string backend = "cpu";
   std::string precision = "fp32"; ///< device backends: fp32 | bf16 (--precision)
