@@ -253,8 +253,27 @@ int compileToPlan(StringRef inputFilename, StringRef outputFilename, DialectRegi
 }
 } // namespace
 
+/// The options registered so far that are not this tool's: LLVM's code
+/// generation and target flags (AArch64, AMDGPU, ...), which the static
+/// libraries register when they load and which mean nothing here. Hidden
+/// from --help (--help-hidden still lists them); MLIR's own options (passes,
+/// -o, --mlir-print-ir-*, ...) are registered after this and stay listed.
+static void hideLinkedLlvmOptions() {
+  for (auto &entry : cl::getRegisteredOptions()) {
+    cl::Option *o = entry.second;
+    bool ours = llvm::any_of(o->Categories, [](cl::OptionCategory *c) {
+      return c == &importCategory || c == &compileCategory;
+    });
+    StringRef name = entry.first();
+    if (!ours && name != "help" && name != "version" && name != "color" &&
+        o->getOptionHiddenFlag() == cl::NotHidden)
+      o->setHiddenFlag(cl::Hidden);
+  }
+}
+
 int main(int argc, char **argv) {
   InitLLVM y(argc, argv);
+  hideLinkedLlvmOptions();
 #ifdef __GLIBC__
   // A plan's emission allocates and frees a rank's program many times over
   // (the recompute and schedule searches): glibc would hand large blocks
