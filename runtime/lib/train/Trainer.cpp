@@ -8,6 +8,7 @@
 #include "pipemesh/runtime/Error.h"
 #include "pipemesh/runtime/Evaluation.h"
 #include "pipemesh/runtime/SplitMix64.h"
+#include "pipemesh/runtime/StopSignal.h"
 #include "pipemesh/runtime/StepLog.h"
 
 #include <nlohmann/json.hpp>
@@ -246,6 +247,8 @@ void Trainer::run() {
 
   const double tokensPerStep = (double)p.globalBatch() * (double)p.model.seq;
   using clock = std::chrono::steady_clock;
+  const auto runStart = clock::now();
+  installStopSignalHandler();
   for (int64_t s = startStep; s < opts.steps; ++s) {
     if (opts.stopAtStep && s >= *opts.stopAtStep) {
       if (comm.rank() == 0)
@@ -268,9 +271,17 @@ void Trainer::run() {
       profileFirst = s;
     }
     profileLast = s;
-    double loss = st.loss;
+    // The loss, and the requests to stop after this step (every rank learns
+    // them from the same all-reduce, so all stop after the same step):
+    // SIGUSR1 on any rank, --max-minutes on rank 0's clock.
+    double reduced[3] = {st.loss, stopSignalReceived() ? 1.0 : 0.0, 0.0};
+    if (comm.rank() == 0 && opts.maxMinutes &&
+        std::chrono::duration<double>(clock::now() - runStart).count() >= 60.0 * *opts.maxMinutes)
+      reduced[2] = 1.0;
     activity::set("the step-end all-reduce of the loss (waiting for the other ranks)");
-    comm.allreduceSum(&loss, 1, "step loss");
+    comm.allreduceSum(reduced, 3, "step loss");
+    double loss = reduced[0];
+    const bool stopOnSignal = reduced[1] > 0, stopOnTime = reduced[2] > 0;
     // What the CPU adamw catches before its update, a device backend's
     // reports after it (the last checkpoint holds finite values either way).
     if (opts.opt.nanCheck && (!std::isfinite(loss) || (st.optimizerRan && !std::isfinite(st.gradNorm))))
@@ -308,45 +319,59 @@ void Trainer::run() {
     if (valSampler &&
         ((opts.evalInterval > 0 && done % opts.evalInterval == 0) || done == opts.steps))
       evaluate(done, jsonLog.get());
-    bool due =
-        !opts.checkpointDir.empty() &&
-        ((opts.checkpointEvery > 0 && done % opts.checkpointEvery == 0) || done == opts.steps);
-    if (due) {
-      CheckpointState cs;
-      cs.step = done;
-      cs.rngState = rngState;
-      cs.run = {
-          {"steps", opts.steps},
-          {"data", data->origin()},
-          {"shuffle", opts.shuffleSeed ? nlohmann::json(*opts.shuffleSeed) : nlohmann::json()},
-          {"lr", opts.opt.lr},
-          {"lr_schedule", lrScheduleName(opts.schedule)},
-          {"warmup_steps", opts.warmupSteps},
-          {"min_lr", opts.minLr},
-          {"decay_steps", opts.decaySteps},
-          {"beta1", opts.opt.beta1},
-          {"beta2", opts.opt.beta2},
-          {"eps", opts.opt.eps},
-          {"weight_decay", opts.opt.weightDecay},
-          {"grad_clip", opts.opt.gradClip},
-          {"seed", opts.seed}};
-      activity::set("writing a checkpoint");
-      syncToHost();
-      std::string where = writeCheckpoint(opts.checkpointDir, cs, p, *rankPlan, *arena, comm);
-      if (comm.rank() == 0) {
-        log << "pipemesh-run: checkpoint " << where;
-        if (opts.keepCheckpoints > 0)
-          if (int gone = pruneCheckpoints(opts.checkpointDir, opts.keepCheckpoints))
-            log << " (" << gone << " older removed, --keep-checkpoints " << opts.keepCheckpoints
-                << ")";
-        log << "\n";
-      }
+    const bool stopping = (stopOnSignal || stopOnTime) && done < opts.steps;
+    bool due = !opts.checkpointDir.empty() &&
+               ((opts.checkpointEvery > 0 && done % opts.checkpointEvery == 0) ||
+                done == opts.steps || stopping);
+    if (due)
+      checkpoint(done);
+    if (stopping) {
+      if (comm.rank() == 0)
+        log << "pipemesh-run: stopping after step " << done << ": "
+            << (stopOnSignal ? "SIGUSR1 received" : "")
+            << (stopOnSignal && stopOnTime ? " and " : "")
+            << (stopOnTime ? "--max-minutes reached" : "")
+            << (opts.checkpointDir.empty() ? " (no --checkpoint-dir: nothing saved)"
+                                           : "; --resume continues from its checkpoint")
+            << "\n";
+      break;
     }
   }
   activity::set("the end of the run");
   syncToHost(); // trainedParams (--export-onnx) reads the host arena
   if (opts.profile)
     printProfile();
+}
+
+void Trainer::checkpoint(int64_t done) {
+  CheckpointState cs;
+  cs.step = done;
+  cs.rngState = rngState;
+  cs.run = {{"steps", opts.steps},
+            {"data", data->origin()},
+            {"shuffle", opts.shuffleSeed ? nlohmann::json(*opts.shuffleSeed) : nlohmann::json()},
+            {"lr", opts.opt.lr},
+            {"lr_schedule", lrScheduleName(opts.schedule)},
+            {"warmup_steps", opts.warmupSteps},
+            {"min_lr", opts.minLr},
+            {"decay_steps", opts.decaySteps},
+            {"beta1", opts.opt.beta1},
+            {"beta2", opts.opt.beta2},
+            {"eps", opts.opt.eps},
+            {"weight_decay", opts.opt.weightDecay},
+            {"grad_clip", opts.opt.gradClip},
+            {"seed", opts.seed}};
+  activity::set("writing a checkpoint");
+  syncToHost();
+  std::string where = writeCheckpoint(opts.checkpointDir, cs, planData, *rankPlan, *arena, comm);
+  if (comm.rank() == 0) {
+    log << "pipemesh-run: checkpoint " << where;
+    if (opts.keepCheckpoints > 0)
+      if (int gone = pruneCheckpoints(opts.checkpointDir, opts.keepCheckpoints))
+        log << " (" << gone << " older removed, --keep-checkpoints " << opts.keepCheckpoints
+            << ")";
+    log << "\n";
+  }
 }
 
 void Trainer::evaluate(int64_t done, JsonLog *jsonLog) {

@@ -8,6 +8,9 @@ another plan are rejected with a clear error.
 import json
 import os
 import shutil
+import signal
+import subprocess
+import time
 
 import common
 from common import mtp
@@ -141,6 +144,45 @@ class Checkpoints(common.TempDirTest):
         self.assertEqual([(g["step"], g["loss"]) for g in rest], [(g["step"], g["loss"]) for g in full[6:]])
         self.check_fails(common.run([self.plan, "--steps", 2, "--keep-checkpoints", 1]),
                          "--keep-checkpoints needs --checkpoint-dir")
+
+    def test_max_minutes_and_sigusr1_stop_with_a_checkpoint(self):
+        # --max-minutes 0: stop after the first step, checkpointed; the resumed run ends as the
+        # uninterrupted one, bit for bit.
+        full, _ = self.train("full.jsonl")
+        part, r = self.train("part.jsonl", "--checkpoint-dir", self.ckpt, "--max-minutes", 0)
+        self.assertIn("stopping after step 1: --max-minutes reached", r.stdout)
+        self.assertEqual(sorted(os.listdir(self.ckpt)), ["latest", "step-1"])
+        rest, _ = self.train("part.jsonl", "--checkpoint-dir", self.ckpt, "--resume")
+        self.assertEqual([(g["step"], g["loss"], g["grad_norm"]) for g in rest],
+                         [(g["step"], g["loss"], g["grad_norm"]) for g in full])
+        # SIGUSR1 (a batch system's warning), to one process and, through mpirun, to two.
+        for world in (None, 2):
+            with self.subTest(world=world):
+                ckpt, log = self.path(f"usr1-{world}"), self.path(f"usr1-{world}.jsonl")
+                cmd = [common.PIPEMESH_RUN, self.plan, "--steps", "1000000", "--log-json", log,
+                       "--checkpoint-dir", ckpt] + [str(f) for f in FLAGS]
+                if world:
+                    cmd = ["mpirun", "-np", str(world), "--oversubscribe"] + cmd
+                    manifest, weights = mtp.build_mlp(dp=2, microbatches=1)
+                    plan = self.path("dp2.plan")
+                    mtp.write_plan(plan, manifest, weights)
+                    cmd[cmd.index(self.plan)] = plan
+                env = dict(os.environ, **common.MPI_ENV)
+                proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        text=True, env=env)
+                deadline = time.monotonic() + 120
+                while time.monotonic() < deadline and not (os.path.exists(log) and
+                                                           len(common.read_log(log)) >= 3):
+                    time.sleep(0.05)
+                proc.send_signal(signal.SIGUSR1)
+                out, err = proc.communicate(timeout=120)
+                self.assertEqual(proc.returncode, 0, out + err)
+                done = len(common.read_log(log))
+                self.assertGreaterEqual(done, 3)
+                self.assertEqual(out.count("SIGUSR1 received"), 1, out)
+                self.assertIn(f"stopping after step {done}: SIGUSR1 received", out)
+                with open(os.path.join(ckpt, "latest")) as f:
+                    self.assertEqual(f.read(), f"step-{done}\n")
 
     def test_other_plan_and_missing_checkpoint(self):
         self.check_fails(common.run([self.plan, "--steps", 3, "--checkpoint-dir", self.ckpt, "--resume"]),

@@ -52,6 +52,9 @@ run
   --keep-checkpoints K     remove all but the K newest (default: keep every one)
   --resume                 continue from the newest checkpoint in --checkpoint-dir
   --stop-at-step S         stop after S completed steps, as if interrupted
+  --max-minutes M          stop after the first step that ends M minutes into the run,
+                           with a checkpoint (so does SIGUSR1 to any rank, e.g. Slurm's
+                           --signal=USR1@120); --resume continues
   --export-onnx OUT.onnx   write the trained weights into a copy of the source model
   --onnx-source PATH       the source model, when the plan's model.source moved
   --backend cpu|cuda       compute backend (default cpu; cuda where the build has it:
@@ -158,6 +161,12 @@ CommandLine parseCommandLine(int argc, char **argv) {
       {"--shuffle", [&](auto &o, auto &v) { r.shuffleSeed = parseU64(o, v); }},
       {"--seed", [&](auto &o, auto &v) { r.seed = parseU64(o, v); }},
       {"--stop-at-step", [&](auto &o, auto &v) { r.stopAtStep = parseInt(o, v, 0); }},
+      {"--max-minutes",
+       [&](auto &o, auto &v) {
+         r.maxMinutes = parseDouble(o, v);
+         if (*r.maxMinutes < 0)
+           fail(o, " must not be negative");
+       }},
       {"--comm-timeout",
        [&](auto &o, auto &v) {
          c.commTimeout = parseDouble(o, v);

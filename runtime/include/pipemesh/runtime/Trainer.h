@@ -60,6 +60,9 @@ struct RunOptions {
   std::optional<uint64_t> shuffleSeed;
   uint64_t seed = 0;
   std::optional<int64_t> stopAtStep; ///< stop after this many completed steps
+  /// Stop (with a checkpoint) after the first step that ends this many
+  /// minutes after the run started (--max-minutes).
+  std::optional<double> maxMinutes;
   std::string dumpData;              ///< debug: JSON lines of every micro-batch
   bool profile = false;              ///< print time per op name at the end
   std::string blasInfo;              ///< for the banner
@@ -85,6 +88,8 @@ public:
 
 private:
   void banner();
+  /// Writes the checkpoint after `done` steps (collective).
+  void checkpoint(int64_t done);
   /// The validation loss after `done` steps, logged on rank 0.
   void evaluate(int64_t done, JsonLog *jsonLog);
   void printProfile() const;
