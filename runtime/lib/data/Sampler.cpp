@@ -46,20 +46,20 @@ int64_t Sampler::window(int64_t step, int64_t k) const {
   return perm.empty() ? (int64_t)w : perm[w];
 }
 
-const uint16_t *Sampler::windowTokens(int64_t w) const {
+std::pair<const TokenData::Shard *, int64_t> Sampler::windowStart(int64_t w) const {
   // The last shard whose first window is <= w.
   size_t s = std::upper_bound(firstWindow.begin(), firstWindow.end(), w) - firstWindow.begin() - 1;
-  return tokens->shards()[s].tokens + (w - firstWindow[s]) * T;
+  return {&tokens->shards()[s], (w - firstWindow[s]) * T};
 }
 
 void Sampler::fill(int64_t step, int64_t microbatch, int64_t dpRank, int64_t *inputs,
                    int64_t *targets) const {
   for (int64_t b = 0; b < B; ++b) {
     int64_t k = (microbatch * dp + dpRank) * B + b;
-    const uint16_t *t = windowTokens(window(step, k));
+    auto [shard, start] = windowStart(window(step, k));
     for (int64_t i = 0; i < T; ++i) {
-      inputs[b * T + i] = t[i];
-      targets[b * T + i] = t[i + 1];
+      inputs[b * T + i] = shard->at(start + i);
+      targets[b * T + i] = shard->at(start + i + 1);
     }
   }
 }

@@ -26,27 +26,33 @@ void TokenData::addShard(const std::string &path, int64_t vocab) {
     fail("data file '", path, "' is too short for an llm.c token shard: ", size,
          " bytes, the header alone is ", kShardHeaderBytes);
   int32_t magic = readI32(d), version = readI32(d + 4), n = readI32(d + 8);
-  if (magic != kShardMagic)
+  int width = 0;
+  if (magic == kShardMagic && version == kShardVersion)
+    width = 2;
+  else if (magic == kShard32Magic && version == kShard32Version)
+    width = 4;
+  else if (magic != kShardMagic && magic != kShard32Magic)
     fail("data file '", path, "' has a bad header: magic ", magic, ", expected ", kShardMagic,
-         " (an llm.c token shard)");
-  if (version != kShardVersion)
-    fail("data file '", path, "' has a bad header: version ", version, ", this runtime reads ",
-         kShardVersion, " (uint16 tokens)");
+         " (an llm.c token shard of uint16 tokens) or ", kShard32Magic, " (uint32 tokens)");
+  else
+    fail("data file '", path, "' has a bad header: version ", version, " with magic ", magic,
+         ", this runtime reads version ", magic == kShardMagic ? kShardVersion : kShard32Version,
+         magic == kShardMagic ? " (uint16 tokens)" : " (uint32 tokens)");
   if (n < 0)
     fail("data file '", path, "' has a bad header: negative token count ", n);
-  uint64_t want = kShardHeaderBytes + 2 * (uint64_t)n;
+  uint64_t want = kShardHeaderBytes + (uint64_t)width * (uint64_t)n;
   if (size < want)
     fail("data file '", path, "' is short: the header announces ", n, " tokens (", want,
          " bytes) but the file has ", size, " bytes");
   if (size > want)
     fail("data file '", path, "' has ", size - want, " bytes after its ", n,
          " announced tokens (a bad header?)");
-  if ((uintptr_t)(d + kShardHeaderBytes) % alignof(uint16_t))
+  if ((uintptr_t)(d + kShardHeaderBytes) % width)
     fail("data file '", path, "': misaligned mapping");
-  Shard sh{path, reinterpret_cast<const uint16_t *>(d + kShardHeaderBytes), n};
+  Shard sh{path, d + kShardHeaderBytes, width, n};
   for (int64_t i = 0; i < sh.count; ++i)
-    if (sh.tokens[i] >= vocab)
-      fail("data file '", path, "' has token ", sh.tokens[i], " at position ", i,
+    if (sh.at(i) >= vocab)
+      fail("data file '", path, "' has token ", sh.at(i), " at position ", i,
            ", outside the plan's vocabulary of ", vocab, " (tokens must be < ", vocab, ")");
   files.push_back(std::move(file));
   parts.push_back(std::move(sh));
@@ -91,7 +97,7 @@ std::shared_ptr<TokenData> TokenData::defaultCorpus(int64_t vocab) {
   auto td = std::make_shared<TokenData>();
   td->name = "the embedded default corpus";
   td->owned = defaultCorpusTokens();
-  td->parts.push_back({td->name, td->owned.data(), (int64_t)td->owned.size()});
+  td->parts.push_back({td->name, td->owned.data(), 2, (int64_t)td->owned.size()});
   uint16_t maxTok = 0;
   for (uint16_t t : td->owned)
     maxTok = t > maxTok ? t : maxTok;

@@ -40,10 +40,15 @@ def run(args, np_=None, timeout=300, env=None):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e)
 
 
-def write_shard(path, tokens):
-    tokens = np.asarray(tokens, dtype=np.uint16)
+# llm.c's shard formats: (magic, version) by token type.
+SHARD_HEADERS = {np.uint16: (20240520, 1), np.uint32: (20240801, 7)}
+
+
+def write_shard(path, tokens, dtype=np.uint16):
+    tokens = np.asarray(tokens, dtype=dtype)
     header = np.zeros(256, np.int32)
-    header[0], header[1], header[2] = 20240520, 1, len(tokens)
+    header[0], header[1] = SHARD_HEADERS[dtype]
+    header[2] = len(tokens)
     with open(path, "wb") as f:
         f.write(header.tobytes())
         f.write(tokens.tobytes())
@@ -53,8 +58,8 @@ def read_shard(path):
     with open(path, "rb") as f:
         data = f.read()
     header = np.frombuffer(data[:1024], np.int32)
-    assert header[0] == 20240520 and header[1] == 1
-    return np.frombuffer(data[1024:], np.uint16)[: header[2]].astype(np.int64)
+    dtype = next(t for t, h in SHARD_HEADERS.items() if h == (header[0], header[1]))
+    return np.frombuffer(data[1024:], dtype)[: header[2]].astype(np.int64)
 
 
 def read_bytes(path):

@@ -236,6 +236,10 @@ class DataErrors(common.TempDirTest):
             f.write(np.array([12345, 1, 4] + [0] * 253, np.int32).tobytes() + b"\0" * 8)
         self.check_fails(common.run([self.plan, "--data", data, "--steps", 1]), "bad header: magic 12345")
         with open(data, "wb") as f:
+            f.write(np.array([20240801, 1, 4] + [0] * 253, np.int32).tobytes() + b"\0" * 16)
+        self.check_fails(common.run([self.plan, "--data", data, "--steps", 1]),
+                         "version 1 with magic 20240801, this runtime reads version 7 (uint32 tokens)")
+        with open(data, "wb") as f:
             f.write(b"tiny")
         self.check_fails(common.run([self.plan, "--data", data, "--steps", 1]), "too short")
 

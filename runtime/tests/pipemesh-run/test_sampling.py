@@ -32,14 +32,16 @@ def loader_plan(path, batch, seq, vocab, dp, microbatches):
 
 
 class Sampling(common.TempDirTest):
-    def check(self, tokens, batch, seq, dp, microbatches, steps, shuffle=None):
-        """`tokens`: one shard's, or a list of shards' (passed as a glob pattern)."""
+    def check(self, tokens, batch, seq, dp, microbatches, steps, shuffle=None, vocab=65536):
+        """`tokens`: one shard's, or a list of shards' (passed as a glob pattern; a shard
+        with a token above 65535 written with uint32 tokens, llm.c's Llama 3 format)."""
         plan = self.path("loader.plan")
-        loader_plan(plan, batch, seq, 65536, dp, microbatches)
+        loader_plan(plan, batch, seq, vocab, dp, microbatches)
         if isinstance(tokens, list):
             os.makedirs(self.path("shards"), exist_ok=True)
             for i, t in enumerate(tokens):
-                common.write_shard(self.path(f"shards/train_{i:03d}.bin"), t)
+                common.write_shard(self.path(f"shards/train_{i:03d}.bin"), t,
+                                   np.uint32 if max(t, default=0) > 65535 else np.uint16)
             data = self.path("shards/train_*.bin")
         else:
             data = self.path("data.bin")
@@ -89,6 +91,13 @@ class Sampling(common.TempDirTest):
         ref = self.check(shards, batch=2, seq=5, dp=1, microbatches=3, steps=7)
         self.assertEqual(ref.W, 8 + 0 + 12)
         self.check(shards, batch=1, seq=5, dp=2, microbatches=2, steps=6, shuffle=9)
+
+    def test_uint32_shards(self):
+        # llm.c's Llama 3 shards (magic 20240801, version 7): uint32 tokens, here beside a
+        # uint16 shard in one dataset.
+        shards = [100000 + np.arange(37), np.arange(30)]
+        ref = self.check(shards, batch=2, seq=5, dp=1, microbatches=2, steps=5, vocab=100037)
+        self.assertEqual(ref.W, 7 + 5)
 
     def test_shard_pattern_errors(self):
         plan = self.path("loader.plan")

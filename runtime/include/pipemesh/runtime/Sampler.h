@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 namespace pipemesh::rt {
@@ -49,8 +50,8 @@ private:
   int64_t T, B, dp, M, G, windows;
   std::vector<int64_t> perm;        ///< empty without --shuffle
   std::vector<int64_t> firstWindow; ///< per shard: the index of its first window
-  /// The first token of window w.
-  const uint16_t *windowTokens(int64_t w) const;
+  /// The shard of window w and the index of its first token there.
+  std::pair<const TokenData::Shard *, int64_t> windowStart(int64_t w) const;
 };
 
 /// splitmix64 Fisher-Yates permutation of 0..n-1 (the --shuffle order).

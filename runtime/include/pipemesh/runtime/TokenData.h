@@ -1,7 +1,9 @@
 //===- TokenData.h - training tokens (llm.c shards, default corpus) -*- C++ -*-===//
 //
-// llm.c token shards: a 1024-byte header of 256 little-endian int32 (magic
-// 20240520, version 1, token count N), then N uint16 tokens. A shard is
+// llm.c token shards: a 1024-byte header of 256 little-endian int32 (magic,
+// version, token count N), then N tokens: magic 20240520 version 1 holds
+// uint16 tokens (GPT-2's vocabulary), magic 20240801 version 7 uint32 ones
+// (llm.c's Llama 3 shards, vocabularies beyond 65536). A shard is
 // validated whole at load: header, exact size, and every token < the plan's
 // vocabulary, so a bad file fails before the first step, not at step 9000.
 //
@@ -22,16 +24,23 @@
 
 namespace pipemesh::rt {
 
-constexpr int32_t kShardMagic = 20240520;
+constexpr int32_t kShardMagic = 20240520; ///< uint16 tokens
 constexpr int32_t kShardVersion = 1;
+constexpr int32_t kShard32Magic = 20240801; ///< uint32 tokens
+constexpr int32_t kShard32Version = 7;
 constexpr uint64_t kShardHeaderBytes = 1024;
 
 class TokenData {
 public:
   struct Shard {
     std::string path;
-    const uint16_t *tokens = nullptr;
+    const void *tokens = nullptr;
+    int bytesPerToken = 2; ///< 2 (uint16) or 4 (uint32)
     int64_t count = 0;
+    uint32_t at(int64_t i) const {
+      return bytesPerToken == 2 ? static_cast<const uint16_t *>(tokens)[i]
+                                : static_cast<const uint32_t *>(tokens)[i];
+    }
   };
 
   /// Loads and validates an llm.c shard, or, when `pathOrPattern` holds a
