@@ -121,7 +121,7 @@ OpCost cost::opCost(Operation *op) {
       .Case<pm::AddOp, pm::SubOp, pm::MulOp, pm::DivOp, pm::MaxOp, pm::EqualOp, pm::LessOp,
             pm::AndOp, pm::NegOp, pm::NotOp, pm::WhereOp>(
           [](Operation *o) { return elementwise(o, 1.0); })
-      .Case<pm::PowOp, pm::SqrtOp, pm::TanhOp, pm::ErfOp, pm::ExpOp, pm::LogOp>(
+      .Case<pm::PowOp, pm::SqrtOp, pm::TanhOp, pm::ErfOp, pm::ExpOp, pm::LogOp, pm::SigmoidOp>(
           [](Operation *o) { return elementwise(o, 8.0); })
       .Case<pm::CastOp, pm::ReshapeOp, pm::TransposeOp, pm::BroadcastOp, pm::SplitOp,
             pm::ConcatOp, pm::SliceOp, pm::SliceGradOp>(

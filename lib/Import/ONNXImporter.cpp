@@ -497,6 +497,40 @@ LogicalResult unary(Importer &imp, NodeCtx &n, double (*fn)(double)) {
   return success();
 }
 
+/// An elementwise function without a pmesh op (Cos, Sin): folded when its
+/// input is a constant (rotary position tables computed from Range), an
+/// error naming the node otherwise.
+LogicalResult foldOnlyUnary(Importer &imp, NodeCtx &n, double (*fn)(double)) {
+  const ConstTensor *c = imp.maybeConst(n, 0);
+  if (!c)
+    return n.fail("is supported on constants only (folded at import), not on a computed value");
+  imp.setConst(n, 0, foldUnary(*c, fn));
+  return success();
+}
+
+/// 1 / x: folded on a constant, else a pmesh.div of a scalar 1 (torch.rsqrt
+/// exports as Reciprocal(Sqrt(x))).
+LogicalResult importReciprocal(Importer &imp, NodeCtx &n) {
+  if (const ConstTensor *c = imp.maybeConst(n, 0)) {
+    if (!c->isFloat())
+      return n.fail("expects a floating-point input");
+    imp.setConst(n, 0, foldUnary(*c, [](double x) { return 1.0 / x; }));
+    return success();
+  }
+  auto x = imp.valueIn(n, 0);
+  if (failed(x))
+    return failure();
+  if (!isa<FloatType>(eltOf(*x)))
+    return n.fail("expects a floating-point input");
+  ConstTensor one = ConstTensor::zeros(DType::F32, {});
+  one.set(0, 1.0);
+  Value oneV = imp.materializeConst(one, n.loc);
+  if (eltOf(oneV) != eltOf(*x))
+    oneV = create<pm::CastOp>(imp, n, RankedTensorType::get({}, eltOf(*x)), oneV);
+  imp.setValue(n, 0, create<pm::DivOp>(imp, n, x->getType(), oneV, *x));
+  return success();
+}
+
 /// Axes from the attribute (old opsets) or the optional input (new opsets).
 FailureOr<std::optional<std::vector<int64_t>>> axesOf(Importer &imp, NodeCtx &n,
                                                       int64_t inputFromOpset, int inputIdx) {
@@ -1024,6 +1058,41 @@ LogicalResult importRange(Importer &imp, NodeCtx &n) {
       r.set(k, start + k * delta);
     else
       r.setInt(k, (int64_t)((uint64_t)(*s)->asInt(0) + (uint64_t)k * (uint64_t)(*d)->asInt(0)));
+  }
+  imp.setConst(n, 0, std::move(r));
+  return success();
+}
+
+/// Trilu of a constant (the causal mask torch.triu exports): folded. A
+/// Trilu of a computed value has no pmesh op.
+LogicalResult importTrilu(Importer &imp, NodeCtx &n) {
+  auto x = imp.constIn(n, 0, "input");
+  if (failed(x))
+    return failure();
+  int64_t k = 0;
+  if (n.has(1)) {
+    auto kt = imp.constIn(n, 1, "k");
+    if (failed(kt))
+      return failure();
+    if ((*kt)->numel() != 1)
+      return n.fail("k must be a scalar");
+    k = (*kt)->asInt(0);
+  }
+  const ConstTensor &in = **x;
+  if (in.shape.size() < 2)
+    return n.fail("input must have at least 2 dimensions, has " + Twine(in.shape.size()));
+  const bool upper = n.attrInt("upper", 1) != 0;
+  ConstTensor r = in;
+  const int64_t rows = in.shape[in.shape.size() - 2], cols = in.shape.back();
+  for (int64_t e = 0; e < in.numel(); ++e) {
+    int64_t i = (e / cols) % rows, j = e % cols;
+    bool keep = upper ? j - i >= k : j - i <= k;
+    if (!keep) {
+      if (r.isFloat())
+        r.set(e, 0.0);
+      else
+        r.setInt(e, 0);
+    }
   }
   imp.setConst(n, 0, std::move(r));
   return success();
@@ -1662,6 +1731,7 @@ const std::map<std::string, Handler> &onnxHandlers() {
       {"Reshape", importReshape},
       {"Slice", importSlice},
       {"Range", importRange},
+      {"Trilu", importTrilu},
       {"ConstantOfShape", importConstantOfShape},
       {"Expand", importExpand},
       {"Where", importWhere},
@@ -1721,6 +1791,10 @@ const std::map<std::string, Handler> &onnxHandlers() {
       {"Tanh", [](Importer &i, NodeCtx &n) { return unary<pm::TanhOp>(i, n, [](double x) { return std::tanh(x); }); }},
       {"Erf", [](Importer &i, NodeCtx &n) { return unary<pm::ErfOp>(i, n, [](double x) { return std::erf(x); }); }},
       {"Exp", [](Importer &i, NodeCtx &n) { return unary<pm::ExpOp>(i, n, [](double x) { return std::exp(x); }); }},
+      {"Reciprocal", importReciprocal},
+      {"Cos", [](Importer &i, NodeCtx &n) { return foldOnlyUnary(i, n, [](double x) { return std::cos(x); }); }},
+      {"Sin", [](Importer &i, NodeCtx &n) { return foldOnlyUnary(i, n, [](double x) { return std::sin(x); }); }},
+      {"Sigmoid", [](Importer &i, NodeCtx &n) { return unary<pm::SigmoidOp>(i, n, [](double x) { return 1.0 / (1.0 + std::exp(-x)); }); }},
       {"Log", [](Importer &i, NodeCtx &n) { return unary<pm::LogOp>(i, n, [](double x) { return std::log(x); }); }},
       {"Neg", [](Importer &i, NodeCtx &n) { return unary<pm::NegOp>(i, n, [](double x) { return -x; }); }},
       {"ReduceMean", [](Importer &i, NodeCtx &n) { return importReduce(i, n, true); }},
@@ -1920,7 +1994,7 @@ LogicalResult Importer::importNode(const onnx::NodeProto &node, int index) {
         {"Where", 9},            {"Erf", 9},
         {"Range", 11},           {"SoftmaxCrossEntropyLoss", 12},
         {"NegativeLogLikelihoodLoss", 12}, {"LayerNormalization", 17},
-        {"Gelu", 20}};
+        {"Gelu", 20},            {"Trilu", 14}};
     auto s = since.find(node.op_type());
     if (s != since.end() && n.opset < s->second)
       return n.fail("ai.onnx " + node.op_type() + " exists from opset " + Twine(s->second));

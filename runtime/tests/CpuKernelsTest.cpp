@@ -163,6 +163,24 @@ TEST(Elementwise, UnaryMatchesLibm) {
   }
 }
 
+TEST(Elementwise, SigmoidIsFiniteAndAccurateEverywhere) {
+  // Both signs, and far past where exp(-x) overflows float (x < -88): the
+  // kernel never exponentiates a positive argument.
+  Vec x = randomVec(20000, 5, -30.0, 30.0);
+  for (double v : {-1000.0, -100.0, -88.8, 0.0, 88.8, 100.0, 1000.0})
+    x.push_back(v);
+  const VecF xf = toFloat(x);
+  Vec y(x.size()), want(x.size());
+  VecF yf(x.size());
+  unary<double>(Unary::Sigmoid, x.data(), y.data(), int64_t(x.size()));
+  unary<float>(Unary::Sigmoid, xf.data(), yf.data(), int64_t(x.size()));
+  for (size_t i = 0; i < x.size(); ++i)
+    want[i] = double(1.0L / (1.0L + std::exp(-(long double)x[i]))); // as written, in long double
+  expectClose(y, want, 1e-14, 1e-300, "sigmoid double");
+  // Float: the input rounded (relative 6e-8 times |x| (1 - sigmoid(x)), at most ~2 here).
+  expectClose(yf, want, 2e-6, 1e-30, "sigmoid float");
+}
+
 TEST(Elementwise, WhereBroadcasts) {
   const std::vector<uint8_t> cond{1, 0, 1}; // [3, 1]
   const Vec x{10, 20, 30, 40};              // [4]

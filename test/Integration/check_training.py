@@ -7,7 +7,8 @@ weights (read from the ONNX file itself), on the same data (canonical sampling o
 DESIGN.md section 2 over the same token shard) with torch.optim.AdamW and the same
 clipping and learning-rate schedule. Every step's loss must agree within --rtol (1e-4
 relative). Cases cover several micro-batches, a model with its own loss, a torch.onnx
-export (tied head restored from a transposed copy, Identity-deduplicated initializers)
+export (tied head restored from a transposed copy, Identity-deduplicated initializers),
+a Llama-style export (RMSNorm, rotary positions, SwiGLU: models/export_torch_llama.py)
 and a checkpoint/resume split of the run.
 
     check_training.py --opt build/bin/pipemesh-opt --run build/bin/pipemesh-run \\
@@ -30,12 +31,14 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "models"))
 import export_torch_gpt2  # noqa: E402
+import export_torch_llama  # noqa: E402
 import gen_gpt2  # noqa: E402
 
 HYPER = dict(lr=3e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, grad_clip=1.0,
              warmup=2, min_lr=3e-4, schedule="cosine")
 
 # name, fixture, heads, batch, seq, microbatches, steps, resume_at
+# ("@llama": models/export_torch_llama.py's default model, exported into the work folder)
 CASES = [
     ("generated", "gpt2_tiny_op17.onnx", 4, 2, 16, 1, 10, None),
     ("generated-m4", "gpt2_tiny_op17.onnx", 4, 2, 16, 4, 10, None),
@@ -43,6 +46,8 @@ CASES = [
     ("torch-export-tied", "torch_gpt2_tiny_op17_dyn_fold.onnx", 4, 2, 16, 2, 10, None),
     ("torch-export-op14", "torch_gpt2_tiny_op14_dyn_nofold.onnx", 4, 3, 12, 1, 10, None),
     ("resume", "gpt2_tiny_op17.onnx", 4, 2, 16, 2, 10, 4),
+    ("llama", "@llama", 4, 2, 16, 2, 10, None),
+    ("llama-resume", "@llama", 4, 3, 16, 1, 10, 5),
 ]
 
 
@@ -98,9 +103,32 @@ def torch_model(onnx_path, heads):
     return net.eval(), cfg
 
 
+def onnx_initializers(onnx_path):
+    model = onnx.load(onnx_path)
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    for node in model.graph.node:  # exporters deduplicate equal values behind Identity
+        if node.op_type == "Identity" and node.input[0] in inits:
+            inits.setdefault(node.output[0], inits[node.input[0]])
+    return inits
+
+
+def torch_llama_model(onnx_path, heads):
+    """export_torch_llama.Llama holding the ONNX file's initial weights (every parameter
+    keeps its name there)."""
+    inits = onnx_initializers(onnx_path)
+    layers = len({k.split(".")[1] for k in inits if k.startswith("blocks.")})
+    vocab, embd = inits["embed"].shape
+    net = export_torch_llama.Llama(layers, embd, heads, vocab, hidden=inits["blocks.0.w1"].shape[1])
+    state = {name: torch.from_numpy(np.array(inits[name], dtype=np.float32))
+             for name in net.state_dict()}
+    net.load_state_dict(state, strict=True)
+    return net.eval(), None
+
+
 def torch_losses(onnx_path, heads, tokens, batch, seq, microbatches, steps):
     torch.manual_seed(0)
-    net, cfg = torch_model(onnx_path, heads)
+    llama = "llama" in os.path.basename(onnx_path)
+    net, cfg = (torch_llama_model if llama else torch_model)(onnx_path, heads)
     params = list(dict.fromkeys(net.parameters()))  # the tied head is one parameter
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
@@ -115,7 +143,7 @@ def torch_losses(onnx_path, heads, tokens, batch, seq, microbatches, steps):
         for j in range(microbatches):
             x, y = batch_for(tokens, s, j, batch, seq, microbatches)
             logits = net(x)
-            loss = torch.nn.functional.cross_entropy(logits.view(-1, cfg.vocab_size), y.view(-1))
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
             (loss / microbatches).backward()
             total += loss.item() / microbatches
         torch.nn.utils.clip_grad_norm_(params, h["grad_clip"])
@@ -184,6 +212,10 @@ def main():
         if args.only and args.only not in name:
             continue
         path = os.path.join(args.fixtures, fixture)
+        if fixture == "@llama":
+            path = os.path.join(work, "llama.onnx")
+            if not os.path.exists(path):
+                export_torch_llama.main(["--heads", str(heads), "--ctx", str(seq), "-o", path])
         ours = pipemesh_losses(args, work, name, path, batch, seq, micro, steps, resume_at, shard)
         ref = torch_losses(path, heads, tokens, batch, seq, micro, steps)
         rel = max(abs(a - b) / abs(b) for a, b in zip(ours, ref))

@@ -153,7 +153,7 @@ def elementwise_cases():
     case("max-broadcast", {"x": x, "y": y}, [("r", (2, 4, 3))], f"""
   %r = pmesh.max %x, %y : ({T(x.shape)}, {T(y.shape)}) -> {T((2, 4, 3))}""")
     t = T((3, 4))
-    for op in ("neg", "sqrt", "tanh", "erf", "exp", "log"):
+    for op in ("neg", "sqrt", "tanh", "erf", "exp", "log", "sigmoid"):
         x = pos(3, 4) if op in ("sqrt", "log") else rnd(3, 4)
         case(op, {"x": x}, [("r", (3, 4))], f"""
   %r = pmesh.{op} %x : {t}""")

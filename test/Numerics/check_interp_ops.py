@@ -149,16 +149,17 @@ def elementwise_cases():
     pos = np.abs(x) + 0.1
     out = t_of(x)
     case("unary", {"x": x, "pos": pos},
-         [(n, out) for n in ("neg", "sqrt", "tanh", "erf", "exp", "log")], f"""
+         [(n, out) for n in ("neg", "sqrt", "tanh", "erf", "exp", "log", "sigmoid")], f"""
   %n = pmesh.neg %x : {out}
   %s = pmesh.sqrt %pos : {out}
   %t = pmesh.tanh %x : {out}
   %e = pmesh.erf %x : {out}
   %x2 = pmesh.exp %x : {out}
   %l = pmesh.log %pos : {out}
-  return %n, %s, %t, %e, %x2, %l : {out}, {out}, {out}, {out}, {out}, {out}""",
+  %g = pmesh.sigmoid %x : {out}
+  return %n, %s, %t, %e, %x2, %l, %g : {out}, {out}, {out}, {out}, {out}, {out}, {out}""",
          {"neg": -f64(x), "sqrt": np.sqrt(f64(pos)), "tanh": np.tanh(f64(x)), "erf": erf(x),
-          "exp": np.exp(f64(x)), "log": np.log(f64(pos))})
+          "exp": np.exp(f64(x)), "log": np.log(f64(pos)), "sigmoid": 1 / (1 + np.exp(-f64(x)))})
 
     i = np.array([[-7, 7, 9], [100, -3, 0]], np.int64)
     j = np.array([2, -2, 4], np.int64)

@@ -250,6 +250,7 @@ Tensor unary(UnaryKind kind, const Tensor &x) {
     case UnaryKind::Erf: out.f[k] = std::erf(v); break;
     case UnaryKind::Exp: out.f[k] = std::exp(v); break;
     case UnaryKind::Log: out.f[k] = std::log(v); break;
+    case UnaryKind::Sigmoid: out.f[k] = 1.0 / (1.0 + std::exp(-v)); break;
     case UnaryKind::Not: out.f[k] = v == 0; break; // the verifier allows only i1
     }
   }

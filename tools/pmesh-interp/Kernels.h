@@ -58,7 +58,7 @@ std::optional<Shape> broadcastShapes(llvm::ArrayRef<int64_t> a, llvm::ArrayRef<i
 enum class BinaryKind { Add, Sub, Mul, Div, Pow, Max, Equal, Less, And };
 std::optional<Tensor> binary(BinaryKind kind, const Tensor &a, const Tensor &b,
                              mlir::Type resultType, std::string &why);
-enum class UnaryKind { Neg, Sqrt, Tanh, Erf, Exp, Log, Not };
+enum class UnaryKind { Neg, Sqrt, Tanh, Erf, Exp, Log, Sigmoid, Not };
 Tensor unary(UnaryKind kind, const Tensor &x);
 /// Element type conversion: float->int truncates toward zero, anything->i1
 /// is "nonzero", int->int wraps.

@@ -542,6 +542,7 @@ private:
         .Case([&](pm::TanhOp) { return setUnary(op, UnaryKind::Tanh); })
         .Case([&](pm::ErfOp) { return setUnary(op, UnaryKind::Erf); })
         .Case([&](pm::ExpOp) { return setUnary(op, UnaryKind::Exp); })
+        .Case([&](pm::SigmoidOp) { return setUnary(op, UnaryKind::Sigmoid); })
         .Case([&](pm::LogOp) { return setUnary(op, UnaryKind::Log); })
         .Case([&](pm::NotOp) { return setUnary(op, UnaryKind::Not); })
         .Case([&](pm::CastOp o) {

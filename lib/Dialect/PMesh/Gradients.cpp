@@ -214,6 +214,20 @@ LogicalResult TanhOp::buildGradients(OpBuilder &b, ArrayRef<Value> dys, ArrayRef
   return success();
 }
 
+LogicalResult SigmoidOp::buildGradients(OpBuilder &b, ArrayRef<Value> dys, ArrayRef<bool> need,
+                                        SmallVectorImpl<Value> &grads) {
+  noGrads(*this, grads);
+  if (dys[0] && need[0]) {
+    // y (1 - y), from the saved result: finite for every x (1 / (1 + exp(-x))
+    // differentiated as written overflows to inf / inf below x = -88).
+    Location loc = getLoc();
+    Value y = getResult();
+    Value d = bin<MulOp>(b, loc, y, bin<SubOp>(b, loc, scalarConstant(b, loc, eltOf(getInput()), 1.0), y));
+    grads[0] = bin<MulOp>(b, loc, dys[0], d);
+  }
+  return success();
+}
+
 LogicalResult ErfOp::buildGradients(OpBuilder &b, ArrayRef<Value> dys, ArrayRef<bool> need,
                                     SmallVectorImpl<Value> &grads) {
   noGrads(*this, grads);

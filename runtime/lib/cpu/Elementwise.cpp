@@ -100,6 +100,13 @@ template <typename T> void unary(Unary op, const T *x, T *y, int64_t n) {
   case Unary::Erf: return unaryLoop([](T v) { return T(std::erf(v)); }, x, y, n);
   case Unary::Exp: return unaryLoop([](T v) { return T(std::exp(v)); }, x, y, n);
   case Unary::Log: return unaryLoop([](T v) { return T(std::log(v)); }, x, y, n);
+  case Unary::Sigmoid: // exp of a non-positive argument only: no overflow
+    return unaryLoop(
+        [](T v) {
+          T e = std::exp(-std::abs(v));
+          return v >= T(0) ? T(1) / (T(1) + e) : e / (T(1) + e);
+        },
+        x, y, n);
   case Unary::Not: return unaryLoop([](T v) { return T(v == T(0)); }, x, y, n);
   }
 }

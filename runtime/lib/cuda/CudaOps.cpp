@@ -1380,6 +1380,7 @@ const std::map<std::string, CudaBinder> &nativeBinders() {
       {"erf", bindUnary<UnaryOp::Erf>},
       {"exp", bindUnary<UnaryOp::Exp>},
       {"log", bindUnary<UnaryOp::Log>},
+      {"sigmoid", bindUnary<UnaryOp::Sigmoid>},
       {"gelu", bindGelu},
       {"gelu_grad", bindGeluGrad},
       {"reduce_sum", bindReduceSum},

@@ -190,6 +190,11 @@ __global__ void unaryKernel(UnaryOp op, const float *__restrict__ x, float *__re
     case UnaryOp::Log:
       v = logf(v);
       break;
+    case UnaryOp::Sigmoid: {
+      float e = expf(-fabsf(v)); // no overflow
+      v = v >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
+      break;
+    }
     }
     y[i] = v;
   }

@@ -187,6 +187,7 @@ void registerElementwiseOps(OpTable &t) {
   t["erf"] = bindUnary<Unary::Erf>;
   t["exp"] = bindUnary<Unary::Exp>;
   t["log"] = bindUnary<Unary::Log>;
+  t["sigmoid"] = bindUnary<Unary::Sigmoid>;
   t["not"] = bindUnary<Unary::Not>;
   t["cast"] = bindCast;
   t["where"] = bindWhere;

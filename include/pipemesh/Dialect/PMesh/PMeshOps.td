@@ -111,6 +111,7 @@ def PMesh_TanhOp : PMesh_FloatUnaryOp<"tanh"> { let summary = "tanh(x)"; }
 def PMesh_ErfOp : PMesh_FloatUnaryOp<"erf"> { let summary = "erf(x)"; }
 def PMesh_ExpOp : PMesh_FloatUnaryOp<"exp"> { let summary = "exp(x)"; }
 def PMesh_LogOp : PMesh_FloatUnaryOp<"log"> { let summary = "log(x)"; }
+def PMesh_SigmoidOp : PMesh_FloatUnaryOp<"sigmoid"> { let summary = "1 / (1 + exp(-x))"; }
 def PMesh_NotOp : PMesh_UnaryOp<"not"> {
   let summary = "logical not (i1)";
   let arguments = (ins PMesh_BoolTensor:$input);

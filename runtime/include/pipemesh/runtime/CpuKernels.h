@@ -26,7 +26,7 @@ namespace pipemesh::rt::cpu {
 using Dims = std::vector<int64_t>;
 
 enum class Binary { Add, Sub, Mul, Div, Pow, Max, Equal, Less, And };
-enum class Unary { Neg, Sqrt, Tanh, Erf, Exp, Log, Not };
+enum class Unary { Neg, Sqrt, Tanh, Erf, Exp, Log, Sigmoid, Not };
 
 // --- elementwise ------------------------------------------------------------
 /// out[outShape] = a[aShape] (op) b[bShape] with numpy broadcasting. For

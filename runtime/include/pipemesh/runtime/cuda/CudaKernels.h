@@ -63,7 +63,7 @@ enum class BinaryOp { Add, Sub, Mul, Div, Pow, Max };
 /// out[s0 . i] = a[s1 . i] (op) b[s2 . i].
 void binaryF32(cudaStream_t st, BinaryOp op, const Strided &s, const float *a, const float *b,
                float *out);
-enum class UnaryOp { Neg, Sqrt, Tanh, Erf, Exp, Log };
+enum class UnaryOp { Neg, Sqrt, Tanh, Erf, Exp, Log, Sigmoid };
 void unaryF32(cudaStream_t st, UnaryOp op, const float *x, float *y, int64_t n);
 /// x *= s (collectives' scale).
 void scaleF32(cudaStream_t st, float *x, int64_t n, float s);
