@@ -26,6 +26,7 @@
 #include "llvm/Support/MathExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/Regex.h"
 
 #include <cmath>
 #include <functional>
@@ -503,7 +504,9 @@ LogicalResult unary(Importer &imp, NodeCtx &n, double (*fn)(double)) {
 LogicalResult foldOnlyUnary(Importer &imp, NodeCtx &n, double (*fn)(double)) {
   const ConstTensor *c = imp.maybeConst(n, 0);
   if (!c)
-    return n.fail("is supported on constants only (folded at import), not on a computed value");
+    return n.fail("is supported on constants only (folded at import), not on a computed value "
+                  "(computed from a buffer stored as an initializer? --constant-initializers="
+                  "NAME keeps it a constant)");
   imp.setConst(n, 0, foldUnary(*c, fn));
   return success();
 }
@@ -1838,6 +1841,18 @@ Location Importer::nodeLoc(const onnx::NodeProto &node, int index) {
 }
 
 LogicalResult Importer::importInitializers() {
+  // --constant-initializers: anchored, so that "cos" does not match "cos_sin_w".
+  std::optional<llvm::Regex> constantNames;
+  if (!opts.constantInitializers.empty()) {
+    constantNames.emplace("^(" + opts.constantInitializers + ")$");
+    std::string why;
+    if (!constantNames->isValid(why)) {
+      emitError(FileLineColLoc::get(b.getStringAttr(sourceName), 0, 0))
+          << "--constant-initializers: bad regular expression '" << opts.constantInitializers
+          << "': " << why;
+      return failure();
+    }
+  }
   const onnx::GraphProto &g = model.graph();
   for (const onnx::TensorProto &t : g.initializer()) {
     Entry e;
@@ -1871,7 +1886,8 @@ LogicalResult Importer::importInitializers() {
           << "initializer '" << t.name() << "' has too many elements";
       return failure();
     }
-    bool isParam = isFloatType(e.dtype) && *numel > 1;
+    bool isParam = isFloatType(e.dtype) && *numel > 1 &&
+                   !(constantNames && constantNames->match(t.name()));
     if (isParam) {
       e.kind = Entry::Param;
       e.paramName = t.name();

@@ -71,6 +71,11 @@ cl::opt<std::string> tieOpt("tie-embeddings",
 cl::opt<bool> noRaiseOpt("no-raise",
                          cl::desc("Import without raising decomposed patterns to fused ops"),
                          cl::init(false), cl::cat(importCategory));
+cl::opt<std::string> constantInitializersOpt(
+    "constant-initializers",
+    cl::desc("Float initializers whose name matches this regex are constants, not trained "
+             "parameters (buffers an exporter stored as initializers: rotary tables)"),
+    cl::value_desc("REGEX"), cl::cat(importCategory));
 cl::opt<bool> shapesOnlyOpt("shapes-only",
                             cl::desc("Do not require external weight data to exist"),
                             cl::init(false), cl::cat(importCategory));
@@ -133,6 +138,7 @@ std::optional<pipemesh::ImportOptions> importOptionsFromFlags() {
     return std::nullopt;
   }
   opts.shapesOnly = shapesOnlyOpt;
+  opts.constantInitializers = constantInitializersOpt;
   return opts;
 }
 

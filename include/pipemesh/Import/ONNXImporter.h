@@ -37,6 +37,10 @@ struct ImportOptions {
   TieEmbeddings tieEmbeddings = TieEmbeddings::Auto;
   /// Initializers stored as external data need not exist (shape-only models).
   bool shapesOnly = false;
+  /// Float initializers whose whole name matches this regex are constants,
+  /// not trained parameters: the buffers an exporter stores as initializers
+  /// (rotary tables, inv_freq). Empty: none.
+  std::string constantInitializers;
 };
 
 /// Imports `path` (`.onnx` binary or `.onnxtxt` text). Returns null after
