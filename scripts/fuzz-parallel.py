@@ -4,8 +4,8 @@
     /usr/bin/python3 scripts/fuzz-parallel.py [--build build] [--seed 1] [--count 50]
         [--minutes M] [--steps 3] [--keep]
 
-Each sample draws a small GPT (generated: 2 to 12 layers, width 32 or 64; or one of the
-committed exports of models/fixtures, with their losses and masks) and a configuration
+Each sample draws a small GPT (generated: 2 to 12 layers, width 32 or 64, a quarter of them
+Llama-style; or one of the committed exports of models/fixtures, with their losses and masks) and a configuration
 from everything `--pipemesh-compile` takes: pp, dp, vpp, micro-batches and their size,
 schedule (gpipe, 1f1b, interleaved, bfs, zb-h1, zb-h2, elastic with drawn groups or
 groups=auto), defer-w, zero (a level, a level per chunk, or auto), prefetch, recompute
@@ -90,7 +90,8 @@ def draw(rng):
             layers = max(pp * vpp, rng.choice([4, 6, 8]))
         # Widths whose pipeline messages fall on both sides of Open MPI's 4 KB eager
         # limit (above it, a message is read from the sender's buffer once matched).
-        model = (layers, rng.choice([32, 64]))
+        # A quarter of them Llama-style (RMSNorm, rotary, SwiGLU, untied head).
+        model = (layers, rng.choice([32, 64])) + (("llama",) if rng.random() < 0.25 else ())
     m = rng.choice([1, 2, 3, 4, 4, 6, 8])
     o = {"batch": rng.choice([1, 2]), "seq": rng.choice([8, 16]), "pp": pp, "dp": dp,
          "vpp": vpp, "microbatches": m, "schedule": schedule}
@@ -171,9 +172,11 @@ def main():
         if isinstance(shape, str):
             return os.path.join(REPO, "models", "fixtures", shape)
         if shape not in models:
-            layers, embd = shape
-            path = os.path.join(work, f"gpt{layers}x{embd}.onnx")
-            subprocess.run(["/usr/bin/python3", os.path.join(REPO, "models", "gen_gpt2.py"),
+            layers, embd = shape[:2]
+            llama = len(shape) > 2
+            path = os.path.join(work, f"{'llama' if llama else 'gpt'}{layers}x{embd}.onnx")
+            script = "export_torch_llama.py" if llama else "gen_gpt2.py"
+            subprocess.run(["/usr/bin/python3", os.path.join(REPO, "models", script),
                             "--layers", str(layers), "--embd", str(embd), "--heads", "2",
                             "--vocab", "256", "--ctx", "16", "--seed", str(layers), "-o", path],
                            check=True, capture_output=True)
@@ -218,7 +221,8 @@ def main():
         if t_end and time.monotonic() > t_end:
             break
         shape, o, bf16 = draw(rng)
-        name = shape if isinstance(shape, str) else "layers=%d embd=%d" % shape
+        name = shape if isinstance(shape, str) else "layers=%d embd=%d" % shape[:2] + (
+            " llama" if len(shape) > 2 else "")
         label = f"{i}: {name} {options_text(o)}"
         plan, ccmd, r = compile_plan(f"s{i}", shape, o)
         text = r.stdout + r.stderr
