@@ -5,7 +5,8 @@ through torch.onnx.export.
 The other decoder family users bring: pre-norm blocks with RMSNorm (x / sqrt(mean(x^2) +
 eps) * w, exported as Pow, ReduceMean, Add, Sqrt, Div, Mul), rotary position embeddings
 applied to q and k (cos/sin tables computed in forward from positions, rotate_half as
-Slice, Neg and Concat), a SwiGLU MLP (silu(x W1) * (x W3) W2, silu as Sigmoid and Mul),
+Slice, Neg and Concat), optionally grouped-query attention (--kv-heads: k and v heads
+shared by groups of query heads, repeated with expand + reshape as HF's repeat_kv), a SwiGLU MLP (silu(x W1) * (x W3) W2, silu as Sigmoid and Mul),
 causal attention with a triu mask filled with -inf, and a separate LM head. Projections
 are stored [in, out] and applied as x @ W, so every parameter keeps its name in the ONNX
 file (test/Integration/check_training.py rebuilds this module from them), and the rotary
@@ -37,11 +38,13 @@ def rotate_half(x):
 
 
 class Block(nn.Module):
-    def __init__(self, embd, heads, hidden, theta):
+    def __init__(self, embd, heads, hidden, theta, kv_heads=None):
         super().__init__()
         self.heads, self.theta, self.head_dim = heads, theta, embd // heads
+        self.kv_heads = kv_heads or heads
+        kv = self.kv_heads * self.head_dim
         self.attn_norm, self.mlp_norm = RMSNorm(embd), RMSNorm(embd)
-        for name, shape in [("wq", (embd, embd)), ("wk", (embd, embd)), ("wv", (embd, embd)),
+        for name, shape in [("wq", (embd, embd)), ("wk", (embd, kv)), ("wv", (embd, kv)),
                             ("wo", (embd, embd)), ("w1", (embd, hidden)), ("w3", (embd, hidden)),
                             ("w2", (hidden, embd))]:
             setattr(self, name, nn.Parameter(torch.empty(*shape)))
@@ -57,11 +60,17 @@ class Block(nn.Module):
         B, T, C = x.shape
         d = self.head_dim
         h = self.attn_norm(x)
-        q, k, v = [(h @ w).view(B, T, self.heads, d).transpose(1, 2)
-                   for w in (self.wq, self.wk, self.wv)]
+        q = (h @ self.wq).view(B, T, self.heads, d).transpose(1, 2)
+        k, v = [(h @ w).view(B, T, self.kv_heads, d).transpose(1, 2) for w in (self.wk, self.wv)]
         cos, sin = self.rotary(T, d)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
+        if self.kv_heads != self.heads:
+            # Grouped-query attention: each k/v head serves heads / kv_heads query heads
+            # (HF's repeat_kv: expand, then merge the two head axes).
+            rep = self.heads // self.kv_heads
+            k, v = [t[:, :, None].expand(B, self.kv_heads, rep, T, d).reshape(B, self.heads, T, d)
+                    for t in (k, v)]
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))
         mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
         att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
@@ -73,12 +82,13 @@ class Block(nn.Module):
 
 
 class Llama(nn.Module):
-    def __init__(self, layers, embd, heads, vocab, hidden=None, theta=10000.0):
+    def __init__(self, layers, embd, heads, vocab, hidden=None, theta=10000.0, kv_heads=None):
         super().__init__()
         hidden = hidden or 4 * embd
         self.vocab = vocab
         self.embed = nn.Parameter(torch.empty(vocab, embd))
-        self.blocks = nn.ModuleList(Block(embd, heads, hidden, theta) for _ in range(layers))
+        self.blocks = nn.ModuleList(Block(embd, heads, hidden, theta, kv_heads)
+                                    for _ in range(layers))
         self.norm = RMSNorm(embd)
         self.head = nn.Parameter(torch.empty(embd, vocab))
 
@@ -107,6 +117,7 @@ def main(argv=None):
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--embd", type=int, default=32)
     ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--kv-heads", type=int, help="grouped-query attention: k/v heads (default: --heads)")
     ap.add_argument("--vocab", type=int, default=128)
     ap.add_argument("--ctx", type=int, default=16, help="sequence length of the export")
     ap.add_argument("--seed", type=int, default=0)
@@ -114,7 +125,9 @@ def main(argv=None):
     ap.add_argument("-o", "--output", required=True)
     args = ap.parse_args(argv)
     torch.manual_seed(args.seed)
-    model = Llama(args.layers, args.embd, args.heads, args.vocab)
+    if args.kv_heads and args.heads % args.kv_heads:
+        ap.error("--heads must be a multiple of --kv-heads")
+    model = Llama(args.layers, args.embd, args.heads, args.vocab, kv_heads=args.kv_heads)
     init_weights(model, args.seed)
     ids = torch.zeros(1, args.ctx, dtype=torch.int64)
     # Without constant folding: torch would fold the rotary tables into initializers,
@@ -126,7 +139,8 @@ def main(argv=None):
                       do_constant_folding=False)
     n = sum(p.numel() for p in model.parameters())
     print(f"{args.output}: Llama(layers={args.layers}, embd={args.embd}, heads={args.heads}, "
-          f"vocab={args.vocab}) params={n:,} opset={args.opset}")
+          f"kv_heads={args.kv_heads or args.heads}, vocab={args.vocab}) params={n:,} "
+          f"opset={args.opset}")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ DESIGN.md section 2 over the same token shard) with torch.optim.AdamW and the sa
 clipping and learning-rate schedule. Every step's loss must agree within --rtol (1e-4
 relative). Cases cover several micro-batches, a model with its own loss, a torch.onnx
 export (tied head restored from a transposed copy, Identity-deduplicated initializers),
-a Llama-style export (RMSNorm, rotary positions, SwiGLU: models/export_torch_llama.py)
+a Llama-style export (RMSNorm, rotary positions, SwiGLU, and with grouped-query
+attention: models/export_torch_llama.py)
 and a checkpoint/resume split of the run.
 
     check_training.py --opt build/bin/pipemesh-opt --run build/bin/pipemesh-run \\
@@ -38,7 +39,8 @@ HYPER = dict(lr=3e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, grad_cl
              warmup=2, min_lr=3e-4, schedule="cosine")
 
 # name, fixture, heads, batch, seq, microbatches, steps, resume_at
-# ("@llama": models/export_torch_llama.py's default model, exported into the work folder)
+# ("@llama": models/export_torch_llama.py's default model, exported into the work folder;
+# "@llama-gqa": the same with 2 k/v heads for 4 query heads)
 CASES = [
     ("generated", "gpt2_tiny_op17.onnx", 4, 2, 16, 1, 10, None),
     ("generated-m4", "gpt2_tiny_op17.onnx", 4, 2, 16, 4, 10, None),
@@ -48,6 +50,7 @@ CASES = [
     ("resume", "gpt2_tiny_op17.onnx", 4, 2, 16, 2, 10, 4),
     ("llama", "@llama", 4, 2, 16, 2, 10, None),
     ("llama-resume", "@llama", 4, 3, 16, 1, 10, 5),
+    ("llama-gqa", "@llama-gqa", 4, 2, 16, 2, 10, None),
 ]
 
 
@@ -118,7 +121,9 @@ def torch_llama_model(onnx_path, heads):
     inits = onnx_initializers(onnx_path)
     layers = len({k.split(".")[1] for k in inits if k.startswith("blocks.")})
     vocab, embd = inits["embed"].shape
-    net = export_torch_llama.Llama(layers, embd, heads, vocab, hidden=inits["blocks.0.w1"].shape[1])
+    kv_heads = inits["blocks.0.wk"].shape[1] // (embd // heads)
+    net = export_torch_llama.Llama(layers, embd, heads, vocab, hidden=inits["blocks.0.w1"].shape[1],
+                                   kv_heads=kv_heads)
     state = {name: torch.from_numpy(np.array(inits[name], dtype=np.float32))
              for name in net.state_dict()}
     net.load_state_dict(state, strict=True)
@@ -212,10 +217,11 @@ def main():
         if args.only and args.only not in name:
             continue
         path = os.path.join(args.fixtures, fixture)
-        if fixture == "@llama":
-            path = os.path.join(work, "llama.onnx")
+        if fixture.startswith("@llama"):
+            path = os.path.join(work, fixture[1:] + ".onnx")
             if not os.path.exists(path):
-                export_torch_llama.main(["--heads", str(heads), "--ctx", str(seq), "-o", path])
+                gqa = ["--kv-heads", str(heads // 2)] if fixture == "@llama-gqa" else []
+                export_torch_llama.main(["--heads", str(heads), "--ctx", str(seq), "-o", path] + gqa)
         ours = pipemesh_losses(args, work, name, path, batch, seq, micro, steps, resume_at, shard)
         ref = torch_losses(path, heads, tokens, batch, seq, micro, steps)
         rel = max(abs(a - b) / abs(b) for a, b in zip(ours, ref))

@@ -111,13 +111,14 @@ class CompiledParallel(common.TempDirTest):
             self.assertLess(abs(g["grad_norm"] - w["grad_norm"]) / w["grad_norm"], 1e-5)
 
     def test_llama_equivalence(self):
-        # A Llama-style export (RMSNorm, rotary positions, SwiGLU, untied head; 4 layers)
+        # A Llama-style export (RMSNorm, rotary positions, SwiGLU, grouped-query attention,
+        # untied head; 4 layers)
         # partitioned, sharded and scheduled like the GPT-2s: the pp=1 dp=1 losses within
         # 1e-5 (its single-rank training matches PyTorch: test/Integration/check_training.py).
         import sys
         model = self.path("llama.onnx")
         subprocess.run([sys.executable, os.path.join(common.REPO, "models", "export_torch_llama.py"),
-                        "--layers", "4", "--embd", "32", "--heads", "4", "--vocab", "128",
+                        "--layers", "4", "--embd", "32", "--heads", "4", "--kv-heads", "2", "--vocab", "128",
                         "--ctx", "16", "-o", model], check=True, capture_output=True)
         want = self.train_model(model, "llama-one", "microbatches=4", 1)
         for options, world in [("pp=2 dp=2 microbatches=2 zero=1 schedule=1f1b", 4),
