@@ -71,6 +71,7 @@ ProgramBuilder oneRank(bool zeroFirst = true) {
       .op("loss", {y}, {}, action("0F0"))
       .op("gelu_grad", {y, x}, {dy}, action("0B0"))
       .op("accumulate", {dy}, {g}, action("0B0"))
+      .op("allreduce", {g}, {g}, {{"group", "dp"}})
       .op("adamw", {}, {});
   return b;
 }
@@ -86,16 +87,16 @@ std::string refusal(const Plan &p) {
 
 TEST(Evaluation, SkipsWhatOnlyTheUpdateNeeds) {
   Plan p = planOf({oneRank()});
-  // zero (gradients only), backward kernels and control, adamw.
+  // zero (gradients only), backward kernels and control, the reduction, adamw.
   EXPECT_EQ(evaluationSkips(p, p.listed[0]),
-            (std::vector<bool>{true, false, false, true, true, true}));
+            (std::vector<bool>{true, false, false, true, true, true, true}));
 }
 
 TEST(Evaluation, RefusesAForwardReadingABackwardValue) {
   ProgramBuilder b = oneRank();
   b.op("add", {4 /*dy*/, 0}, {1}, action("0F1")).op("loss", {1}, {}, action("0F1"));
   std::string why = refusal(planOf({b}));
-  EXPECT_NE(why.find("rank 0, instruction 6 (add, action 0F1)"), std::string::npos) << why;
+  EXPECT_NE(why.find("rank 0, instruction 7 (add, action 0F1)"), std::string::npos) << why;
   EXPECT_NE(why.find("buffer %4 'dy'"), std::string::npos) << why;
   EXPECT_NE(why.find("left by instruction 3 (gelu_grad, action 0B0)"), std::string::npos) << why;
 }

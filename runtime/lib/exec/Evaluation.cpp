@@ -30,6 +30,12 @@ char phaseOf(const Instruction &inst) {
 bool skippedByEvaluation(const RankPlan &r, const Instruction &inst) {
   if (inst.op == "adamw")
     return true;
+  // Reductions (gradients): every member of every group skips all of them,
+  // so each communicator still sees its remaining collectives in one order;
+  // the CPU backend completes collectives where they are issued, so no
+  // wait_collectives counts on them.
+  if (inst.op == "allreduce" || inst.op == "reduce_scatter")
+    return true;
   if (isCommOp(inst.op))
     return false;
   char phase = phaseOf(inst);

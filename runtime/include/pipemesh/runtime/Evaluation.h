@@ -4,11 +4,14 @@
 // program: the forward of every micro-batch, the loss, the pipeline sends and
 // the collectives run as in a step; the instructions that only serve the
 // update are skipped: the kernels and control instructions of backward,
-// weight-gradient and recompute actions (`action` B, W, R) and `adamw`.
-// Communication instructions all run (MPI pairs them by order), moving
-// whatever their buffers hold. Nothing persistent changes: the parameters
-// are not updated, the gradients the reductions write are zeroed by the next
-// step, and a ZeRO gather re-gathers the unchanged shards.
+// weight-gradient and recompute actions (`action` B, W, R), instructions
+// that write only gradients, the gradient reductions (allreduce,
+// reduce_scatter: every rank skips all of them, so every group keeps one
+// order of collectives) and `adamw`. Point-to-point transfers all run (MPI
+// pairs them by order, and wait_sends counts them), moving whatever their
+// buffers hold. Nothing persistent changes: the parameters are not updated,
+// the gradients are zeroed by the next step, and a ZeRO gather re-gathers
+// the unchanged shards.
 //
 // evaluationSkips() proves that this is sound for the plan at hand before it
 // is used: it follows which buffers hold values an evaluation does not
