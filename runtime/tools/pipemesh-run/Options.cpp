@@ -20,10 +20,11 @@ const char *usage() {
 Trains the plan pipemesh-opt compiled. One process per rank of the plan.
 
 data
-  --data FILE              llm.c token shard (uint16 tokens, 1024-byte header);
+  --data FILE|'PATTERN'    llm.c token shard (1024-byte header, uint16 or uint32
+                           tokens), or a glob of several ('train_*.bin', name order);
                            without it: the embedded default corpus (byte-level text)
   --shuffle SEED           permute the sequence windows (splitmix64 Fisher-Yates)
-  --val-data FILE          validation token shard: its mean loss is evaluated after
+  --val-data FILE|'PATTERN'  validation shard(s): their mean loss is evaluated after
                            the last step (and every --eval-interval steps) with the
                            plan's forward, the parameters unchanged (cpu backend)
   --eval-interval N        evaluate after every N steps too (default 0: at the end)
@@ -51,6 +52,7 @@ run
   --checkpoint-every K     every K steps (and after the last step)
   --keep-checkpoints K     remove all but the K newest (default: keep every one)
   --resume                 continue from the newest checkpoint in --checkpoint-dir
+                           (another plan of the same model: resharded)
   --stop-at-step S         stop after S completed steps, as if interrupted
   --max-minutes M          stop after the first step that ends M minutes into the run,
                            with a checkpoint (so does SIGUSR1 to any rank, e.g. Slurm's
