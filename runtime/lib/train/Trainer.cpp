@@ -109,9 +109,6 @@ Trainer::Trainer(const RunOptions &o, Communicator &comm, std::ostream &log)
   schedule.kind = o.schedule;
   schedule.minLr = o.minLr;
   schedule.decaySteps = o.decaySteps;
-  if (o.schedule == LrScheduleKind::Wsd && (o.decaySteps <= 0 || o.decaySteps > o.steps - o.warmupSteps))
-    fail("--lr-schedule wsd needs --decay-steps between 1 and --steps minus --warmup-steps (",
-         o.steps - o.warmupSteps, "), got ", o.decaySteps);
   schedule.totalSteps = o.steps;
   rngState = SplitMix64(o.seed).state;
 
@@ -130,14 +127,11 @@ Trainer::Trainer(const RunOptions &o, Communicator &comm, std::ostream &log)
               << st.run[key].dump() << ", this run uses " << now.dump()
               << ": the trajectory will differ from an uninterrupted run\n";
       };
-      differs("steps", o.steps);
-      differs("shuffle", o.shuffleSeed ? nlohmann::json(*o.shuffleSeed) : nlohmann::json());
-      differs("data", data->origin());
-      differs("lr", o.opt.lr);
-      differs("lr_schedule", lrScheduleName(o.schedule));
-      differs("warmup_steps", o.warmupSteps);
-      differs("min_lr", o.minLr);
-      differs("decay_steps", o.decaySteps);
+      // The flags that move the trajectory (the learning rate and the data).
+      const nlohmann::json now = runRecord();
+      for (const char *key : {"steps", "shuffle", "data", "lr", "lr_schedule", "warmup_steps",
+                              "min_lr", "decay_steps"})
+        differs(key, now[key]);
     }
   }
   // The device starts from the host arena: initial values or the checkpoint.
@@ -343,11 +337,8 @@ void Trainer::run() {
     printProfile();
 }
 
-void Trainer::checkpoint(int64_t done) {
-  CheckpointState cs;
-  cs.step = done;
-  cs.rngState = rngState;
-  cs.run = {{"steps", opts.steps},
+nlohmann::json Trainer::runRecord() const {
+  return {{"steps", opts.steps},
             {"data", data->origin()},
             {"shuffle", opts.shuffleSeed ? nlohmann::json(*opts.shuffleSeed) : nlohmann::json()},
             {"lr", opts.opt.lr},
@@ -361,6 +352,13 @@ void Trainer::checkpoint(int64_t done) {
             {"weight_decay", opts.opt.weightDecay},
             {"grad_clip", opts.opt.gradClip},
             {"seed", opts.seed}};
+}
+
+void Trainer::checkpoint(int64_t done) {
+  CheckpointState cs;
+  cs.step = done;
+  cs.rngState = rngState;
+  cs.run = runRecord();
   activity::set("writing a checkpoint");
   syncToHost();
   std::string where = writeCheckpoint(opts.checkpointDir, cs, planData, *rankPlan, *arena, comm);
@@ -384,17 +382,16 @@ void Trainer::evaluate(int64_t done, JsonLog *jsonLog) {
   MicrobatchObserver observer = std::move(env->observer);
   env->observer = nullptr;
   env->sampler = valSampler.get();
-  double sum = 0;
+  double sum = 0; // this rank's share of every batch's loss; summed over ranks once
   for (int64_t i = 0; i < evalIters; ++i) {
     StepState &st = env->state;
     st = StepState();
     st.step = i;
     executor->runStep(&evalSkips);
-    double loss = st.loss;
-    activity::set("the all-reduce of the validation loss (waiting for the other ranks)");
-    comm.allreduceSum(&loss, 1, "validation loss");
-    sum += loss;
+    sum += st.loss;
   }
+  activity::set("the all-reduce of the validation loss (waiting for the other ranks)");
+  comm.allreduceSum(&sum, 1, "validation loss");
   env->sampler = trainSampler;
   env->observer = std::move(observer);
   if (comm.rank() != 0)

@@ -232,6 +232,10 @@ CommandLine parseCommandLine(int argc, char **argv) {
     fail("--resume needs --checkpoint-dir");
   if (r.decaySteps > 0 && r.schedule != rt::LrScheduleKind::Wsd)
     fail("--decay-steps needs --lr-schedule wsd");
+  if (r.schedule == rt::LrScheduleKind::Wsd &&
+      (r.decaySteps <= 0 || r.decaySteps > r.steps - r.warmupSteps))
+    fail("--lr-schedule wsd needs --decay-steps between 1 and --steps minus --warmup-steps (",
+         r.steps - r.warmupSteps, "), got ", r.decaySteps);
   if ((r.evalInterval > 0 || r.evalIters > 0) && !r.valDataPath)
     fail(r.evalInterval > 0 ? "--eval-interval" : "--eval-iters", " needs --val-data");
   if (r.keepCheckpoints > 0 && r.checkpointDir.empty())

@@ -88,6 +88,8 @@ public:
 
 private:
   void banner();
+  /// The run's flags a checkpoint records (`run` in its manifest).
+  nlohmann::json runRecord() const;
   /// Writes the checkpoint after `done` steps (collective).
   void checkpoint(int64_t done);
   /// The validation loss after `done` steps, logged on rank 0.
