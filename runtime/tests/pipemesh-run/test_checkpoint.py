@@ -184,6 +184,35 @@ class Checkpoints(common.TempDirTest):
                 with open(os.path.join(ckpt, "latest")) as f:
                     self.assertEqual(f.read(), f"step-{done}\n")
 
+    def test_resharding_refusals(self):
+        # The checkpoint of one plan, read by another of the same model: a rank file that
+        # lacks a tensor leaves elements no file holds, and a manifest without the model
+        # (as older pipemesh-runs wrote it) cannot be checked for resharding.
+        self.train("a.jsonl", "--checkpoint-dir", self.ckpt, "--stop-at-step", 2, "--checkpoint-every", 2)
+        other = self.write_tiny_plan("other.plan", batch=2, seq=16, embd=32, heads=4,
+                                     microbatches=2, seed=9)
+        step = os.path.join(self.ckpt, "step-2")
+        mpath = os.path.join(step, "manifest.json")
+        with open(mpath) as f:
+            good = json.load(f)
+        rank0 = os.path.join(step, "rank-0.safetensors")
+        tensors = mtp.read_safetensors(common.read_bytes(rank0))
+        del tensors["adam_v/wte"]
+        data = mtp.safetensors_bytes(tensors)
+        with open(rank0, "wb") as f:
+            f.write(data)
+        m = json.loads(json.dumps(good))
+        m["files"][0].update(bytes=len(data), xxh3_64="0x%016x" % mtp.checksum64(data))
+        with open(mpath, "w") as f:
+            json.dump(m, f)
+        self.check_fails(common.run([other, "--steps", 3, "--checkpoint-dir", self.ckpt, "--resume"]),
+                         "holds no adam_v value for elements 0..8192 of parameter 'wte'")
+        del m["model"]
+        with open(mpath, "w") as f:
+            json.dump(m, f)
+        self.check_fails(common.run([other, "--steps", 3, "--checkpoint-dir", self.ckpt, "--resume"]),
+                         "was written for another plan", "records no model to reshard it by")
+
     def test_other_plan_and_missing_checkpoint(self):
         self.check_fails(common.run([self.plan, "--steps", 3, "--checkpoint-dir", self.ckpt, "--resume"]),
                          "no complete checkpoint")

@@ -416,6 +416,7 @@ class CommandLine(common.TempDirTest):
                  ([path, "--steps", "x"], "--steps expects an integer"),
                  ([path, "--steps", 1, "--lr-schedule", "step"], "constant, cosine, linear or wsd"),
                  ([path, "--steps", 1, "--nan-check", "maybe"], "--nan-check must be on or off"),
+                 ([path, "--steps", 1, "--max-minutes", "-1"], "--max-minutes must not be negative"),
                  ([path, "--steps", 1, "--bogus"], "unknown option '--bogus'"),
                  ([path, "--steps", 1, "--resume"], "--resume needs --checkpoint-dir"),
                  ([path, "--steps", 1, "--backend", "tpu"], "backend 'tpu' is not available")]

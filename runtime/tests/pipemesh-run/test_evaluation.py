@@ -129,6 +129,12 @@ class Evaluation(GeneratedGptTest):
         self.check_fails(common.run([plan, "--steps", 1, "--val-data", big]), "big.bin", "5000")
         self.check_fails(common.run([plan, "--steps", 1, "--val-data", val, "--eval-iters", 0]),
                          "--eval-iters must be at least 1")
+        # A device backend refuses evaluation (a build without one: the backend is unknown),
+        # before any device is looked for.
+        r = common.run([plan, "--steps", 1, "--val-data", val, "--backend", "cuda"])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertTrue("evaluation runs on the cpu backend only" in r.stderr
+                        or "backend 'cuda' is not available" in r.stderr, r.stderr)
 
     def test_refuses_a_plan_whose_forward_reads_a_backward_value(self):
         # Relabel the first forward layer_norm as a backward action's: an evaluation
