@@ -82,6 +82,15 @@ TEST(PlanBytes, PartlyRewrittenThenReadElsewhere) {
 
 TEST(PlanBytes, AccumulateReadsWhatItAddsInto) {
   EXPECT_FALSE(deadAfter(planWith({op("accumulate", {4}, {1})}), 0, {0, 100}));
+  // A GEMM fused with its accumulation (beta = 1) adds into its output too;
+  // without the flag it overwrites it.
+  Instruction gemm = op("matmul", {4, 4}, {1});
+  gemm.json = {{"accumulate", true}};
+  EXPECT_TRUE(readsItsOutputs(gemm));
+  EXPECT_FALSE(deadAfter(planWith({gemm}), 0, {0, 100}));
+  gemm.json = {{"accumulate", false}};
+  EXPECT_FALSE(readsItsOutputs(gemm));
+  EXPECT_TRUE(deadAfter(planWith({gemm}), 0, {0, 100}));
 }
 
 TEST(PlanBytes, CommunicationReadsWhatItNames) {

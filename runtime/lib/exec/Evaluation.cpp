@@ -48,14 +48,6 @@ bool skippedByEvaluation(const RankPlan &r, const Instruction &inst) {
   return onlyGradients;
 }
 
-/// Kernels write their outputs whole; these also read what they add to.
-bool readsItsOutputs(const Instruction &inst) {
-  if (inst.op == "accumulate")
-    return true;
-  auto it = inst.json.find("accumulate");
-  return it != inst.json.end() && it->is_boolean() && it->get<bool>();
-}
-
 /// A send or receive as MPI matches it: (sender, receiver, tag), and which
 /// of the simulated program runs it belongs to.
 using Channel = std::tuple<int64_t, int64_t, int64_t, size_t>;

@@ -58,8 +58,7 @@ static std::vector<StagedCopy> stageBf16(const ExecEnv &env, const Instruction &
   for (int64_t id : ids) {
     TensorRef t = env.arena.tensor(id);
     bool written = std::find(inst.out.begin(), inst.out.end(), id) != inst.out.end();
-    // Kernels write their outputs whole; `accumulate` alone adds to its.
-    bool read = !written || inst.op == "accumulate" ||
+    bool read = !written || readsItsOutputs(inst) ||
                 std::find(inst.in.begin(), inst.in.end(), id) != inst.in.end();
     copies.push_back({t.as<uint16_t>(), space, t.numel, read, written});
     t.data = space;

@@ -35,7 +35,7 @@ bool deadAfter(const RankPlan &rank, size_t after, ByteRange bytes) {
     const std::vector<ByteRange> named = namedBytes(rank, later);
     const size_t outBegin = later.in.size(), outEnd = outBegin + later.out.size();
     for (size_t r = 0; r < named.size(); ++r) {
-      const bool written = r >= outBegin && r < outEnd && later.op != "accumulate";
+      const bool written = r >= outBegin && r < outEnd && !readsItsOutputs(later);
       if (written)
         continue;
       for (const ByteRange &l : live)

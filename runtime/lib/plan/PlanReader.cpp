@@ -46,6 +46,13 @@ bool BufferInfo::persistent() const {
          kind == BufferKind::AdamV || kind == BufferKind::Constant;
 }
 
+bool readsItsOutputs(const Instruction &inst) {
+  if (inst.op == "accumulate")
+    return true;
+  auto it = inst.json.find("accumulate");
+  return it != inst.json.end() && it->is_boolean() && it->get<bool>();
+}
+
 const BufferInfo &RankPlan::buffer(int64_t id) const {
   auto it = byId.find(id);
   if (it == byId.end())

@@ -71,6 +71,13 @@ struct Instruction {
   nlohmann::json json;  ///< the whole instruction (control instructions' fields)
 };
 
+/// Whether the instruction reads the values of its outputs: kernels write
+/// their outputs whole, except `accumulate` and the instructions fused with
+/// one (`"accumulate": true`: a GEMM with beta = 1, an embedding gradient
+/// added row by row), which add into them. The bf16 staging, the evaluation's
+/// staleness analysis and the device backend's liveness questions all ask.
+bool readsItsOutputs(const Instruction &inst);
+
 struct RankPlan {
   int64_t rank = 0, ppRank = 0, dpRank = 0;
   /// The global ranks of this rank's data-parallel group (same pp_rank, in

@@ -33,7 +33,7 @@ std::vector<ByteRange> namedBytes(const RankPlan &rank, const Instruction &inst)
 
 /// Whether the value held in `bytes` is dead after instruction `after`: no
 /// later instruction reads any of those bytes before a later output rewrites
-/// them. An accumulate reads the buffer it adds into; control and
+/// them. An output that readsItsOutputs() adds into is read; control and
 /// communication instructions are taken to read every buffer they name.
 bool deadAfter(const RankPlan &rank, size_t after, ByteRange bytes);
 
