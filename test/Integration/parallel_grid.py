@@ -8,7 +8,7 @@ pp=4 x vpp=2 still has a layer per chunk. Runs with oversubscribed `mpirun`, one
 per rank. CI runs a subset (runtime test `compiled_parallel`); this script runs the grid:
 
     parallel_grid.py --opt build/bin/pipemesh-opt --run build/bin/pipemesh-run \\
-        [--pp 1,2,3,4] [--dp 1,2] [--vpp 1,2] [--zero 0,1,2,3] [--microbatches 4]
+        [--pp 1,2,3,4] [--dp 1,2] [--vpp 1,2] [--zero 0,1,2,3] [--microbatches 16]
         [--schedules gpipe,1f1b,interleaved,bfs,zb-h1,zb-h2,elastic:3+1/2+2] [--extra OPTS]
         [--ref-extra OPTS] [--ref-dp N]
 """
@@ -32,7 +32,9 @@ def main():
     ap.add_argument("--vpp", default="1,2")
     ap.add_argument("--zero", default="0,1,2,3")
     ap.add_argument("--schedules", default="gpipe,1f1b,interleaved")
-    ap.add_argument("--microbatches", type=int, default=4, help="at dp=1 (halved at dp=2)")
+    # 16: with 4 micro-batches per replica a stage's sends to two peers never
+    # complete out of order, which hid a buffer-reuse bug at pp=4 dp=2 (a4be274).
+    ap.add_argument("--microbatches", type=int, default=16, help="at dp=1 (halved at dp=2)")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--extra", default="", help="more --pipemesh-compile options, e.g. "
                     "'recompute=full'")
