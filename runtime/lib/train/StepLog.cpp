@@ -21,9 +21,16 @@ std::string progressLine(const StepRecord &r) {
     std::snprintf(norm, sizeof norm, "%.3g", r.gradNorm);
   else
     std::snprintf(norm, sizeof norm, "-");
-  std::snprintf(
+  int n = std::snprintf(
       buf, sizeof buf, "step %lld/%lld | loss %.6f | lr %.2e | grad_norm %s | %.1f ms | %.0f tok/s",
       (long long)(r.step + 1), (long long)r.steps, r.loss, r.lr, norm, r.ms, r.tokensPerS);
+  if (r.tflopsPerRank > 0 && n > 0 && n < (int)sizeof buf)
+    n += r.tflopsPerRank >= 1
+             ? std::snprintf(buf + n, sizeof buf - n, " | %.1f TFLOP/s/rank", r.tflopsPerRank)
+             : std::snprintf(buf + n, sizeof buf - n, " | %.3g GFLOP/s/rank",
+                             1e3 * r.tflopsPerRank);
+  if (std::isfinite(r.mfu) && n > 0 && n < (int)sizeof buf)
+    std::snprintf(buf + n, sizeof buf - n, " | MFU %.1f%%", 100.0 * r.mfu);
   return buf;
 }
 
@@ -40,6 +47,10 @@ std::string jsonLine(const StepRecord &r) {
   j["grad_norm"] = r.hasGradNorm ? num(r.gradNorm) : nlohmann::json();
   j["ms"] = num(r.ms);
   j["tokens_per_s"] = num(r.tokensPerS);
+  if (r.tflopsPerRank > 0)
+    j["tflops_per_rank"] = num(r.tflopsPerRank);
+  if (std::isfinite(r.mfu))
+    j["mfu"] = r.mfu;
   nlohmann::json ranks = nlohmann::json::array();
   for (size_t i = 0; i < r.ranks.size(); ++i)
     ranks.push_back({{"rank", (int64_t)i},

@@ -302,6 +302,11 @@ void Trainer::run() {
       r.hasGradNorm = st.optimizerRan;
       r.ms = ms;
       r.tokensPerS = ms > 0 ? tokensPerStep / (ms / 1000.0) : 0;
+      if (ms > 0 && p.model.flopsPerStep > 0) {
+        r.tflopsPerRank = p.model.flopsPerStep / (ms / 1000.0) / comm.size() / 1e12;
+        if (opts.peakTflops)
+          r.mfu = r.tflopsPerRank / *opts.peakTflops;
+      }
       for (int k = 0; k < comm.size(); ++k)
         r.ranks.push_back({all[3 * k], all[3 * k + 1], all[3 * k + 2]});
       log << progressLine(r) << "\n";

@@ -63,6 +63,35 @@ class CompiledPlan(common.TempDirTest):
         self.assertLess(log[3]["loss"], log[0]["loss"])
         onnx.checker.check_model(onnx.load(out))
 
+    def test_model_flops_throughput_and_mfu(self):
+        # The step log's TFLOP/s per rank is the plan's model FLOPs per step (checked
+        # against GPT-2's closed form in test/Plan/model-flops.test) over the step's
+        # time and the ranks; MFU is that over --peak-tflops, only when it is given.
+        for name, opts, world in [("one", "", 1), ("pp2", " pp=2", 2)]:
+            with self.subTest(name):
+                plan = self.path(name + ".plan")
+                r = subprocess.run([PIPEMESH_OPT, MODEL, f"--pipemesh-compile=batch={B} seq={T} "
+                                    f"microbatches=2{opts}", "-o", plan], capture_output=True, text=True)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                flops = common.mtp.read_plan(plan)[0]["model"]["flops_per_step"]
+                self.assertGreater(flops, 0)
+                for peak in [None, 0.05]:
+                    log = self.path(f"{name}-{peak}.jsonl")
+                    extra = ["--peak-tflops", peak] if peak else []
+                    r = self.check_ok(common.run([plan, "--steps", 2, "--log-json", log, *extra],
+                                                 np_=world if world > 1 else None))
+                    for rec in common.read_log(log):
+                        per_rank = flops / (rec["ms"] / 1e3) / world / 1e12
+                        self.assertAlmostEqual(rec["tflops_per_rank"] / per_rank, 1.0, delta=1e-6)
+                        if peak:
+                            self.assertAlmostEqual(rec["mfu"], rec["tflops_per_rank"] / peak, delta=1e-12)
+                        else:
+                            self.assertNotIn("mfu", rec)
+                    self.assertIn(" GFLOP/s/rank", r.stdout)
+                    self.assertEqual("| MFU " in r.stdout, bool(peak), r.stdout)
+        self.check_fails(common.run([plan, "--steps", 1, "--peak-tflops", 0]),
+                         "--peak-tflops must be positive")
+
     def test_filled_shapes_only_plan(self):
         """bench/fill_plan_weights.py (how bench/gpu.sh gets GPT-2 plans onto a GPU machine
         without the compiler) turns the shapes-only plan of a gen_gpt2.py model into the

@@ -64,6 +64,9 @@ run
   --precision fp32|bf16    cuda: matmul operands in fp32 (default) or bf16
   --deterministic on|off   cuda: bit-identical runs (default on)
   --comm-timeout SEC       a peer silent this long fails the job (default 300)
+  --peak-tflops X          one rank's peak TFLOP/s (its device's, at the precision it
+                           computes in): the step log adds the model FLOPs
+                           utilization (MFU) to the TFLOP/s per rank it reports
 debugging
   --profile                time per op name on rank 0, printed at the end
   --dump-data FILE         JSON lines of every micro-batch loaded (per rank)
@@ -168,6 +171,12 @@ CommandLine parseCommandLine(int argc, char **argv) {
          r.maxMinutes = parseDouble(o, v);
          if (*r.maxMinutes < 0)
            fail(o, " must not be negative");
+       }},
+      {"--peak-tflops",
+       [&](auto &o, auto &v) {
+         r.peakTflops = parseDouble(o, v);
+         if (*r.peakTflops <= 0)
+           fail(o, " must be positive");
        }},
       {"--comm-timeout",
        [&](auto &o, auto &v) {

@@ -17,6 +17,7 @@
 #ifndef PIPEMESH_RUNTIME_STEPLOG_H
 #define PIPEMESH_RUNTIME_STEPLOG_H
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -31,6 +32,9 @@ struct RankTiming {
 struct StepRecord {
   int64_t step = 0, steps = 0;
   double loss = 0, lr = 0, gradNorm = 0, ms = 0, tokensPerS = 0;
+  /// The plan's model FLOPs per step over the step time and the ranks
+  /// (0: the plan counts none); mfu, that over --peak-tflops (NaN: not given).
+  double tflopsPerRank = 0, mfu = std::nan("");
   bool hasGradNorm = true;
   std::vector<RankTiming> ranks;
 };

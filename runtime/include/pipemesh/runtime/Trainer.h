@@ -63,6 +63,8 @@ struct RunOptions {
   /// Stop (with a checkpoint) after the first step that ends this many
   /// minutes after the run started (--max-minutes).
   std::optional<double> maxMinutes;
+  /// A rank's peak FLOP/s in TFLOP/s (--peak-tflops): the step log's MFU.
+  std::optional<double> peakTflops;
   std::string dumpData;              ///< debug: JSON lines of every micro-batch
   bool profile = false;              ///< print time per op name at the end
   std::string blasInfo;              ///< for the banner
