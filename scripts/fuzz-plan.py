@@ -49,6 +49,7 @@ import make_test_plan as mtp  # noqa: E402
 MODEL = os.path.join(REPO, "models", "fixtures", "torch_gpt2_tiny_op17_dyn_fold.onnx")
 PLANS = {  # name: compile options (batch=2 seq=16)
     "pp1": "microbatches=2",
+    "pp1-full-recompute": "microbatches=2 recompute=full",  # pp1's model: resumes it resharded
     "pp2dp2z1": "pp=2 dp=2 zero=1 microbatches=2 schedule=1f1b",
     "pp2dp2z3": "pp=2 dp=2 zero=3 microbatches=2 schedule=bfs prefetch=2",
     "zb-recompute": "pp=2 microbatches=4 schedule=zb-h1 recompute=auto mem-limit=1600KB",
@@ -216,15 +217,29 @@ def fuzz_checkpoints(args, bins, plans, work, rng):
     plan, good = plans["pp1"], os.path.join(work, "checkpoint")
     subprocess.run([bins["run"], plan, "--steps", "2", "--checkpoint-dir", good], check=True,
                    capture_output=True, env=ENV)
-    manifest = json.load(open(os.path.join(good, "step-2", "manifest.json")))
+    docs = {name: json.load(open(os.path.join(good, "step-2", name)))
+            for name in ("manifest.json", "index.json")}
     findings = 0
     for i in range(args.count):
         ckpt = os.path.join(work, f"checkpoint-{args.seed}-{i}")
         shutil.copytree(good, ckpt)
-        mutated, desc = mutate(manifest, rng)
-        with open(os.path.join(ckpt, "step-2", "manifest.json"), "w") as f:
+        # Half resume with another plan of the model, which reads index.json (mutated
+        # instead of the manifest in half of those).
+        resharded = rng.random() < 0.5
+        name = "index.json" if resharded and rng.random() < 0.5 else "manifest.json"
+        mutated, desc = mutate(docs[name], rng)
+        desc = f"{name}: {desc}" + (" (resumed resharded)" if resharded else "")
+        with open(os.path.join(ckpt, "step-2", name), "w") as f:
             json.dump(mutated, f, indent=1)
-        cmd = [bins["run"], plan, "--steps", "3", "--checkpoint-dir", ckpt, "--resume"]
+        if name == "index.json":  # past the checksum, to the parser
+            m = dict(docs["manifest.json"])
+            with open(os.path.join(ckpt, "step-2", name), "rb") as f:
+                data = f.read()
+            m["index"] = dict(m["index"], bytes=len(data), xxh3_64="0x%016x" % mtp.checksum64(data))
+            with open(os.path.join(ckpt, "step-2", "manifest.json"), "w") as f:
+                json.dump(m, f, indent=1)
+        resume = plans["pp1-full-recompute"] if resharded else plan
+        cmd = [bins["run"], resume, "--steps", "3", "--checkpoint-dir", ckpt, "--resume"]
         why, out = verdict(cmd)
         if why:
             findings += 1

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <limits>
 #include <cstdlib>
 #include <sched.h>
 #include <thread>
@@ -220,6 +221,39 @@ public:
   }
   std::vector<uint64_t> gather(const uint64_t *data, int64_t n, const char *what) override {
     return gatherImpl(data, n, MPI_UINT64_T, what);
+  }
+  std::vector<std::string> gatherText(const std::string &mine, const char *what) override {
+    if (worldSize == 1)
+      return {mine};
+    if (mine.size() > (size_t)std::numeric_limits<int>::max())
+      throw CommError(concat("gather of the ", what, ": ", mine.size(), " bytes on rank ", rankId,
+                             " (MPI counts are int)"));
+    const int n = (int)mine.size();
+    std::vector<int> sizes(rankId == 0 ? (size_t)worldSize : 0), at;
+    std::string w = std::string("gather of the ") + what;
+    MPI_Request req;
+    check(MPI_Igather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, MPI_COMM_WORLD, &req), w);
+    waitFor(req, timeoutSeconds, w);
+    std::string all;
+    if (rankId == 0) {
+      int64_t total = 0;
+      for (int s : sizes) {
+        at.push_back((int)total);
+        total += s;
+      }
+      if (total > std::numeric_limits<int>::max())
+        throw CommError(
+            concat("gather of the ", what, ": ", total, " bytes in all (MPI counts are int)"));
+      all.resize((size_t)total);
+    }
+    check(MPI_Igatherv(mine.data(), n, MPI_CHAR, all.data(), sizes.data(), at.data(), MPI_CHAR, 0,
+                       MPI_COMM_WORLD, &req),
+          w);
+    waitFor(req, timeoutSeconds, w);
+    std::vector<std::string> out;
+    for (size_t r = 0; r < sizes.size(); ++r)
+      out.push_back(all.substr((size_t)at[r], (size_t)sizes[r]));
+    return out;
   }
   bool allOk(bool ok, const char *what) override {
     if (worldSize == 1)

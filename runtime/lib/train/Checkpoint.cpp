@@ -26,6 +26,9 @@ namespace {
 
 constexpr const char *kFormat = "pipemesh-checkpoint";
 constexpr int kVersion = 2; // 2: file checksums are XXH3-64 ("xxh3_64"), were FNV-1a
+/// index.json: per file, its tensors' names and element counts.
+constexpr const char *kIndexFile = "index.json";
+constexpr const char *kIndexFormat = "pipemesh-checkpoint-index";
 
 void fsyncPath(const fs::path &p, bool directory) {
   int fd = ::open(p.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
@@ -82,6 +85,10 @@ bool checkpointed(const BufferInfo &b) {
          b.kind == BufferKind::AdamM || b.kind == BufferKind::AdamV;
 }
 
+/// What a resharded load reads: the f32 values (bf16 copies are recomputed
+/// from the masters).
+bool reshardable(const BufferInfo &b) { return checkpointed(b) && b.kind != BufferKind::ParamCopy; }
+
 /// Runs `f` on this rank; every rank learns whether all succeeded, and the
 /// ranks that did not fail report that a peer did.
 template <typename F> void collectively(Communicator &comm, const char *what, F &&f) {
@@ -106,7 +113,8 @@ template <typename F> void collectively(Communicator &comm, const char *what, F 
 
 /// A rank's file of a checkpoint: mapped and its header parsed when first
 /// opened, its whole checksum verified before any of its values is used (a
-/// resharded load reads the headers of every file, the values of a few).
+/// resharded load opens the files its elements are in; without index.json,
+/// the headers of every file).
 struct CheckpointFile {
   int64_t rank = 0;
   fs::path path;
@@ -176,34 +184,100 @@ void checkSameModel(const fs::path &S, const nlohmann::json &model, const Plan &
          "', which this plan '", plan.path, "' does not (another model?)");
 }
 
+/// A tensor of a checkpoint file: elements [first, first + count) of one
+/// kind of one parameter's values ("adam_m/wte@416": adam_m of wte from 416).
+struct Piece {
+  CheckpointFile *file;
+  std::string tensor;
+  int64_t first, count;
+};
+/// "adam_m/wte" -> its pieces, in file order.
+using Pieces = std::map<std::string, std::vector<Piece>>;
+
+void addPiece(Pieces &pieces, CheckpointFile &f, const std::string &name, int64_t count) {
+  std::string key = name;
+  int64_t first = 0;
+  if (size_t at = name.rfind('@'); at != std::string::npos) {
+    key = name.substr(0, at);
+    try {
+      first = std::stoll(name.substr(at + 1));
+    } catch (const std::exception &) {
+      fail("checkpoint file '", f.path.string(), "': tensor name '", name,
+           "' has no element offset after its '@'");
+    }
+  }
+  if (key.rfind("param_copy/", 0) == 0)
+    return; // rounded masters: recomputed
+  pieces[key].push_back({&f, name, first, count});
+}
+
+/// The pieces from every file's header (a checkpoint without index.json:
+/// every file is opened).
+Pieces piecesFromHeaders(std::vector<CheckpointFile> &files) {
+  Pieces pieces;
+  for (CheckpointFile &f : files)
+    for (const auto &[name, e] : f.open().tensors) {
+      if (name.rfind("param_copy/", 0) != 0 && e.dtype != "F32")
+        fail("checkpoint file '", f.path.string(), "': tensor '", name, "' is ", e.dtype,
+             ", expected F32");
+      addPiece(pieces, f, name, (int64_t)(e.bytes / sizeof(float)));
+    }
+  return pieces;
+}
+
+/// The pieces index.json lists (verified against the manifest's checksum);
+/// the files themselves are opened only when their values are read.
+Pieces piecesFromIndex(const fs::path &S, const nlohmann::json &entry,
+                       std::vector<CheckpointFile> &files) {
+  const std::string what = "checkpoint '" + S.string() + "': ";
+  if (!entry.is_object() || !entry.contains("file") || !entry["file"].is_string() ||
+      !entry.contains("xxh3_64") || !entry["xxh3_64"].is_string())
+    fail(what, "manifest.json field 'index' must name a file and its xxh3_64");
+  const fs::path path = S / entry["file"].get<std::string>();
+  auto file = MappedFile::open(path.string(), "checkpoint index");
+  uint64_t want = 0;
+  if (entry.contains("bytes") && entry["bytes"] != file->size())
+    fail("checkpoint index '", path.string(), "' is damaged: ", file->size(),
+         " bytes, the manifest says ", entry["bytes"].dump());
+  if (!parseHex64(entry["xxh3_64"].get<std::string>(), want) ||
+      checksum64(file->data(), file->size()) != want)
+    fail("checkpoint index '", path.string(),
+         "' is damaged: its checksum does not match the manifest's");
+  nlohmann::json index;
+  try {
+    index = nlohmann::json::parse(file->data(), file->data() + file->size());
+  } catch (const nlohmann::json::exception &e) {
+    fail("checkpoint index '", path.string(), "' is not JSON: ", e.what());
+  }
+  if (!index.is_object() || !index.contains("format") || index["format"] != kIndexFormat ||
+      !index.contains("files") || !index["files"].is_array() ||
+      index["files"].size() != files.size())
+    fail("checkpoint index '", path.string(), "' is not an index of the manifest's ", files.size(),
+         " files");
+  Pieces pieces;
+  for (size_t i = 0; i < files.size(); ++i) {
+    const nlohmann::json &held = index["files"][i];
+    if (!held.is_object())
+      fail("checkpoint index '", path.string(), "': files[", i, "] is not an object");
+    for (const auto &[name, count] : held.items()) {
+      if (!count.is_number_integer() || count.get<int64_t>() < 0)
+        fail("checkpoint index '", path.string(), "': files[", i, "].", name,
+             " must be an element count, got ", count.dump());
+      addPiece(pieces, files[i], name, count.get<int64_t>());
+    }
+  }
+  return pieces;
+}
+
 /// Fills every checkpointed buffer of `rank` from the elements the files
 /// hold, whatever layout wrote them: tensors are named by kind, parameter
 /// and first element ("adam_m/wte@416"), so each file's pieces cover known
 /// element ranges of their parameter (ZeRO padding past the end ignored).
-/// bf16 copies are the f32 masters rounded, as adamw writes them.
-void loadResharded(const fs::path &S, std::vector<CheckpointFile> &files, const Plan &plan,
-                   const RankPlan &rank, Arena &arena) {
-  struct Piece {
-    CheckpointFile *file;
-    std::string tensor;
-    int64_t first, count;
-  };
-  std::map<std::string, std::vector<Piece>> pieces; // "adam_m/wte" -> its pieces
-  for (CheckpointFile &f : files)
-    for (const auto &[name, e] : f.open().tensors) {
-      std::string key = name;
-      int64_t first = 0;
-      if (size_t at = name.rfind('@'); at != std::string::npos) {
-        key = name.substr(0, at);
-        first = std::stoll(name.substr(at + 1));
-      }
-      if (key.rfind("param_copy/", 0) == 0)
-        continue; // rounded masters: recomputed
-      if (e.dtype != "F32")
-        fail("checkpoint file '", f.path.string(), "': tensor '", name, "' is ", e.dtype,
-             ", expected F32");
-      pieces[key].push_back({&f, name, first, (int64_t)(e.bytes / sizeof(float))});
-    }
+/// An element several files hold (replicas) is read from the first; a file
+/// none of whose pieces is read is not opened. bf16 copies are the f32
+/// masters rounded, as adamw writes them.
+void loadResharded(const fs::path &S, Pieces &pieces, const Plan &plan, const RankPlan &rank,
+                   Arena &arena) {
   for (const BufferInfo &b : rank.buffers) {
     if (!checkpointed(b))
       continue;
@@ -221,7 +295,13 @@ void loadResharded(const fs::path &S, std::vector<CheckpointFile> &files, const 
       int64_t from = std::max(lo, pc.first), to = std::min(hi, pc.first + pc.count);
       if (from >= to)
         continue;
+      const auto haveFrom = have.begin() + (from - lo), haveTo = have.begin() + (to - lo);
+      if (std::all_of(haveFrom, haveTo, [](bool h) { return h; }))
+        continue; // a replica's copy, read from another file
       const SafetensorsEntry *e = pc.file->verify().find(pc.tensor);
+      if (!e || e->dtype != "F32" || e->bytes != (uint64_t)pc.count * sizeof(float))
+        fail("checkpoint file '", pc.file->path.string(), "' does not hold ", pc.count,
+             " F32 values as tensor '", pc.tensor, "' (as index.json says)");
       std::memcpy(values.data() + (from - lo), e->data + (from - pc.first) * sizeof(float),
                   (to - from) * sizeof(float));
       std::fill(have.begin() + (from - lo), have.begin() + (to - lo), true);
@@ -262,12 +342,15 @@ std::string writeCheckpoint(const std::string &dir, const CheckpointState &state
 
   uint64_t info[2] = {0, 0}; // checksum, bytes
   const std::string fileName = "rank-" + std::to_string(rank.rank) + ".safetensors";
+  nlohmann::json held = nlohmann::json::object(); // this file's entry of index.json
   collectively(comm, "checkpoint file write", [&] {
     SafetensorsWriter w;
     for (const BufferInfo &b : rank.buffers)
       if (checkpointed(b)) {
         TensorRef t = arena.tensor(b);
         w.add(tensorName(b), safetensorsDType(b.dtype), b.shape, t.data, t.bytes());
+        if (reshardable(b))
+          held[tensorName(b)] = b.numel;
       }
     w.setMetadata("format", kFormat);
     w.setMetadata("step", std::to_string(state.step));
@@ -291,6 +374,7 @@ std::string writeCheckpoint(const std::string &dir, const CheckpointState &state
   });
 
   std::vector<uint64_t> all = comm.gather(info, 2, "checkpoint checksums");
+  std::vector<std::string> indexes = comm.gatherText(held.dump(), "checkpoint index");
   collectively(comm, "checkpoint commit", [&] {
     if (comm.rank() != 0)
       return;
@@ -311,6 +395,16 @@ std::string writeCheckpoint(const std::string &dir, const CheckpointState &state
                        {"bytes", all[2 * r + 1]},
                        {"xxh3_64", hex64(all[2 * r])}});
     m["files"] = files;
+    // What each file holds, for another plan's resume: read instead of every
+    // file's header, it opens only the files that hold its elements.
+    std::string index = std::string("{\"format\":\"") + kIndexFormat + "\",\"files\":[";
+    for (size_t r = 0; r < indexes.size(); ++r)
+      index += (r ? ",\n" : "\n") + indexes[r];
+    index += "\n]}\n";
+    writeFileAtomically((tmp / kIndexFile).string(), index, "checkpoint");
+    m["index"] = {{"file", kIndexFile},
+                  {"bytes", index.size()},
+                  {"xxh3_64", hex64(checksum64(index.data(), index.size()))}};
     writeFileAtomically((tmp / "manifest.json").string(), m.dump(2) + "\n", "checkpoint");
     fsyncPath(tmp, true);
     fs::path old;
@@ -493,7 +587,9 @@ CheckpointState loadCheckpoint(const std::string &dir, const Plan &plan, const R
         std::memcpy(arena.tensor(b).data, e->data, b.bytes);
       }
     } else {
-      loadResharded(S, listed, plan, rank, arena);
+      Pieces pieces = m.contains("index") ? piecesFromIndex(S, m["index"], listed)
+                                          : piecesFromHeaders(listed);
+      loadResharded(S, pieces, plan, rank, arena);
     }
   });
   return st;

@@ -186,7 +186,8 @@ class Checkpoints(common.TempDirTest):
 
     def test_resharding_refusals(self):
         # The checkpoint of one plan, read by another of the same model: a rank file that
-        # lacks a tensor leaves elements no file holds, and a manifest without the model
+        # lacks a tensor its index lists, or (no index) leaves elements no file holds, and a
+        # manifest without the model
         # (as older pipemesh-runs wrote it) cannot be checked for resharding.
         self.train("a.jsonl", "--checkpoint-dir", self.ckpt, "--stop-at-step", 2, "--checkpoint-every", 2)
         other = self.write_tiny_plan("other.plan", batch=2, seq=16, embd=32, heads=4,
@@ -203,6 +204,13 @@ class Checkpoints(common.TempDirTest):
             f.write(data)
         m = json.loads(json.dumps(good))
         m["files"][0].update(bytes=len(data), xxh3_64="0x%016x" % mtp.checksum64(data))
+        with open(mpath, "w") as f:
+            json.dump(m, f)
+        # index.json still lists the tensor; without the index (an older manifest) the
+        # files' headers show that no file holds those values.
+        self.check_fails(common.run([other, "--steps", 3, "--checkpoint-dir", self.ckpt, "--resume"]),
+                         "rank-0.safetensors' does not hold 8192 F32 values as tensor 'adam_v/wte'")
+        del m["index"]
         with open(mpath, "w") as f:
             json.dump(m, f)
         self.check_fails(common.run([other, "--steps", 3, "--checkpoint-dir", self.ckpt, "--resume"]),

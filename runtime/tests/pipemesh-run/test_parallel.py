@@ -198,7 +198,7 @@ class ShardedCheckpoints(common.TempDirTest):
         self.assertEqual(m["world_size"], 4)
         self.assertEqual({k: m["parallel"][k] for k in ("pp", "dp", "zero")}, {"pp": 2, "dp": 2, "zero": 1})
         self.assertEqual([e["rank"] for e in m["files"]], [0, 1, 2, 3])
-        self.assertEqual(sorted(os.listdir(step4)), ["manifest.json"] + [f"rank-{r}.safetensors" for r in range(4)])
+        self.assertEqual(sorted(os.listdir(step4)), ["index.json", "manifest.json"] + [f"rank-{r}.safetensors" for r in range(4)])
         for e in m["files"]:
             data = common.read_bytes(os.path.join(step4, e["file"]))
             self.assertEqual((len(data), int(e["xxh3_64"], 16)), (e["bytes"], mtp.checksum64(data)))
@@ -246,6 +246,63 @@ class ShardedCheckpoints(common.TempDirTest):
                              "would change the data each step reads")
         self.assertEqual(r.stderr.count("would change the data"), 1, "rank 0 alone reports")
 
+    def test_resharded_resume_reads_only_the_files_it_needs(self):
+        # zero=0 on two ranks: both files hold every value. index.json (what each file
+        # holds) lets the one-rank resume read the first file alone, so it resumes with the
+        # second file gone; a checkpoint without the index (an older pipemesh-run's) reads
+        # every file's header and names the missing one. A damaged index is named.
+        ckpt = self.path("ckpt")
+        z0 = self.plan("z0.plan", dp=2, zero=0, microbatches=2)
+        one = self.plan("one.plan", microbatches=4)
+        full, _ = self.train(z0, 2, "full.jsonl")
+        self.train(z0, 2, "a.jsonl", "--checkpoint-dir", ckpt, "--stop-at-step", 2, "--checkpoint-every", 2)
+        with open(os.path.join(ckpt, "step-2", "manifest.json")) as f:
+            manifest = json.load(f)
+        with open(os.path.join(ckpt, "step-2", manifest["index"]["file"])) as f:
+            index = json.load(f)
+        self.assertEqual(len(index["files"]), 2)
+        self.assertEqual(index["files"][0], index["files"][1], "zero=0: replicas hold the same tensors")
+
+        def variant(name, edit):
+            here = self.path(name)
+            shutil.copytree(ckpt, here)
+            edit(os.path.join(here, "step-2"))
+            return here
+
+        def without_index(step):
+            with open(os.path.join(step, "manifest.json")) as f:
+                m = json.load(f)
+            del m["index"]
+            with open(os.path.join(step, "manifest.json"), "w") as f:
+                json.dump(m, f)
+
+        def damage_index(step):
+            with open(os.path.join(step, "index.json"), "r+b") as f:
+                f.seek(30)
+                b = f.read(1)
+                f.seek(30)
+                f.write(bytes([b[0] ^ 1]))
+
+        second_gone = variant("gone", lambda step: os.remove(os.path.join(step, "rank-1.safetensors")))
+        rest, r = self.train(one, 1, "one.jsonl", "--checkpoint-dir", second_gone, "--resume")
+        self.assertIn("resharded", r.stdout)
+        self.assertEqual([p["step"] for p in rest], [2, 3, 4, 5])
+        for got in rest:
+            want = full[got["step"]]
+            self.assertLess(abs(got["loss"] - want["loss"]) / want["loss"], 1e-5)
+
+        rest_old, _ = self.train(one, 1, "old.jsonl", "--checkpoint-dir", variant("old", without_index),
+                                 "--resume")
+        self.assertEqual([p["loss"] for p in rest_old], [p["loss"] for p in rest])
+
+        def both(step):
+            without_index(step)
+            os.remove(os.path.join(step, "rank-1.safetensors"))
+        for name, edit, needle in [("old-gone", both, "rank-1.safetensors"),
+                                   ("damaged", damage_index, "index.json' is damaged")]:
+            with self.subTest(name):
+                self.check_fails(common.run([one, "--steps", 6, "--checkpoint-dir", variant(name, edit),
+                                             "--resume"], timeout=120), needle)
 
 if __name__ == "__main__":
     common.main()

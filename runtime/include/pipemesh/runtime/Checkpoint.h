@@ -9,6 +9,10 @@
 //                                    parallel configuration (pp, dp, zero,
 //                                    ...), RNG state, and per rank file its
 //                                    size and XXH3-64 checksum (rank 0)
+//   D/step-<s>/index.json            per file, its f32 tensors' names and
+//                                    element counts (rank 0, from what every
+//                                    rank reports; a resharded resume reads
+//                                    it instead of every file's header)
 //   D/latest                         "step-<s>\n", replaced last
 // <s> counts completed steps. Every file is written to a temporary name,
 // fsync'ed and renamed; the step directory is built as D/.step-<s>.tmp and
@@ -19,7 +23,8 @@
 // bit-identically. Another plan of the same model, sequence length and
 // global batch (any pp, dp, vpp, zero, schedule, recompute, storage types)
 // resumes it resharded: each rank gathers its buffers' elements from the
-// files that hold them (the manifest records the model for that check).
+// files that hold them, opening only those (the manifest records the model
+// for that check).
 //
 //===----------------------------------------------------------------------===//
 #ifndef PIPEMESH_RUNTIME_CHECKPOINT_H

@@ -65,6 +65,9 @@ public:
   /// rank 0, empty elsewhere).
   virtual std::vector<double> gather(const double *data, int64_t n, const char *what) = 0;
   virtual std::vector<uint64_t> gather(const uint64_t *data, int64_t n, const char *what) = 0;
+  /// Gathers every rank's text to rank 0 (size() strings there, in rank
+  /// order; empty elsewhere).
+  virtual std::vector<std::string> gatherText(const std::string &mine, const char *what) = 0;
   /// A logical AND over the ranks: every rank learns whether all succeeded.
   virtual bool allOk(bool ok, const char *what) = 0;
 
