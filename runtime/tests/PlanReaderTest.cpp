@@ -164,6 +164,23 @@ TEST(PlanReader, ListedShardsAreCheckedForEveryReplica) {
       << e;
 }
 
+TEST(PlanReader, AShardOffsetOfTheWrongTypeIsNamedForEveryReplica) {
+  // Deriving replica 1 shifts elem_offset: one that is not an integer is
+  // left for the parser to name, not read as one (fuzz-plan.py seed 77
+  // found the JSON library's own "type must be number" instead).
+  for (json bad : {json("x"), json::array({0})}) {
+    json m = elidedManifest();
+    m["ranks"][0]["buffers"][0]["elem_offset"] = bad;
+    PlanFile f(m);
+    for (int64_t rank : {0, 1}) {
+      std::string e = errorOf([&] { readPlan(f.path, rank); });
+      EXPECT_NE(e.find("manifest field 'ranks[0].buffers[0].elem_offset' must be an integer"),
+                std::string::npos)
+          << rank << ": " << e;
+    }
+  }
+}
+
 TEST(PlanReader, CrossRankChecksNameWhatIsNotListed) {
   struct Case {
     std::function<void(json &)> edit;

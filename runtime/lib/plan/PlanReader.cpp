@@ -102,7 +102,8 @@ void replica::derive(nlohmann::json &r, int64_t d) {
         member = rank(member.get<int64_t>(), d);
   if (d != 0 && r.contains("buffers") && r["buffers"].is_array())
     for (auto &b : r["buffers"])
-      if (b.is_object() && b.contains("shard_numel") && b["shard_numel"].is_number_integer())
+      if (b.is_object() && b.contains("shard_numel") && b["shard_numel"].is_number_integer() &&
+          (!b.contains("elem_offset") || b["elem_offset"].is_number_integer()))
         b["elem_offset"] = shardOffset(b.value("elem_offset", (int64_t)0),
                                        b["shard_numel"].get<int64_t>(), d);
   if (r.contains("program") && r["program"].is_array())
