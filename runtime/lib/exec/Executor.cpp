@@ -133,8 +133,11 @@ void Executor::runStep(const std::vector<bool> *skips) {
   activity::setStep(evaluating ? -1 : env.state.step);
   for (size_t i = 0; i < program.size(); ++i) {
     BoundInstruction &b = program[i];
-    if (evaluating && (*skips)[i])
+    if (evaluating && (*skips)[i]) {
+      if (b.inst->op == "send")
+        env.pendingSends.postSkipped();
       continue;
+    }
     if (!evaluating && env.state.step == env.testExitStep && i == env.testExitInstruction) {
       std::fprintf(stderr,
                    "pipemesh-run: test: rank %lld exits with status 9 before instruction %zu of "

@@ -7,9 +7,12 @@
 // weight-gradient and recompute actions (`action` B, W, R), instructions
 // that write only gradients, the gradient reductions (allreduce,
 // reduce_scatter: every rank skips all of them, so every group keeps one
-// order of collectives) and `adamw`. Point-to-point transfers all run (MPI
-// pairs them by order, and wait_sends counts them), moving whatever their
-// buffers hold. Nothing persistent changes: the parameters are not updated,
+// order of collectives) and `adamw`. Point-to-point transfers run, moving
+// whatever their buffers hold, except the messages whose value is stale in
+// every evaluation (the backward's gradients): those are left out on both
+// sides (MPI pairs the rest by order as before), and a left-out send still
+// counts among the posted ones for `wait_sends keep`. Nothing persistent
+// changes: the parameters are not updated,
 // the gradients are zeroed by the next step, and a ZeRO gather re-gathers
 // the unchanged shards.
 //

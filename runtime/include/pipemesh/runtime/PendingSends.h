@@ -22,6 +22,10 @@ namespace pipemesh::rt {
 class PendingSends {
 public:
   void post(std::unique_ptr<CommRequest> request);
+  /// A send the program lists but this run leaves out (an evaluation's
+  /// stale one): it counts among the posted, already complete, so "keep"
+  /// names the same sends as in a training step.
+  void postSkipped() { ++posted; }
   /// Drops the sends that have completed.
   void progress();
   /// Completes every send but the `keep` most recently posted (whether or
