@@ -353,6 +353,7 @@ bool pipemesh::sim::jobFromRanks(const PlanInfo &info, bool replicasElided,
     buildReplicas(job, info.dp);
   }
   job.tokensPerStep = (double)info.batch * info.seq * info.microbatches * info.dp;
+  job.flopsPerStep = info.flopsPerStep;
   job.description = "pp=" + std::to_string(info.pp) + " dp=" + std::to_string(info.dp) +
                     " vpp=" + std::to_string(info.vpp) +
                     " microbatches=" + std::to_string(info.microbatches) +

@@ -34,6 +34,12 @@ json::Value pipemesh::sim::summaryJson(const Job &job, const cost::Cluster &clus
                                  {"collective_busy_s", r.collectiveBusyS},
                                  {"work_s", std::move(work)}});
   }
+  // Model FLOPs (no recomputation) per rank and second, and that over the
+  // device's peak at its compute precision.
+  const double modelFlops = res.stepTimeS > 0 && !res.ranks.empty()
+                                ? job.flopsPerStep / res.stepTimeS / (double)res.ranks.size()
+                                : 0;
+  const double peak = cluster.device.peakFlops();
   return json::Object{{"plan", job.name},
                       {"description", job.description},
                       {"cluster", cluster.name},
@@ -41,6 +47,8 @@ json::Value pipemesh::sim::summaryJson(const Job &job, const cost::Cluster &clus
                       {"step_time_s", res.stepTimeS},
                       {"tokens_per_step", job.tokensPerStep},
                       {"tokens_per_s", res.tokensPerS},
+                      {"model_tflops_per_rank", modelFlops / 1e12},
+                      {"mfu", peak > 0 ? modelFlops / peak : 0.0},
                       {"compute_frac", res.computeFrac},
                       {"bubble_frac", res.bubbleFrac},
                       {"exposed_comm_frac", res.exposedCommFrac},
@@ -95,7 +103,13 @@ void pipemesh::sim::printSummary(llvm::raw_ostream &os, const Job &job,
      << " tokens/s; bubble " << llvm::format("%.1f", 100 * res.bubbleFrac)
      << "%, exposed comm " << llvm::format("%.1f", 100 * res.exposedCommFrac)
      << "%, all-device idle " << llvm::format("%.1f", 100 * res.allDeviceIdleFrac)
-     << "%, recompute " << llvm::format("%.1f", 100 * res.recomputeFrac) << "%\n";
+     << "%, recompute " << llvm::format("%.1f", 100 * res.recomputeFrac) << "%";
+  if (job.flopsPerStep > 0 && res.stepTimeS > 0 && cluster.device.peakFlops() > 0)
+    os << "; MFU "
+       << llvm::format("%.1f", 100 * job.flopsPerStep / res.stepTimeS / (double)res.ranks.size() /
+                                   cluster.device.peakFlops())
+       << "%";
+  os << "\n";
   char head[160];
   std::snprintf(head, sizeof head, "  %5s %11s %11s %11s %11s %11s %12s %12s\n", "rank",
                 "compute ms", "recomp ms", "bubble ms", "exposed ms", "end ms", "peak mem",

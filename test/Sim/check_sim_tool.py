@@ -103,6 +103,18 @@ def main():
         assert 0.0 <= s[key] <= 1.0, (key, s[key])
     assert s["recompute_frac"] == 0.0
     assert len(s["peak_mem_bytes"]) == 2, s["peak_mem_bytes"]
+    # MFU: the plan's model FLOPs per step over the step time, the ranks and the device's
+    # peak at its compute precision (the "cpu" preset's), as the summary line prints it.
+    with open(plan, "rb") as f:
+        head = f.read(40)
+        flops = json.loads(f.read(struct.unpack("<Q", head[16:24])[0]))["model"]["flops_per_step"]
+    cluster = json.loads(run([sim, "--cluster", "cpu", "--print-cluster"]).stdout)
+    per_rank = flops / s["step_time_s"] / s["world_size"]
+    assert abs(s["model_tflops_per_rank"] * 1e12 / per_rank - 1) < 1e-9, (s, per_rank)
+    device = cluster["device"]
+    peak = device["peak_flops_bf16" if device["precision"] == "bf16" else "peak_flops_fp32"]
+    assert 0 < s["mfu"] < 1 and abs(s["mfu"] * peak / per_rank - 1) < 1e-9, (s["mfu"], peak)
+    assert f"MFU {100 * s['mfu']:.1f}%" in p.stdout, p.stdout
     for r in s["ranks"]:
         total = r["compute_s"] + r["bubble_s"] + r["exposed_comm_s"]
         assert abs(total - s["step_time_s"]) <= 1e-9 * max(1.0, s["step_time_s"]), (r, total)

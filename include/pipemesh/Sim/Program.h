@@ -121,6 +121,9 @@ struct Job {
   std::vector<Group> groups;
   /// Tokens one step trains on (tokens_per_s = tokensPerStep / step time).
   double tokensPerStep = 0;
+  /// The plan's model FLOPs of one step (model.flops_per_step; 0: unknown),
+  /// for the report's MFU.
+  double flopsPerStep = 0;
   /// Describes the plan for reports (schedule, pp, dp, ...); free text.
   std::string description;
 
