@@ -9,6 +9,14 @@ using namespace pipemesh;
 using namespace pipemesh::sim;
 namespace json = llvm::json;
 
+/// Model FLOPs (no recomputation) per rank and second; 0 when the plan
+/// counts none.
+static double modelFlopsPerRank(const Job &job, const SimResult &res) {
+  return res.stepTimeS > 0 && !res.ranks.empty()
+             ? job.flopsPerStep / res.stepTimeS / (double)res.ranks.size()
+             : 0;
+}
+
 json::Value pipemesh::sim::summaryJson(const Job &job, const cost::Cluster &cluster,
                                        const SimResult &res) {
   json::Array peaks, ranks;
@@ -34,12 +42,7 @@ json::Value pipemesh::sim::summaryJson(const Job &job, const cost::Cluster &clus
                                  {"collective_busy_s", r.collectiveBusyS},
                                  {"work_s", std::move(work)}});
   }
-  // Model FLOPs (no recomputation) per rank and second, and that over the
-  // device's peak at its compute precision.
-  const double modelFlops = res.stepTimeS > 0 && !res.ranks.empty()
-                                ? job.flopsPerStep / res.stepTimeS / (double)res.ranks.size()
-                                : 0;
-  const double peak = cluster.device.peakFlops();
+  const double modelFlops = modelFlopsPerRank(job, res), peak = cluster.device.peakFlops();
   return json::Object{{"plan", job.name},
                       {"description", job.description},
                       {"cluster", cluster.name},
@@ -104,10 +107,9 @@ void pipemesh::sim::printSummary(llvm::raw_ostream &os, const Job &job,
      << "%, exposed comm " << llvm::format("%.1f", 100 * res.exposedCommFrac)
      << "%, all-device idle " << llvm::format("%.1f", 100 * res.allDeviceIdleFrac)
      << "%, recompute " << llvm::format("%.1f", 100 * res.recomputeFrac) << "%";
-  if (job.flopsPerStep > 0 && res.stepTimeS > 0 && cluster.device.peakFlops() > 0)
+  if (modelFlopsPerRank(job, res) > 0 && cluster.device.peakFlops() > 0)
     os << "; MFU "
-       << llvm::format("%.1f", 100 * job.flopsPerStep / res.stepTimeS / (double)res.ranks.size() /
-                                   cluster.device.peakFlops())
+       << llvm::format("%.1f", 100 * modelFlopsPerRank(job, res) / cluster.device.peakFlops())
        << "%";
   os << "\n";
   char head[160];
