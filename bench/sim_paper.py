@@ -150,7 +150,7 @@ def candidates(schedule, pp, m, model):
 def summarize(sim):
     ranks = sim.get("ranks", [])
     return {k: sim.get(k) for k in (
-        "step_time_s", "tokens_per_s", "tokens_per_step", "all_device_idle_frac",
+        "step_time_s", "tokens_per_s", "tokens_per_step", "mfu", "all_device_idle_frac",
         "exposed_comm_frac", "bubble_frac", "recompute_frac", "compute_frac",
         "max_peak_mem_bytes", "mem_capacity_bytes", "fits_memory",
         # What no schedule beats (pipemesh-sim's floor): the busiest collective stream
