@@ -89,6 +89,13 @@ bool checkpointed(const BufferInfo &b) {
 /// from the masters).
 bool reshardable(const BufferInfo &b) { return checkpointed(b) && b.kind != BufferKind::ParamCopy; }
 
+/// A checkpoint tensor a resharded load recomputes instead of reading
+/// ("param_copy/<name>...", the bf16 copies).
+bool recomputedOnLoad(const std::string &tensor) {
+  const std::string prefix = std::string(bufferKindName(BufferKind::ParamCopy)) + "/";
+  return tensor.rfind(prefix, 0) == 0;
+}
+
 /// Runs `f` on this rank; every rank learns whether all succeeded, and the
 /// ranks that did not fail report that a peer did.
 template <typename F> void collectively(Communicator &comm, const char *what, F &&f) {
@@ -206,8 +213,8 @@ void addPiece(Pieces &pieces, CheckpointFile &f, const std::string &name, int64_
            "' has no element offset after its '@'");
     }
   }
-  if (key.rfind("param_copy/", 0) == 0)
-    return; // rounded masters: recomputed
+  if (recomputedOnLoad(name))
+    return;
   pieces[key].push_back({&f, name, first, count});
 }
 
@@ -217,7 +224,7 @@ Pieces piecesFromHeaders(std::vector<CheckpointFile> &files) {
   Pieces pieces;
   for (CheckpointFile &f : files)
     for (const auto &[name, e] : f.open().tensors) {
-      if (name.rfind("param_copy/", 0) != 0 && e.dtype != "F32")
+      if (!recomputedOnLoad(name) && e.dtype != "F32")
         fail("checkpoint file '", f.path.string(), "': tensor '", name, "' is ", e.dtype,
              ", expected F32");
       addPiece(pieces, f, name, (int64_t)(e.bytes / sizeof(float)));
