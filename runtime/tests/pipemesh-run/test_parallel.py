@@ -298,8 +298,53 @@ class ShardedCheckpoints(common.TempDirTest):
         def both(step):
             without_index(step)
             os.remove(os.path.join(step, "rank-1.safetensors"))
+        def rewrite_index(change):
+            # An edited index.json with the manifest's size and checksum made to match,
+            # so that its contents, not its checksum, are what is refused.
+            def edit(step):
+                with open(os.path.join(step, "index.json")) as f:
+                    doc = json.load(f)
+                data = json.dumps(change(doc)).encode()
+                with open(os.path.join(step, "index.json"), "wb") as f:
+                    f.write(data)
+                with open(os.path.join(step, "manifest.json")) as f:
+                    m = json.load(f)
+                m["index"].update(bytes=len(data), xxh3_64="0x%016x" % mtp.checksum64(data))
+                with open(os.path.join(step, "manifest.json"), "w") as f:
+                    json.dump(m, f)
+            return edit
+
+        def bad_count(doc):
+            doc["files"][0][next(iter(doc["files"][0]))] = "x"
+            return doc
+
+        def bad_offset(doc):
+            doc["files"][0]["adam_m/w@abc"] = 4
+            return doc
+
+        def one_file(doc):
+            doc["files"].pop()
+            return doc
+
+        def manifest_field(value):
+            def edit(step):
+                with open(os.path.join(step, "manifest.json")) as f:
+                    m = json.load(f)
+                m["index"] = value(m["index"])
+                with open(os.path.join(step, "manifest.json"), "w") as f:
+                    json.dump(m, f)
+            return edit
+
         for name, edit, needle in [("old-gone", both, "rank-1.safetensors"),
-                                   ("damaged", damage_index, "index.json' is damaged")]:
+                                   ("damaged", damage_index, "index.json' is damaged"),
+                                   ("count", rewrite_index(bad_count), "must be an element count, got \"x\""),
+                                   ("offset", rewrite_index(bad_offset),
+                                    "tensor name 'adam_m/w@abc' has no element offset after its '@'"),
+                                   ("files", rewrite_index(one_file), "is not an index of the manifest's 2 files"),
+                                   ("entry", manifest_field(lambda e: []),
+                                    "manifest.json field 'index' must name a file and its xxh3_64"),
+                                   ("size", manifest_field(lambda e: dict(e, bytes=e["bytes"] + 1)),
+                                    "index.json' is damaged: ")]:
             with self.subTest(name):
                 self.check_fails(common.run([one, "--steps", 6, "--checkpoint-dir", variant(name, edit),
                                              "--resume"], timeout=120), needle)
