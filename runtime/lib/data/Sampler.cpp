@@ -21,9 +21,14 @@ std::vector<int64_t> shufflePermutation(int64_t n, uint64_t seed) {
   return perm;
 }
 
+uint64_t epochShuffleSeed(uint64_t seed, uint64_t epoch) {
+  return epoch == 0 ? seed : SplitMix64(seed + epoch).next();
+}
+
 Sampler::Sampler(std::shared_ptr<const TokenData> data, int64_t seq, int64_t batch, int64_t dp,
                  int64_t microbatches, std::optional<uint64_t> shuffleSeed)
-    : tokens(std::move(data)), T(seq), B(batch), dp(dp), M(microbatches) {
+    : tokens(std::move(data)), T(seq), B(batch), dp(dp), M(microbatches),
+      shuffleSeed(shuffleSeed) {
   G = dp * M * B;
   // Each shard's windows, shard after shard (one shard: W = floor((N-1)/T)).
   windows = 0;
@@ -35,15 +40,26 @@ Sampler::Sampler(std::shared_ptr<const TokenData> data, int64_t seq, int64_t bat
     fail(tokens->origin(), " has ", tokens->size(), " tokens: too few for one sequence of ", T,
          " tokens plus its shifted target (need at least ", T + 1,
          tokens->shards().size() > 1 ? " in one shard)" : ")");
-  if (shuffleSeed)
-    perm = shufflePermutation(windows, *shuffleSeed);
 }
 
 int64_t Sampler::window(int64_t step, int64_t k) const {
-  // (s*G + k) mod W without overflow for any step count.
-  uint64_t W = (uint64_t)windows;
-  uint64_t w = ((uint64_t)step % W * ((uint64_t)G % W) % W + (uint64_t)k % W) % W;
-  return perm.empty() ? (int64_t)w : perm[w];
+  // s*G + k in 128 bits: no overflow for any step count.
+  unsigned __int128 position = (unsigned __int128)(uint64_t)step * (uint64_t)G + (uint64_t)k;
+  int64_t w = (int64_t)(position % (uint64_t)windows);
+  if (!shuffleSeed)
+    return w;
+  return shuffled((uint64_t)(position / (uint64_t)windows), w);
+}
+
+int64_t Sampler::shuffled(uint64_t epoch, int64_t w) const {
+  std::lock_guard<std::mutex> lock(permMutex);
+  for (const EpochPermutation &p : perms)
+    if (p.epoch == epoch)
+      return p.perm[w];
+  if (perms.size() == 2) // keep the most recently computed one
+    perms.erase(perms.begin());
+  perms.push_back({epoch, shufflePermutation(windows, epochShuffleSeed(*shuffleSeed, epoch))});
+  return perms.back().perm[w];
 }
 
 std::pair<const TokenData::Shard *, int64_t> Sampler::windowStart(int64_t w) const {

@@ -132,6 +132,13 @@ Trainer::Trainer(const RunOptions &o, Communicator &comm, std::ostream &log)
       for (const char *key : {"steps", "shuffle", "data", "lr", "lr_schedule", "warmup_steps",
                               "min_lr", "decay_steps"})
         differs(key, now[key]);
+      // Checkpoints from before epochs were reshuffled read every epoch
+      // through the first one's permutation.
+      if (opts.shuffleSeed && st.run.contains("shuffle") && !st.run["shuffle"].is_null() &&
+          !st.run.contains("shuffle_each_epoch"))
+        log << "pipemesh-run: warning: the checkpoint was written by a pipemesh-run that read "
+               "every epoch in the order of the first; this one reshuffles each epoch: from "
+               "the second epoch on, the trajectory will differ from the run that wrote it\n";
     }
   }
   // The device starts from the host arena: initial values or the checkpoint.
@@ -194,7 +201,9 @@ void Trainer::banner() {
     log << "pipemesh-run: " << backend->memoryReport() << "\n";
   log << "pipemesh-run: data " << data->origin() << " (" << data->size() << " tokens, "
       << sampler->numWindows() << " windows of " << p.model.seq << ")"
-      << (opts.shuffleSeed ? ", shuffled with seed " + std::to_string(*opts.shuffleSeed) : "")
+      << (opts.shuffleSeed ? ", shuffled with seed " + std::to_string(*opts.shuffleSeed) +
+                                    " (a new order each epoch)"
+                              : "")
       << "\n";
   if (valSampler)
     log << "pipemesh-run: validation data " << valData->origin() << " (" << valData->size()
@@ -346,6 +355,7 @@ nlohmann::json Trainer::runRecord() const {
   return {{"steps", opts.steps},
             {"data", data->origin()},
             {"shuffle", opts.shuffleSeed ? nlohmann::json(*opts.shuffleSeed) : nlohmann::json()},
+            {"shuffle_each_epoch", true},
             {"lr", opts.opt.lr},
             {"lr_schedule", lrScheduleName(opts.schedule)},
             {"warmup_steps", opts.warmupSteps},

@@ -32,9 +32,16 @@ def shuffle_permutation(n, seed):
     return perm
 
 
+def epoch_shuffle_seed(seed, epoch):
+    """The seed of epoch e's permutation: SEED for the first, then splitmix64's output
+    from state SEED + e."""
+    return seed if epoch == 0 else SplitMix64(seed + epoch).next()
+
+
 class Sampler:
-    """Sequence k of step s reads window ((s*G + k) mod W) (or perm[...]). `tokens`: one
-    shard's, or a list of shards' (each shard's windows, shard after shard)."""
+    """Sequence k of step s reads window ((s*G + k) mod W), through epoch e's
+    permutation with --shuffle, e = (s*G + k) // W. `tokens`: one shard's, or a list of
+    shards' (each shard's windows, shard after shard)."""
 
     def __init__(self, tokens, seq, batch, dp, microbatches, shuffle=None):
         shards = tokens if isinstance(tokens, list) else [tokens]
@@ -45,11 +52,17 @@ class Sampler:
         self.starts = [(i, w * seq) for i, t in enumerate(self.shards)
                        for w in range(max(0, (len(t) - 1) // seq))]
         self.W = len(self.starts)
-        self.perm = shuffle_permutation(self.W, shuffle) if shuffle is not None else None
+        self.shuffle = shuffle
+        self.perms = {}
+
+    def perm(self, epoch):
+        if epoch not in self.perms:
+            self.perms[epoch] = shuffle_permutation(self.W, epoch_shuffle_seed(self.shuffle, epoch))
+        return self.perms[epoch]
 
     def window(self, s, k):
-        w = (s * self.G + k) % self.W
-        return self.perm[w] if self.perm is not None else w
+        epoch, w = divmod(s * self.G + k, self.W)
+        return self.perm(epoch)[w] if self.shuffle is not None else w
 
     def microbatch(self, s, j, d):
         x = np.zeros((self.B, self.T), np.int64)

@@ -12,6 +12,8 @@ import signal
 import subprocess
 import time
 
+import numpy as np
+
 import common
 from common import mtp
 
@@ -130,6 +132,35 @@ class Checkpoints(common.TempDirTest):
                 json.dump(m, out)
             self.check_fails(common.run([self.plan, "--steps", 10, "--checkpoint-dir", self.ckpt,
                                          "--resume"]), text)
+
+    def test_resume_across_epochs_of_a_reshuffled_corpus(self):
+        # 200 tokens: 12 windows of 16, 4 sequences a step, a new order every 3 steps. The
+        # run stopped at 7 and resumed reads the epochs of an uninterrupted one.
+        data = self.path("small.bin")
+        common.write_shard(data, np.arange(200) % 97)
+        full, _ = self.train("full.jsonl", "--data", data)
+        part, _ = self.train("part.jsonl", "--data", data, "--checkpoint-dir", self.ckpt,
+                             "--checkpoint-every", 3, "--stop-at-step", 7)
+        rest, r = self.train("rest.jsonl", "--data", data, "--checkpoint-dir", self.ckpt,
+                             "--checkpoint-every", 3, "--resume")
+        self.assertNotIn("warning", r.stdout + r.stderr)
+        for got in part + rest:
+            self.assertEqual(got["loss"], full[got["step"]]["loss"], f"step {got['step']}")
+
+        # A checkpoint written before epochs were reshuffled (its run record lacks
+        # shuffle_each_epoch) resumes, with a warning that the order changed.
+        mpath = os.path.join(self.ckpt, "step-9", "manifest.json")
+        shutil.rmtree(os.path.join(self.ckpt, "step-10"))
+        with open(os.path.join(self.ckpt, "latest"), "w") as f:
+            f.write("step-9\n")
+        with open(mpath) as f:
+            m = json.load(f)
+        self.assertIs(m["run"]["shuffle_each_epoch"], True)
+        del m["run"]["shuffle_each_epoch"]
+        with open(mpath, "w") as out:
+            json.dump(m, out)
+        _, r = self.train("old.jsonl", "--data", data, "--checkpoint-dir", self.ckpt, "--resume")
+        self.assertIn("read every epoch in the order of the first", r.stdout)
 
     def test_keep_checkpoints(self):
         # The newest two stay; the run stopped at 7 resumes from step-6 and ends with 9, 10.

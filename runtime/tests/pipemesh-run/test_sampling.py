@@ -31,6 +31,11 @@ def loader_plan(path, batch, seq, vocab, dp, microbatches):
     mtp.write_plan(path, m, b.weights)
 
 
+# Epoch 1's order of 10 windows under --shuffle 42 (a fixed value, like the one of epoch 0
+# below: a change of the PRNG, of Fisher-Yates or of the epoch seeds changes every run).
+EPOCH1_OF_42 = [4, 9, 1, 8, 7, 0, 2, 3, 5, 6]
+
+
 class Sampling(common.TempDirTest):
     def check(self, tokens, batch, seq, dp, microbatches, steps, shuffle=None, vocab=65536):
         """`tokens`: one shard's, or a list of shards' (passed as a glob pattern; a shard
@@ -75,7 +80,43 @@ class Sampling(common.TempDirTest):
 
     def test_dp1_shuffled(self):
         ref = self.check(np.arange(1000) % 997, batch=3, seq=7, dp=1, microbatches=2, steps=9, shuffle=42)
-        self.assertNotEqual(ref.perm, sorted(ref.perm))
+        self.assertNotEqual(ref.perm(0), sorted(ref.perm(0)))
+
+    def windows_read(self, dp, seq):
+        """The window of every sequence the runtime loaded, by position s*G + k, from the
+        dumps of a run on np.arange tokens (a window's first token is its index * seq)."""
+        read = {}
+        for d in range(dp):
+            path = self.path("dump.jsonl") + ("" if dp == 1 else f".rank-{d}")
+            with open(path) as f:
+                for row in map(json.loads, f):
+                    x = np.array(row["tokens"]).reshape(-1, seq)
+                    for b in range(len(x)):
+                        k = (row["microbatch"] * dp + d) * len(x) + b
+                        read[(row["step"], k)] = int(x[b][0]) // seq
+        return read
+
+    def test_shuffle_reshuffles_each_epoch(self):
+        # W = 20 windows, G = 2*3*2 = 12 sequences a step: 9 steps read 5.4 epochs, steps
+        # 1, 3, 4, 6 and 8 straddle an epoch's end. Each epoch reads every window once,
+        # in its own order; the first epoch in the order of the one permutation of old.
+        seed, W, G = 17, 20, 12
+        self.check(np.arange(103), batch=2, seq=5, dp=2, microbatches=3, steps=9, shuffle=seed)
+        read = self.windows_read(dp=2, seq=5)
+        order = [read[(p // G, p % G)] for p in range(9 * G)]
+        epochs = [order[e * W:(e + 1) * W] for e in range(5)]
+        for e, windows in enumerate(epochs):
+            self.assertEqual(sorted(windows), list(range(W)), f"epoch {e}")
+        self.assertEqual(epochs[0], reference.shuffle_permutation(W, seed))
+        self.assertEqual(len({tuple(w) for w in epochs}), 5, "an epoch repeats another's order")
+
+    def test_shuffle_global_batch_larger_than_an_epoch(self):
+        # W = 5 windows, G = 12: every step reads two whole epochs and parts of others.
+        self.check(np.arange(26), batch=3, seq=5, dp=1, microbatches=4, steps=4, shuffle=8)
+        read = self.windows_read(dp=1, seq=5)
+        order = [read[(p // 12, p % 12)] for p in range(48)]
+        for e in range(48 // 5):
+            self.assertEqual(sorted(order[5 * e:5 * e + 5]), list(range(5)), f"epoch {e}")
 
     def test_dp2_two_ranks(self):
         self.check(np.arange(260), batch=2, seq=4, dp=2, microbatches=3, steps=6)
@@ -117,6 +158,9 @@ class Sampling(common.TempDirTest):
         # Fixed values: a change of the PRNG or of Fisher-Yates changes every run.
         self.assertEqual(reference.shuffle_permutation(10, 42), [0, 9, 5, 8, 6, 4, 7, 2, 1, 3])
         self.assertEqual(reference.SplitMix64(0).next(), 0xE220A8397B1DCDAF)
+        self.assertEqual(reference.epoch_shuffle_seed(42, 0), 42)
+        self.assertEqual(reference.shuffle_permutation(10, reference.epoch_shuffle_seed(42, 1)),
+                         EPOCH1_OF_42)
 
     def test_default_corpus(self):
         path = self.path("corpus.bin")

@@ -23,7 +23,7 @@ data
   --data FILE|'PATTERN'    llm.c token shard (1024-byte header, uint16 or uint32
                            tokens), or a glob of several ('train_*.bin', name order);
                            without it: the embedded default corpus (byte-level text)
-  --shuffle SEED           permute the sequence windows (splitmix64 Fisher-Yates)
+  --shuffle SEED           permute the sequence windows, anew each epoch (splitmix64)
   --val-data FILE|'PATTERN'  validation shard(s): their mean loss is evaluated after
                            the last step (and every --eval-interval steps) with the
                            plan's forward, the parameters unchanged (cpu backend)

@@ -3,16 +3,18 @@
 // N tokens, sequence length T: W = floor((N - 1) / T) windows (several
 // shards: each shard's windows, shard after shard; none crosses a shard end). The global
 // batch of step s is G = dp * microbatches * batch sequences; sequence k of
-// step s reads window w = ((s * G + k) mod W) (or perm[w] with --shuffle):
+// step s reads window w = ((s * G + k) mod W) (or perm_e[w] with --shuffle):
 // inputs are tokens [w*T, w*T + T), targets the same shifted by one.
 // Micro-batch j on DP rank d holds k = (j*dp + d)*batch + b, b in [0, batch).
 //
-// --shuffle SEED: perm is a Fisher-Yates shuffle of 0..W-1 driven by
-// splitmix64 seeded with SEED (SplitMix64.h):
+// --shuffle SEED: epoch e = floor((s * G + k) / W) reads its windows through
+// perm_e, a Fisher-Yates shuffle of 0..W-1 driven by splitmix64 (SplitMix64.h)
+// seeded with epochShuffleSeed(SEED, e):
 //     perm = [0, 1, ..., W-1]
 //     for i = W-1 down to 1: j = next() % (i + 1); swap(perm[i], perm[j])
-// computed once; every configuration (pp, dp, microbatches) sees the same
-// windows in the same order.
+// so every epoch visits every window once, in a new order (as Megatron's and
+// llm.c's loaders do), and every configuration (pp, dp, microbatches) sees
+// the same windows in the same order.
 //
 //===----------------------------------------------------------------------===//
 #ifndef PIPEMESH_RUNTIME_SAMPLER_H
@@ -22,6 +24,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -48,14 +51,29 @@ public:
 private:
   std::shared_ptr<const TokenData> tokens;
   int64_t T, B, dp, M, G, windows;
-  std::vector<int64_t> perm;        ///< empty without --shuffle
+  std::optional<uint64_t> shuffleSeed;
   std::vector<int64_t> firstWindow; ///< per shard: the index of its first window
+  /// The permutations of the last two epochs read (a step can straddle an
+  /// epoch's end); the lock keeps window() safe on any thread, as a const
+  /// function should be.
+  struct EpochPermutation {
+    uint64_t epoch;
+    std::vector<int64_t> perm;
+  };
+  mutable std::mutex permMutex;
+  mutable std::vector<EpochPermutation> perms;
+  int64_t shuffled(uint64_t epoch, int64_t w) const;
   /// The shard of window w and the index of its first token there.
   std::pair<const TokenData::Shard *, int64_t> windowStart(int64_t w) const;
 };
 
 /// splitmix64 Fisher-Yates permutation of 0..n-1 (the --shuffle order).
 std::vector<int64_t> shufflePermutation(int64_t n, uint64_t seed);
+/// The seed of epoch e's permutation: SEED itself for the first epoch (runs
+/// that never complete an epoch read what they read before epochs were
+/// reshuffled), then splitmix64's output from state SEED + e, so that no two
+/// epochs' generators share a stretch of their streams.
+uint64_t epochShuffleSeed(uint64_t seed, uint64_t epoch);
 
 } // namespace pipemesh::rt
 
