@@ -17,19 +17,22 @@ REPO=$PWD
 BUILD=${1:-build}
 PY=/usr/bin/python3
 BINS=(pipemesh-run pipemesh-cuda-kernels-test pipemesh-cuda-bench)
-ninja -C "$BUILD" pipemesh-opt "${BINS[@]}" > /dev/null
-for b in "${BINS[@]}"; do
-  [[ -x $BUILD/bin/$b ]] || { echo "gpu_bundle.sh: $BUILD/bin/$b missing (configure with -DPIPEMESH_ENABLE_CUDA=ON)" >&2; exit 1; }
+# pipemesh-run loads the CUDA backend from lib/ beside its bin/ (docs/cuda-backend.md).
+PLUGIN=$BUILD/lib/libpipemesh-backend-cuda.so
+ninja -C "$BUILD" pipemesh-opt "${BINS[@]}" pipemesh-backend-cuda > /dev/null
+for f in "${BINS[@]/#/$BUILD/bin/}" "$PLUGIN"; do
+  [[ -f $f ]] || { echo "gpu_bundle.sh: $f missing (configure with -DPIPEMESH_ENABLE_CUDA=ON)" >&2; exit 1; }
 done
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 mkdir -p "$T/bin" "$T/lib" "$T/plans"
 cp "${BINS[@]/#/$BUILD/bin/}" "$T/bin/"
+cp "$PLUGIN" "$T/lib/"
 
 # Shared libraries: everything ldd resolves except the C/C++ base system (the GPU
 # machine's own is newer than Debian 12's) and the CUDA libraries, which are the
 # machine's (cuBLASLt alone is 0.5 GB). cudart is small and carried as a fallback.
-ldd "${BINS[@]/#/$BUILD/bin/}" | awk '/=> \//{print $3}' | sort -u | while read -r lib; do
+ldd "${BINS[@]/#/$BUILD/bin/}" "$PLUGIN" | awk '/=> \//{print $3}' | sort -u | while read -r lib; do
   case $(basename "$lib") in
     libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libstdc++.so*|libgcc_s.so*|libz.so*) ;;
     libcublas*|libnccl*|libcuda.so*) ;;

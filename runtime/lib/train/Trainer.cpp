@@ -40,15 +40,8 @@ Trainer::Trainer(const RunOptions &o, Communicator &comm, std::ostream &log)
   validateParallelPlan(p);
   rankPlan = &p.rank(comm.rank());
   const BackendFactory *factory = nullptr;
-  if (o.backend != "cpu") {
-    factory = findBackend(o.backend);
-    if (!factory) {
-      std::string avail;
-      for (const std::string &b : availableBackends())
-        avail += (avail.empty() ? "" : ", ") + b;
-      fail("backend '", o.backend, "' is not available in this build (available: ", avail, ")");
-    }
-  }
+  if (o.backend != "cpu")
+    factory = &loadBackend(o.backend);
   if (!factory && o.precision != "fp32")
     fail("--precision ", o.precision, " needs a device backend (--backend cuda)");
   if (o.steps <= 0)

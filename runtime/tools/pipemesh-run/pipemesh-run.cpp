@@ -18,9 +18,6 @@
 #include "pipemesh/runtime/Plan.h"
 #include "pipemesh/runtime/TokenData.h"
 #include "pipemesh/runtime/Trainer.h"
-#ifdef PIPEMESH_HAVE_CUDA
-#include "pipemesh/runtime/cuda/CudaBackend.h"
-#endif
 
 #include <cstdio>
 #include <iostream>
@@ -107,9 +104,6 @@ int main(int argc, char **argv) {
   if (comm->size() > 1)
     rt::activity::installTerminationHandler(comm->rank());
   cl.run.blasInfo = blas;
-#ifdef PIPEMESH_HAVE_CUDA
-  rt::cuda::registerCudaBackend(); // --backend cuda (docs/cuda-backend.md)
-#endif
   try {
     rt::Trainer trainer(cl.run, *comm, std::cout);
     trainer.run();

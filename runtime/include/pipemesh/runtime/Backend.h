@@ -7,9 +7,12 @@
 // its own op table; the executor, the training loop, checkpoints and the
 // world communicator (MPI) stay the same.
 //
-// Backends other than the CPU register a factory at start-up
-// (registerBackend), so that pipemesh_runtime does not link them: pipemesh-run
-// calls the CUDA backend's registration only when it was compiled in.
+// Backends other than the CPU are plugins, so that pipemesh-run does not link
+// them (a CPU run of a CUDA build neither loads nor needs the CUDA libraries):
+// loadBackend("cuda") dlopens lib/libpipemesh-backend-cuda.so beside the
+// executable's bin/, checks that the plugin comes from the same build
+// (pipemesh_backend_build_id) and calls its pipemesh_register_backend, which
+// registers a factory (registerBackend).
 //
 //===----------------------------------------------------------------------===//
 #ifndef PIPEMESH_RUNTIME_BACKEND_H
@@ -80,7 +83,11 @@ using BackendFactory = std::function<std::unique_ptr<ComputeBackend>(
 void registerBackend(const std::string &name, BackendFactory factory);
 /// Null when no backend of that name was registered.
 const BackendFactory *findBackend(const std::string &name);
-/// "cpu" and every registered backend.
+/// The registered backend, else the one its plugin registers; an error that
+/// names what is missing (no such plugin in this build, a library the plugin
+/// needs, a plugin of another build) otherwise.
+const BackendFactory &loadBackend(const std::string &name);
+/// "cpu", every registered backend and every plugin beside the executable.
 std::vector<std::string> availableBackends();
 
 } // namespace pipemesh::rt
