@@ -7,22 +7,25 @@ using namespace pipemesh::rt;
 
 namespace {
 
-/// A send that the test completes: test() reports `done`, wait() records
-/// that the executor waited for it.
-struct FakeSend : CommRequest {
-  explicit FakeSend(std::string name) : name(std::move(name)) {}
-  void wait() override { waited = done = true; }
-  bool test() override { return done; }
-  const std::string &what() const override { return name; }
-  std::string name;
+/// What the test sees of a send: PendingSends destroys the request once it
+/// has waited for it, so the outcome lives with the test.
+struct SendState {
   bool done = false, waited = false;
 };
 
-FakeSend *post(PendingSends &p, const char *name) {
-  auto s = std::make_unique<FakeSend>(name);
-  FakeSend *raw = s.get();
-  p.post(std::move(s));
-  return raw;
+/// A send that the test completes: test() reports `done`, wait() records
+/// that the executor waited for it.
+struct FakeSend : CommRequest {
+  FakeSend(std::string name, SendState &state) : name(std::move(name)), state(state) {}
+  void wait() override { state.waited = state.done = true; }
+  bool test() override { return state.done; }
+  const std::string &what() const override { return name; }
+  std::string name;
+  SendState &state;
+};
+
+void post(PendingSends &p, const char *name, SendState &state) {
+  p.post(std::make_unique<FakeSend>(name, state));
 }
 
 } // namespace
@@ -34,27 +37,32 @@ FakeSend *post(PendingSends &p, const char *name) {
 // corrupted activations pp=4 dp=2 bfs plans trained over Open MPI's shared
 // memory transport, found by scripts/fuzz-parallel.py).
 TEST(PendingSends, KeepCountsPostedSendsNotTheOnesInFlight) {
+  SendState a, b, c; // outlive p, whose destructor may still wait
   PendingSends p;
-  FakeSend *a = post(p, "a"), *b = post(p, "b"), *c = post(p, "c");
-  c->done = true;
+  post(p, "a", a);
+  post(p, "b", b);
+  post(p, "c", c);
+  c.done = true;
   p.progress();
   p.waitAllBut(1);
-  EXPECT_TRUE(a->waited);
-  EXPECT_TRUE(b->waited);
+  EXPECT_TRUE(a.waited);
+  EXPECT_TRUE(b.waited);
   EXPECT_TRUE(p.empty());
 }
 
 TEST(PendingSends, KeptSendsStayInFlightUntilAWaitCoversThem) {
+  SendState a, b, c; // outlive p, whose destructor may still wait
   PendingSends p;
-  FakeSend *a = post(p, "a"), *b = post(p, "b");
+  post(p, "a", a);
+  post(p, "b", b);
   p.waitAllBut(2);
-  EXPECT_FALSE(a->waited || b->waited);
-  FakeSend *c = post(p, "c");
+  EXPECT_FALSE(a.waited || b.waited);
+  post(p, "c", c);
   p.waitAllBut(2); // all but b and c
-  EXPECT_TRUE(a->waited);
-  EXPECT_FALSE(b->waited || c->waited);
+  EXPECT_TRUE(a.waited);
+  EXPECT_FALSE(b.waited || c.waited);
   p.waitAllBut(0);
-  EXPECT_TRUE(b->waited && c->waited);
+  EXPECT_TRUE(b.waited && c.waited);
   EXPECT_TRUE(p.empty());
 }
 
@@ -62,11 +70,12 @@ TEST(PendingSends, KeptSendsStayInFlightUntilAWaitCoversThem) {
 // posted, so "keep 2" after a, (skipped), b completes a, as in a step where the
 // middle send is real; not counting it would leave a in flight.
 TEST(PendingSends, ASkippedSendCountsAsPosted) {
+  SendState a, b; // outlive p, whose destructor may still wait
   PendingSends p;
-  FakeSend *a = post(p, "a");
+  post(p, "a", a);
   p.postSkipped();
-  FakeSend *b = post(p, "b");
+  post(p, "b", b);
   p.waitAllBut(2);
-  EXPECT_TRUE(a->waited);
-  EXPECT_FALSE(b->waited);
+  EXPECT_TRUE(a.waited);
+  EXPECT_FALSE(b.waited);
 }
