@@ -2,7 +2,8 @@
 """Canonical sampling (DESIGN.md section 2) against a Python implementation of
 the formula: what every load_microbatch instruction loads (--dump-data) for
 dp = 1 and dp = 2 (two MPI ranks), with and without --shuffle, across
-wrap-arounds of the window count; and the default corpus as a shard.
+wrap-arounds of the window count (--shuffle: every epoch reads every window once,
+in an order of its own); and the default corpus as a shard.
 """
 import json
 import os
