@@ -13,6 +13,8 @@
 
 #include "TestUtil.h"
 
+#include "../lib/cpu/KernelUtil.h"
+
 #include "pipemesh/runtime/Bf16.h"
 
 #include <omp.h>
@@ -709,6 +711,26 @@ TEST(Gelu, FloatMatchesDouble) {
     expectClose(yf, y, 1e-6, 1e-7, "gelu float");
     expectClose(dxf, dx, 1e-6, 1e-6, "gelu grad float");
   }
+}
+
+// --- fastExp (the float kernels' exp) ---------------------------------------------------
+
+TEST(FastExp, MatchesExpAndKeepsNonFiniteValues) {
+  using detail::fastExp;
+  // Within 2 ulp of exp on its range (a few ulp of float, relative).
+  for (float x = -87.0f; x <= 88.0f; x += 0.01171875f) {
+    double want = std::exp((double)x);
+    EXPECT_NEAR(fastExp(x) / want, 1.0, 3e-7) << "x = " << x;
+  }
+  EXPECT_EQ(fastExp(-87.5f), 0.0f);
+  EXPECT_EQ(fastExp(-std::numeric_limits<float>::infinity()), 0.0f);
+  EXPECT_EQ(fastExp(88.5f), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(fastExp(std::numeric_limits<float>::infinity()),
+            std::numeric_limits<float>::infinity());
+  // NaN stays NaN, without converting it to an integer on the way (undefined:
+  // scripts/sanitize.sh's UBSan aborts on it).
+  EXPECT_TRUE(std::isnan(fastExp(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_TRUE(std::isnan(fastExp(-std::numeric_limits<float>::quiet_NaN())));
 }
 
 // --- softmax --------------------------------------------------------------------------

@@ -183,8 +183,10 @@ void forEachRun(const Dims &shape, const std::array<Dims, N> &strides, Body body
 PIPEMESH_ALWAYS_INLINE double fastExp(double x) { return std::exp(x); }
 PIPEMESH_ALWAYS_INLINE float fastExp(float x) {
   constexpr float lo = -87.3f, hi = 88.0f;
-  float xc = x < lo ? lo : x;
-  xc = xc > hi ? hi : xc;
+  // Clamped so that NaN becomes lo too: converting NaN to int is undefined
+  // (UBSan's float-cast-overflow); it is put back at the end.
+  float xc = x > lo ? x : lo;
+  xc = xc < hi ? xc : hi;
   float n = std::floor(xc * 1.44269504088896341f + 0.5f);
   float r = xc - n * 0.693359375f;
   r = r + n * 2.12194440e-4f;
@@ -201,7 +203,8 @@ PIPEMESH_ALWAYS_INLINE float fastExp(float x) {
   std::memcpy(&scale, &bits, sizeof(scale));
   float y = p * scale;
   y = x < lo ? 0.0f : y;
-  return x > hi ? std::numeric_limits<float>::infinity() : y;
+  y = x > hi ? std::numeric_limits<float>::infinity() : y;
+  return x != x ? x : y;
 }
 
 /// C = alpha * op(A) @ op(B) + beta * C, row-major (cblas_sgemm / cblas_dgemm).
