@@ -25,7 +25,8 @@ cmake -G Ninja -B "$BUILD_DIR" \
   -DCMAKE_C_FLAGS="$sanitizers $compile_flags" \
   -DCMAKE_CXX_FLAGS="$sanitizers $compile_flags" \
   -DCMAKE_EXE_LINKER_FLAGS="$sanitizers" \
-  -DCMAKE_SHARED_LINKER_FLAGS="$sanitizers"
+  -DCMAKE_SHARED_LINKER_FLAGS="$sanitizers" \
+  -DCMAKE_MODULE_LINKER_FLAGS="$sanitizers"
 cmake --build "$BUILD_DIR"
 reports="$PWD/$BUILD_DIR/sanitizer-reports"
 rm -rf "$reports"
