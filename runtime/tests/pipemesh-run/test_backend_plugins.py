@@ -69,6 +69,12 @@ class BackendPlugins(common.TempDirTest):
         err = self.refused("../bin/x", "backend '../bin/x' is not available in this build")
         self.assertNotIn("no plugin", err)
 
+    def test_version_lists_the_backends_found(self):
+        self.install("stale", "stale")
+        r = subprocess.run([self.exe, "--version"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(r.stdout.rstrip().endswith("; backends: cpu, stale"), r.stdout)
+
     def test_plugin_of_another_build(self):
         self.install("stale", "stale")
         self.refused("stale", "libpipemesh-backend-stale.so comes from another build "

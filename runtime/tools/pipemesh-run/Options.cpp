@@ -60,7 +60,8 @@ run
   --export-onnx OUT.onnx   write the trained weights into a copy of the source model
   --onnx-source PATH       the source model, when the plan's model.source moved
   --backend cpu|cuda       compute backend (default cpu; cuda where the build has it:
-                           one GPU per node-local rank; docs/cuda-backend.md)
+                           one GPU per node-local rank; docs/cuda-backend.md;
+                           --version lists the backends this installation has)
   --precision fp32|bf16    cuda: matmul operands in fp32 (default) or bf16
   --deterministic on|off   cuda: bit-identical runs (default on)
   --comm-timeout SEC       a peer silent this long fails the job (default 300)

@@ -10,6 +10,7 @@
 #include "Options.h"
 
 #include "pipemesh/runtime/Activity.h"
+#include "pipemesh/runtime/Backend.h"
 #include "pipemesh/runtime/Communicator.h"
 #include "pipemesh/runtime/CpuKernels.h"
 #include "pipemesh/runtime/DefaultCorpus.h"
@@ -81,7 +82,11 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (cl.version) {
-    std::printf("pipemesh-run (PipeMesh) plan format %u\n", (unsigned)rt::kPlanVersion);
+    std::string backends;
+    for (const std::string &b : rt::availableBackends())
+      backends += (backends.empty() ? "" : ", ") + b;
+    std::printf("pipemesh-run (PipeMesh) plan format %u; backends: %s\n",
+                (unsigned)rt::kPlanVersion, backends.c_str());
     return 0;
   }
   if (!cl.writeDefaultCorpus.empty()) {
