@@ -42,7 +42,7 @@ static fs::path pluginDir() {
   return exe.parent_path().parent_path() / "lib";
 }
 
-std::vector<std::string> availableBackends() {
+std::string availableBackends() {
   std::set<std::string> names;
   for (const auto &kv : registry())
     names.insert(kv.first);
@@ -56,17 +56,10 @@ std::vector<std::string> availableBackends() {
           f.compare(f.size() - suf, suf, kPluginSuffix) == 0)
         names.insert(f.substr(pre, f.size() - pre - suf));
     }
-  std::vector<std::string> out{"cpu"};
+  names.erase("cpu");
+  std::string list = "cpu";
   for (const std::string &n : names)
-    if (n != "cpu")
-      out.push_back(n);
-  return out;
-}
-
-static std::string availableList() {
-  std::string list;
-  for (const std::string &b : availableBackends())
-    list += (list.empty() ? "" : ", ") + b;
+    list += ", " + n;
   return list;
 }
 
@@ -80,7 +73,7 @@ const BackendFactory &loadBackend(const std::string &name) {
   fs::path path = dir / (kPluginPrefix + name + kPluginSuffix);
   std::error_code ec;
   if (!plain || dir.empty() || !fs::exists(path, ec))
-    fail("backend '", name, "' is not available in this build (available: ", availableList(),
+    fail("backend '", name, "' is not available in this build (available: ", availableBackends(),
          plain && !dir.empty() ? "; no plugin " + path.string() : std::string(), ")");
   // RTLD_NOW: a library or a runtime symbol the plugin lacks is named here,
   // not at its first call. The handle is never closed: the registered

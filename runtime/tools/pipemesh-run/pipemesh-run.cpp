@@ -82,11 +82,8 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (cl.version) {
-    std::string backends;
-    for (const std::string &b : rt::availableBackends())
-      backends += (backends.empty() ? "" : ", ") + b;
     std::printf("pipemesh-run (PipeMesh) plan format %u; backends: %s\n",
-                (unsigned)rt::kPlanVersion, backends.c_str());
+                (unsigned)rt::kPlanVersion, rt::availableBackends().c_str());
     return 0;
   }
   if (!cl.writeDefaultCorpus.empty()) {

@@ -87,8 +87,9 @@ const BackendFactory *findBackend(const std::string &name);
 /// names what is missing (no such plugin in this build, a library the plugin
 /// needs, a plugin of another build) otherwise.
 const BackendFactory &loadBackend(const std::string &name);
-/// "cpu", every registered backend and every plugin beside the executable.
-std::vector<std::string> availableBackends();
+/// "cpu", every registered backend and every plugin beside the executable,
+/// as one comma-separated list for messages ("cpu, cuda").
+std::string availableBackends();
 
 } // namespace pipemesh::rt
 
