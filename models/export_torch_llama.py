@@ -49,12 +49,35 @@ class Block(nn.Module):
                             ("w2", (hidden, embd))]:
             setattr(self, name, nn.Parameter(torch.empty(*shape)))
 
-    def rotary(self, seq, d):
-        # Computed from positions in forward: constants the importer folds.
+    def set_rotary(self, mode, ctx):
+        """How the export stores the rotary tables. "computed": from positions in
+        forward, constants the importer folds. "inv-freq": inv_freq a buffer (an
+        initializer) that forward turns into angles (HF transformers >= 4.38).
+        "cached": cos and sin tables buffers of `ctx` rows sliced to the sequence
+        (older HF). The last two make initializers that are not parameters."""
+        self.rotary_mode = mode
+        d = self.head_dim
         inv = 1.0 / (self.theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+        if mode == "inv-freq":
+            self.register_buffer("inv_freq", inv)
+        elif mode == "cached":
+            cos, sin = self.angles(ctx, inv)
+            self.register_buffer("cos_cached", cos)
+            self.register_buffer("sin_cached", sin)
+
+    @staticmethod
+    def angles(seq, inv):
         freqs = torch.arange(seq, dtype=torch.float32)[:, None] * inv[None, :]
         emb = torch.cat([freqs, freqs], dim=-1)
         return emb.cos(), emb.sin()
+
+    def rotary(self, seq, d):
+        mode = getattr(self, "rotary_mode", "computed")
+        if mode == "cached":
+            return self.cos_cached[:seq], self.sin_cached[:seq]
+        if mode == "inv-freq":
+            return self.angles(seq, self.inv_freq)
+        return self.angles(seq, 1.0 / (self.theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d)))
 
     def forward(self, x):
         B, T, C = x.shape
@@ -122,6 +145,11 @@ def main(argv=None):
     ap.add_argument("--ctx", type=int, default=16, help="sequence length of the export")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--opset", type=int, default=17, help="14..17 (torch 1.13's range with Trilu)")
+    ap.add_argument("--rotary", choices=["computed", "inv-freq", "cached"], default="computed",
+                    help="computed in forward (default), or from buffers stored as "
+                         "initializers: inv_freq, or cos/sin tables of --max-positions rows")
+    ap.add_argument("--max-positions", type=int,
+                    help="rows of the --rotary cached tables (default: --ctx)")
     ap.add_argument("-o", "--output", required=True)
     args = ap.parse_args(argv)
     torch.manual_seed(args.seed)
@@ -129,6 +157,8 @@ def main(argv=None):
         ap.error("--heads must be a multiple of --kv-heads")
     model = Llama(args.layers, args.embd, args.heads, args.vocab, kv_heads=args.kv_heads)
     init_weights(model, args.seed)
+    for b in model.blocks:
+        b.set_rotary(args.rotary, args.max_positions or args.ctx)
     ids = torch.zeros(1, args.ctx, dtype=torch.int64)
     # Without constant folding: torch would fold the rotary tables into initializers,
     # indistinguishable from parameters in the file.

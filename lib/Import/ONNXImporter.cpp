@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 #include "pipemesh/Import/ONNXImporter.h"
 
+#include "BufferInitializers.h"
 #include "ConstTensor.h"
 #include "ONNXModelLoader.h"
 #include "pipemesh/Dialect/PMesh/PMesh.h"
@@ -1841,18 +1842,25 @@ Location Importer::nodeLoc(const onnx::NodeProto &node, int index) {
 }
 
 LogicalResult Importer::importInitializers() {
-  // --constant-initializers: anchored, so that "cos" does not match "cos_sin_w".
-  std::optional<llvm::Regex> constantNames;
-  if (!opts.constantInitializers.empty()) {
-    constantNames.emplace("^(" + opts.constantInitializers + ")$");
+  auto fileLoc = FileLineColLoc::get(b.getStringAttr(sourceName), 0, 0);
+  // --constant-initializers, --trainable-initializers: anchored, so that "cos"
+  // does not match "cos_sin_w".
+  auto nameRegex = [&](StringRef flag, const std::string &pattern,
+                       std::optional<llvm::Regex> &regex) {
+    if (pattern.empty())
+      return true;
+    regex.emplace("^(" + pattern + ")$");
     std::string why;
-    if (!constantNames->isValid(why)) {
-      emitError(FileLineColLoc::get(b.getStringAttr(sourceName), 0, 0))
-          << "--constant-initializers: bad regular expression '" << opts.constantInitializers
-          << "': " << why;
-      return failure();
-    }
-  }
+    if (regex->isValid(why))
+      return true;
+    emitError(fileLoc) << flag << ": bad regular expression '" << pattern << "': " << why;
+    return false;
+  };
+  std::optional<llvm::Regex> constantNames, trainableNames;
+  if (!nameRegex("--constant-initializers", opts.constantInitializers, constantNames) ||
+      !nameRegex("--trainable-initializers", opts.trainableInitializers, trainableNames))
+    return failure();
+  std::map<std::string, BufferUse> buffers = findBufferInitializers(model.graph());
   const onnx::GraphProto &g = model.graph();
   for (const onnx::TensorProto &t : g.initializer()) {
     Entry e;
@@ -1886,8 +1894,29 @@ LogicalResult Importer::importInitializers() {
           << "initializer '" << t.name() << "' has too many elements";
       return failure();
     }
-    bool isParam = isFloatType(e.dtype) && *numel > 1 &&
-                   !(constantNames && constantNames->match(t.name()));
+    bool isParam = isFloatType(e.dtype) && *numel > 1;
+    bool namedConstant = constantNames && constantNames->match(t.name());
+    bool namedTrainable = trainableNames && trainableNames->match(t.name());
+    if (isParam && namedConstant && namedTrainable) {
+      emitError(fileLoc) << "initializer '" << t.name()
+                         << "' is named by both --constant-initializers and "
+                            "--trainable-initializers";
+      return failure();
+    }
+    auto buffer = buffers.find(t.name());
+    if (isParam && !namedConstant && !namedTrainable && buffer != buffers.end()) {
+      // Only the heuristic changes what a model trains; the other rule turns
+      // an import that would fail (Cos of a parameter) into one that works.
+      if (!buffer->second.forced)
+        emitWarning(fileLoc) << "initializer '" << t.name() << "' of shape "
+                             << shapes::str(e.shape)
+                             << " is taken for a buffer (a constant), not a trained "
+                                "parameter: "
+                             << buffer->second.why << "; --trainable-initializers='"
+                             << t.name() << "' trains it";
+      namedConstant = true;
+    }
+    isParam &= !namedConstant;
     if (isParam) {
       e.kind = Entry::Param;
       e.paramName = t.name();

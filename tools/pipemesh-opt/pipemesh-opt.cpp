@@ -76,6 +76,12 @@ cl::opt<std::string> constantInitializersOpt(
     cl::desc("Float initializers whose name matches this regex are constants, not trained "
              "parameters (buffers an exporter stored as initializers: rotary tables)"),
     cl::value_desc("REGEX"), cl::cat(importCategory));
+cl::opt<std::string> trainableInitializersOpt(
+    "trainable-initializers",
+    cl::desc("Float initializers whose name matches this regex are trained parameters even "
+             "where the importer takes them for buffers (a table only multiplied into "
+             "activations)"),
+    cl::value_desc("REGEX"), cl::cat(importCategory));
 cl::opt<bool> shapesOnlyOpt("shapes-only",
                             cl::desc("Do not require external weight data to exist"),
                             cl::init(false), cl::cat(importCategory));
@@ -139,6 +145,7 @@ std::optional<pipemesh::ImportOptions> importOptionsFromFlags() {
   }
   opts.shapesOnly = shapesOnlyOpt;
   opts.constantInitializers = constantInitializersOpt;
+  opts.trainableInitializers = trainableInitializersOpt;
   return opts;
 }
 

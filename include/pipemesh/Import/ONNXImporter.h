@@ -41,6 +41,10 @@ struct ImportOptions {
   /// not trained parameters: the buffers an exporter stores as initializers
   /// (rotary tables, inv_freq). Empty: none.
   std::string constantInitializers;
+  /// Float initializers whose whole name matches this regex are trained even
+  /// where their use marks them a buffer (a table only multiplied into
+  /// activations, see lib/Import/BufferInitializers.h). Empty: none.
+  std::string trainableInitializers;
 };
 
 /// Imports `path` (`.onnx` binary or `.onnxtxt` text). Returns null after

@@ -1,0 +1,202 @@
+//===- BufferInitializers.cpp - initializers that are buffers, not weights ===//
+//
+// Two uses mark a buffer. A Cos or Sin has no pmesh op: the importer folds it,
+// so its input must be computable from constants, and every initializer it is
+// computed from is a buffer (this only turns a failing import into a working
+// one). A rotary table that an exporter folded ahead of the Cos and Sin is
+// only ever multiplied into q and k; a trained weight of rank 2 or more always
+// meets a MatMul, a Gemm, an Add or a normalization. That second rule is a
+// heuristic, so the importer says when it applies it.
+//
+//===----------------------------------------------------------------------===//
+
+#include "BufferInitializers.h"
+
+#include "ConstTensor.h"
+
+#include <onnx/onnx_pb.h>
+
+#include <map>
+#include <set>
+#include <vector>
+
+namespace pipemesh::onnximport {
+namespace {
+
+bool isDefaultDomain(const onnx::NodeProto &node) {
+  return node.domain().empty() || node.domain() == "ai.onnx";
+}
+
+std::string nodeName(const onnx::GraphProto &g, int index) {
+  const onnx::NodeProto &node = g.node(index);
+  std::string name = !node.name().empty()   ? node.name()
+                     : node.output_size() ? node.output(0)
+                                          : "#" + std::to_string(index);
+  return "'" + name + "' (" + node.op_type() + ")";
+}
+
+/// The graph's tensors whose values do not depend on the values of graph
+/// inputs: initializers, Constant outputs, shapes (static once the dims are
+/// bound), and whatever is computed from those alone.
+std::set<std::string> constantTensors(const onnx::GraphProto &g) {
+  std::set<std::string> constant;
+  for (const onnx::TensorProto &t : g.initializer())
+    constant.insert(t.name());
+  for (const onnx::ValueInfoProto &in : g.input())
+    constant.erase(in.name()); // an initializer listed as an input may be fed
+  for (const onnx::NodeProto &node : g.node()) {
+    bool isConstant = false;
+    if (isDefaultDomain(node)) {
+      const std::string &op = node.op_type();
+      if (op == "Constant" || op == "Shape" || op == "Size") {
+        isConstant = true;
+      } else if (op != "If" && op != "Loop" && op != "Scan") {
+        int inputs = 0;
+        isConstant = true;
+        for (const std::string &in : node.input()) {
+          if (in.empty())
+            continue;
+          ++inputs;
+          isConstant &= constant.count(in) > 0;
+        }
+        isConstant &= inputs > 0; // a generator (RandomNormal) is not constant
+      }
+    }
+    if (isConstant)
+      for (const std::string &out : node.output())
+        constant.insert(out);
+  }
+  return constant;
+}
+
+bool isTrainableCandidate(const onnx::TensorProto &t) {
+  if (!isFloatType((DType)t.data_type()))
+    return false;
+  int64_t numel = 1;
+  for (int64_t d : t.dims())
+    numel *= d < 0 ? 0 : d;
+  return numel > 1;
+}
+
+/// Ops through which a table stays a table (on the input index given, -1: any).
+int passThroughInput(const std::string &op) {
+  static const std::map<std::string, int> ops = {
+      {"Identity", 0}, {"Cast", 0},  {"CastLike", 0}, {"Reshape", 0},   {"Unsqueeze", 0},
+      {"Squeeze", 0},  {"Slice", 0}, {"Gather", 0},   {"Expand", 0},    {"Transpose", 0},
+      {"Split", 0},    {"Tile", 0},  {"Flatten", 0},  {"Concat", -1},
+  };
+  auto it = ops.find(op);
+  return it == ops.end() ? -2 : it->second;
+}
+
+} // namespace
+
+std::map<std::string, BufferUse> findBufferInitializers(const onnx::GraphProto &g) {
+  std::map<std::string, BufferUse> buffers;
+  std::set<std::string> constant = constantTensors(g);
+  std::map<std::string, const onnx::TensorProto *> candidates;
+  for (const onnx::TensorProto &t : g.initializer())
+    if (isTrainableCandidate(t) && constant.count(t.name()))
+      candidates[t.name()] = &t;
+  std::map<std::string, int> producer;
+  std::map<std::string, std::vector<std::pair<int, int>>> consumers;
+  for (int k = 0; k < g.node_size(); ++k) {
+    for (const std::string &out : g.node(k).output())
+      producer[out] = k;
+    for (int i = 0; i < g.node(k).input_size(); ++i)
+      if (!g.node(k).input(i).empty())
+        consumers[g.node(k).input(i)].push_back({k, i});
+  }
+
+  // Rule 1: whatever a Cos or Sin of a constant is computed from.
+  for (int k = 0; k < g.node_size(); ++k) {
+    const onnx::NodeProto &node = g.node(k);
+    if (!isDefaultDomain(node) || (node.op_type() != "Cos" && node.op_type() != "Sin") ||
+        node.input_size() < 1 || !constant.count(node.input(0)))
+      continue;
+    std::vector<std::string> work = {node.input(0)};
+    std::set<std::string> seen;
+    while (!work.empty()) {
+      std::string t = work.back();
+      work.pop_back();
+      if (!seen.insert(t).second)
+        continue;
+      if (candidates.count(t)) {
+        // Used also beside activations (a weight whose cosine is taken too):
+        // that other use would have trained it, so this is worth a warning.
+        bool onlyConstantUses = true;
+        for (auto [user, input] : consumers[t])
+          for (const std::string &out : g.node(user).output())
+            onlyConstantUses &= out.empty() || constant.count(out) > 0;
+        buffers.emplace(t, BufferUse{"the node " + nodeName(g, k) +
+                                         " computes from it through constants only",
+                                     onlyConstantUses});
+        continue;
+      }
+      auto p = producer.find(t);
+      if (p == producer.end())
+        continue;
+      const onnx::NodeProto &from = g.node(p->second);
+      if (from.op_type() == "Shape" || from.op_type() == "Size")
+        continue; // reads a shape, not values
+      for (const std::string &in : from.input())
+        if (!in.empty())
+          work.push_back(in);
+    }
+  }
+
+  // Rule 2: a table of rank >= 2 that only ever multiplies activations.
+  std::set<std::string> graphOutputs;
+  for (const onnx::ValueInfoProto &out : g.output())
+    graphOutputs.insert(out.name());
+  for (const auto &[name, init] : candidates) {
+    if (buffers.count(name) || init->dims_size() < 2)
+      continue;
+    std::vector<std::string> work = {name};
+    std::set<std::string> seen;
+    int firstMul = -1;
+    bool table = true;
+    while (table && !work.empty()) {
+      std::string t = work.back();
+      work.pop_back();
+      if (!seen.insert(t).second)
+        continue;
+      if (graphOutputs.count(t)) {
+        table = false;
+        break;
+      }
+      for (auto [k, input] : consumers[t]) {
+        const onnx::NodeProto &node = g.node(k);
+        const std::string &op = node.op_type();
+        int through = passThroughInput(op);
+        bool othersConstant = true;
+        for (int i = 0; i < node.input_size(); ++i)
+          if (i != input && !node.input(i).empty())
+            othersConstant &= constant.count(node.input(i)) > 0;
+        bool keepsTable = isDefaultDomain(node) &&
+                          ((through == -1 || through == input) ||
+                           ((op == "Mul" || op == "Neg" || (op == "Div" && input == 0)) &&
+                            othersConstant));
+        if (keepsTable) {
+          for (const std::string &out : node.output())
+            if (!out.empty())
+              work.push_back(out);
+        } else if (isDefaultDomain(node) && op == "Mul") {
+          if (firstMul < 0)
+            firstMul = k;
+        } else {
+          table = false;
+          break;
+        }
+      }
+    }
+    if (table && firstMul >= 0)
+      buffers.emplace(name, BufferUse{"it only ever multiplies activations (first at node " +
+                                          nodeName(g, firstMul) +
+                                          "), as a rotary cos or sin table does",
+                                      /*forced=*/false});
+  }
+  return buffers;
+}
+
+} // namespace pipemesh::onnximport

@@ -1,0 +1,45 @@
+//===- BufferInitializers.h - initializers that are buffers, not weights -*- C++ -*-===//
+//
+// ONNX stores trained weights and an exporter's buffers (rotary cos/sin tables,
+// inv_freq) alike, as initializers. The importer trains every float
+// initializer of more than one element unless told otherwise; this analysis
+// finds the ones that are buffers by how the graph uses them, so that an
+// export with folded rotary tables does not silently train them.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PIPEMESH_LIB_IMPORT_BUFFERINITIALIZERS_H
+#define PIPEMESH_LIB_IMPORT_BUFFERINITIALIZERS_H
+
+#include <map>
+#include <string>
+
+namespace onnx {
+class GraphProto;
+} // namespace onnx
+
+namespace pipemesh::onnximport {
+
+struct BufferUse {
+  /// Why the initializer is taken for a buffer, naming the node that shows it.
+  std::string why;
+  /// True when the import could not succeed with it a parameter and nothing
+  /// else uses it (it reaches a Cos or Sin, which exist for constants only,
+  /// and meets no activation): no model that imported before changes, so no
+  /// warning is due. False for the Mul-only heuristic.
+  bool forced = false;
+};
+
+/// The float initializers of more than one element that `graph` uses as
+/// buffers, by name:
+///  - every initializer that a Cos or Sin computes from through constants
+///    only (inv_freq times positions, or a stored angle table);
+///  - every initializer of rank >= 2 whose values reach the activations only
+///    as a factor of a Mul, through reshaping, slicing, gathering, casting,
+///    concatenating and constant scaling (a precomputed rotary cos or sin
+///    table; a trained weight meets a MatMul, a Gemm, an Add, a
+///    normalization, or is a vector).
+std::map<std::string, BufferUse> findBufferInitializers(const onnx::GraphProto &graph);
+
+} // namespace pipemesh::onnximport
+
+#endif // PIPEMESH_LIB_IMPORT_BUFFERINITIALIZERS_H
