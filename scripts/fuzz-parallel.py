@@ -138,6 +138,12 @@ def options_text(o):
     return " ".join(f"{k}={v}" for k, v in o.items())
 
 
+def llama_rotary(shape):
+    """How a drawn Llama shape's export stores its rotary tables."""
+    layers, embd = shape[:2]
+    return ["computed", "cached", "inv-freq"][(layers + embd // 32) % 3]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", default=os.path.join(REPO, "build"))
@@ -176,10 +182,13 @@ def main():
             llama = len(shape) > 2
             path = os.path.join(work, f"{'llama' if llama else 'gpt'}{layers}x{embd}.onnx")
             script = "export_torch_llama.py" if llama else "gen_gpt2.py"
+            # Llama exports store their rotary tables in all three ways the importer
+            # must not train (picked by shape, so that seeds keep drawing what they drew).
+            rotary = ["--rotary", llama_rotary(shape)] if llama else []
             subprocess.run(["/usr/bin/python3", os.path.join(REPO, "models", script),
                             "--layers", str(layers), "--embd", str(embd), "--heads", "2",
-                            "--vocab", "256", "--ctx", "16", "--seed", str(layers), "-o", path],
-                           check=True, capture_output=True)
+                            "--vocab", "256", "--ctx", "16", "--seed", str(layers), "-o", path]
+                           + rotary, check=True, capture_output=True)
             models[shape] = path
         return models[shape]
 
@@ -222,7 +231,7 @@ def main():
             break
         shape, o, bf16 = draw(rng)
         name = shape if isinstance(shape, str) else "layers=%d embd=%d" % shape[:2] + (
-            " llama" if len(shape) > 2 else "")
+            f" llama (rotary {llama_rotary(shape)})" if len(shape) > 2 else "")
         label = f"{i}: {name} {options_text(o)}"
         plan, ccmd, r = compile_plan(f"s{i}", shape, o)
         text = r.stdout + r.stderr

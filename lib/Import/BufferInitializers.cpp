@@ -72,10 +72,13 @@ std::set<std::string> constantTensors(const onnx::GraphProto &g) {
 bool isTrainableCandidate(const onnx::TensorProto &t) {
   if (!isFloatType((DType)t.data_type()))
     return false;
-  int64_t numel = 1;
-  for (int64_t d : t.dims())
-    numel *= d < 0 ? 0 : d;
-  return numel > 1;
+  // More than one element, without multiplying dims a malformed file makes huge.
+  bool empty = false, anyAboveOne = false;
+  for (int64_t d : t.dims()) {
+    empty |= d <= 0;
+    anyAboveOne |= d > 1;
+  }
+  return !empty && anyAboveOne;
 }
 
 /// Ops through which a table stays a table (on the input index given, -1: any).
