@@ -69,7 +69,10 @@ class GPT2Attention(nn.Module):
         causal_mask = self.bias[:, :, key_length - query_length: key_length, :key_length]
         mask_value = torch.finfo(attn_weights.dtype).min
         mask_value = torch.full([], mask_value, dtype=attn_weights.dtype).to(attn_weights.device)
-        attn_weights = torch.where(causal_mask, attn_weights.to(attn_weights.dtype), mask_value)
+        if causal_mask.dtype == torch.bool:
+            attn_weights = torch.where(causal_mask, attn_weights.to(attn_weights.dtype), mask_value)
+        else:  # minGPT's float 0/1 mask (--float-causal-mask)
+            attn_weights = attn_weights.masked_fill(causal_mask == 0, mask_value)
         if attention_mask is not None:
             attn_weights = attn_weights + attention_mask
         attn_weights = nn.functional.softmax(attn_weights, dim=-1)
@@ -188,6 +191,10 @@ def main(argv=None):
                     help='dynamic_axes: dims 0/1 of inputs and logits named "batch"/"seq"')
     ap.add_argument("--no-fold", action="store_true", help="do_constant_folding=False")
     ap.add_argument("--attention-mask", action="store_true", help="add HF attention_mask input")
+    ap.add_argument("--float-causal-mask", action="store_true",
+                    help="the causal `bias` buffer a float 0/1 tensor applied as "
+                         "masked_fill(bias == 0, min), as minGPT writes it (a float "
+                         "initializer that is not a parameter, with --no-fold)")
     ap.add_argument("--labels", action="store_true",
                     help="add labels input and `loss` output (shifted causal-LM cross-entropy)")
     ap.add_argument("--save-reference", metavar="NPZ",
@@ -203,6 +210,9 @@ def main(argv=None):
 
     torch.manual_seed(args.seed)
     model = build_torch_model(cfg, args.seed)
+    if args.float_causal_mask:
+        for block in model.transformer.h:  # persistent, as minGPT registers it
+            block.attn.register_buffer("bias", block.attn.bias.float(), persistent=True)
     batch = gen_gpt2.reference_batch(cfg, args.seed)
     names = ["input_ids"] + (["attention_mask"] if args.attention_mask else []) \
         + (["labels"] if args.labels else [])

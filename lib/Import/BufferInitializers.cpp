@@ -1,11 +1,13 @@
 //===- BufferInitializers.cpp - initializers that are buffers, not weights ===//
 //
-// Two uses mark a buffer. A Cos or Sin has no pmesh op: the importer folds it,
-// so its input must be computable from constants, and every initializer it is
-// computed from is a buffer (this only turns a failing import into a working
-// one). A rotary table that an exporter folded ahead of the Cos and Sin is
+// Three uses mark a buffer. A Cos or Sin has no pmesh op: the importer folds
+// it, so its input must be computable from constants, and every initializer it
+// is computed from is a buffer (this only turns a failing import into a working
+// one). What no gradient can reach (a float mask compared with 0) is not
+// trained by PyTorch either: AdamW skips a parameter without a gradient, while
+// ours would decay it. A rotary table that an exporter folded ahead of the Cos and Sin is
 // only ever multiplied into q and k; a trained weight of rank 2 or more always
-// meets a MatMul, a Gemm, an Add or a normalization. That second rule is a
+// meets a MatMul, a Gemm, an Add or a normalization. That last rule is a
 // heuristic, so the importer says when it applies it.
 //
 //===----------------------------------------------------------------------===//
@@ -92,6 +94,39 @@ int passThroughInput(const std::string &op) {
   return it == ops.end() ? -2 : it->second;
 }
 
+/// Whether a gradient can flow from the output of `node` into its input
+/// `input`: not into what only shapes, selects, indexes or is compared.
+bool carriesGradient(const onnx::NodeProto &node, int input) {
+  if (!isDefaultDomain(node))
+    return true; // unknown: assume it does
+  static const std::set<std::string> none = {
+      "Shape", "Size",   "Equal",     "Less",   "Greater", "LessOrEqual", "GreaterOrEqual",
+      "Not",   "And",    "Or",        "Xor",    "ArgMax",  "ArgMin",      "Range",
+      "ConstantOfShape", "NonZero",   "IsNaN",  "IsInf",   "Sign",        "Floor",
+      "Ceil",  "Round"};
+  const std::string &op = node.op_type();
+  if (none.count(op))
+    return false;
+  if (op == "Cast") {
+    for (const onnx::AttributeProto &a : node.attribute())
+      if (a.name() == "to")
+        return isFloatType((DType)a.i());
+    return true;
+  }
+  // Ops whose later inputs are indices, shapes, axes, ratios or labels.
+  static const std::map<std::string, int> dataInputs = {
+      {"Where", -1},  {"Gather", 1},  {"Slice", 1},   {"Reshape", 1},
+      {"Expand", 1},  {"Unsqueeze", 1}, {"Squeeze", 1}, {"Tile", 1},
+      {"Split", 1},   {"Trilu", 1},   {"Dropout", 1}, {"SoftmaxCrossEntropyLoss", 1},
+      {"NegativeLogLikelihoodLoss", 1}, {"ReduceMean", 1}, {"ReduceSum", 1}};
+  auto it = dataInputs.find(op);
+  if (it == dataInputs.end())
+    return true;
+  if (it->second == -1) // Where: the condition carries none
+    return input != 0;
+  return input < it->second;
+}
+
 } // namespace
 
 std::map<std::string, BufferUse> findBufferInitializers(const onnx::GraphProto &g) {
@@ -148,10 +183,41 @@ std::map<std::string, BufferUse> findBufferInitializers(const onnx::GraphProto &
     }
   }
 
-  // Rule 2: a table of rank >= 2 that only ever multiplies activations.
   std::set<std::string> graphOutputs;
   for (const onnx::ValueInfoProto &out : g.output())
     graphOutputs.insert(out.name());
+
+  // Rule 2: what no gradient can reach (a float causal mask compared with 0):
+  // PyTorch leaves such a tensor alone, even under weight decay.
+  for (const auto &[name, init] : candidates) {
+    if (buffers.count(name))
+      continue;
+    std::vector<std::string> work = {name};
+    std::set<std::string> seen;
+    bool reachesOutput = false;
+    int firstUse = -1;
+    while (!reachesOutput && !work.empty()) {
+      std::string t = work.back();
+      work.pop_back();
+      if (!seen.insert(t).second)
+        continue;
+      reachesOutput = graphOutputs.count(t) > 0;
+      for (auto [k, input] : consumers[t]) {
+        if (firstUse < 0)
+          firstUse = k;
+        if (carriesGradient(g.node(k), input))
+          for (const std::string &out : g.node(k).output())
+            if (!out.empty())
+              work.push_back(out);
+      }
+    }
+    if (!reachesOutput && firstUse >= 0)
+      buffers.emplace(name, BufferUse{"no gradient reaches it (it is first read by node " +
+                                          nodeName(g, firstUse) + ")",
+                                      /*forced=*/true});
+  }
+
+  // Rule 3: a table of rank >= 2 that only ever multiplies activations.
   for (const auto &[name, init] : candidates) {
     if (buffers.count(name) || init->dims_size() < 2)
       continue;

@@ -22,10 +22,9 @@ namespace pipemesh::onnximport {
 struct BufferUse {
   /// Why the initializer is taken for a buffer, naming the node that shows it.
   std::string why;
-  /// True when the import could not succeed with it a parameter and nothing
-  /// else uses it (it reaches a Cos or Sin, which exist for constants only,
-  /// and meets no activation): no model that imported before changes, so no
-  /// warning is due. False for the Mul-only heuristic.
+  /// True when training it is impossible: it reaches a Cos or Sin (which
+  /// exist for constants only) and meets no activation, or no gradient reaches
+  /// it. No warning is due then. False for the Mul-only heuristic.
   bool forced = false;
 };
 
@@ -33,6 +32,8 @@ struct BufferUse {
 /// buffers, by name:
 ///  - every initializer that a Cos or Sin computes from through constants
 ///    only (inv_freq times positions, or a stored angle table);
+///  - every initializer from which no gradient can reach a graph output (it is
+///    only compared, used as a condition, an index or a shape);
 ///  - every initializer of rank >= 2 whose values reach the activations only
 ///    as a factor of a Mul, through reshaping, slicing, gathering, casting,
 ///    concatenating and constant scaling (a precomputed rotary cos or sin

@@ -9,8 +9,9 @@ clipping and learning-rate schedule. Every step's loss must agree within --rtol 
 relative). Cases cover several micro-batches, a model with its own loss, a torch.onnx
 export (tied head restored from a transposed copy, Identity-deduplicated initializers),
 a Llama-style export (RMSNorm, rotary positions, SwiGLU, and with grouped-query
-attention: models/export_torch_llama.py, also with its rotary tables stored as
-initializers, which the importer must not train)
+attention: models/export_torch_llama.py), exports that store buffers as initializers
+(rotary tables, a float causal mask: the importer must not train them, and every case
+checks that the plan trains as many parameters as PyTorch does)
 and a checkpoint/resume split of the run.
 
     check_training.py --opt build/bin/pipemesh-opt --run build/bin/pipemesh-run \\
@@ -40,14 +41,14 @@ HYPER = dict(lr=3e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, grad_cl
              warmup=2, min_lr=3e-4, schedule="cosine")
 
 # name, fixture, heads, batch, seq, microbatches, steps, resume_at
-# ("@llama": models/export_torch_llama.py's default model, exported into the work folder;
-# "@llama-gqa": the same with 2 k/v heads for 4 query heads; LLAMA_EXPORT_FLAGS)
+# (a fixture "@NAME" is exported into the work folder as EXPORTS says)
 CASES = [
     ("generated", "gpt2_tiny_op17.onnx", 4, 2, 16, 1, 10, None),
     ("generated-m4", "gpt2_tiny_op17.onnx", 4, 2, 16, 4, 10, None),
     ("generated-own-loss", "gpt2_tiny_op17_loss.onnx", 4, 2, 16, 2, 10, None),
     ("torch-export-tied", "torch_gpt2_tiny_op17_dyn_fold.onnx", 4, 2, 16, 2, 10, None),
     ("torch-export-op14", "torch_gpt2_tiny_op14_dyn_nofold.onnx", 4, 3, 12, 1, 10, None),
+    ("torch-export-float-mask", "@gpt2-float-mask", 4, 2, 16, 2, 10, None),
     ("resume", "gpt2_tiny_op17.onnx", 4, 2, 16, 2, 10, 4),
     ("llama", "@llama", 4, 2, 16, 2, 10, None),
     ("llama-resume", "@llama", 4, 3, 16, 1, 10, 5),
@@ -55,13 +56,16 @@ CASES = [
     ("llama-rotary-cached", "@llama-cached", 4, 2, 16, 2, 10, None),
     ("llama-rotary-inv-freq", "@llama-inv-freq", 4, 2, 16, 1, 10, None),
 ]
-# Exports of the same model whose rotary tables are buffers stored as initializers (the
-# importer must take them for constants on its own; the reference computes them).
-LLAMA_EXPORT_FLAGS = {
-    "@llama": [],
-    "@llama-gqa": ["--kv-heads", "2"],
-    "@llama-cached": ["--rotary", "cached", "--max-positions", "32"],
-    "@llama-inv-freq": ["--rotary", "inv-freq"],
+# Exported models: the exporter and its flags (the Llama ones also get --heads and --ctx).
+# The float mask, the cached tables and inv_freq are buffers stored as initializers: the
+# importer must take them for constants on its own (the references compute them).
+EXPORTS = {
+    "@gpt2-float-mask": (export_torch_gpt2, ["--preset", "tiny", "--dynamic", "--no-fold",
+                                             "--float-causal-mask"]),
+    "@llama": (export_torch_llama, []),
+    "@llama-gqa": (export_torch_llama, ["--kv-heads", "2"]),
+    "@llama-cached": (export_torch_llama, ["--rotary", "cached", "--max-positions", "32"]),
+    "@llama-inv-freq": (export_torch_llama, ["--rotary", "inv-freq"]),
 }
 
 
@@ -238,11 +242,13 @@ def main():
         if args.only and args.only not in name:
             continue
         path = os.path.join(args.fixtures, fixture)
-        if fixture.startswith("@llama"):
+        if fixture.startswith("@"):
             path = os.path.join(work, fixture[1:] + ".onnx")
             if not os.path.exists(path):
-                export_torch_llama.main(["--heads", str(heads), "--ctx", str(seq), "-o", path]
-                                        + LLAMA_EXPORT_FLAGS[fixture])
+                exporter, flags = EXPORTS[fixture]
+                if exporter is export_torch_llama:
+                    flags = ["--heads", str(heads), "--ctx", str(seq)] + flags
+                exporter.main(flags + ["-o", path])
         ours, our_params = pipemesh_losses(args, work, name, path, batch, seq, micro, steps,
                                            resume_at, shard)
         ref, ref_params = torch_losses(path, heads, tokens, batch, seq, micro, steps)
