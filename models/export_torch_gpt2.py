@@ -191,6 +191,9 @@ def main(argv=None):
                     help='dynamic_axes: dims 0/1 of inputs and logits named "batch"/"seq"')
     ap.add_argument("--no-fold", action="store_true", help="do_constant_folding=False")
     ap.add_argument("--attention-mask", action="store_true", help="add HF attention_mask input")
+    ap.add_argument("--modules-as-functions", action="store_true",
+                    help="export_modules_as_functions: each GPT2Block and GPT2MLP a "
+                         "model-local ONNX function (IR 8), called once per layer")
     ap.add_argument("--float-causal-mask", action="store_true",
                     help="the causal `bias` buffer a float 0/1 tensor applied as "
                          "masked_fill(bias == 0, min), as minGPT writes it (a float "
@@ -228,7 +231,9 @@ def main(argv=None):
     with torch.no_grad():
         torch.onnx.export(model, (example[0], kwargs), args.output, opset_version=args.opset,
                           input_names=names, output_names=output_names,
-                          dynamic_axes=dynamic_axes, do_constant_folding=not args.no_fold)
+                          dynamic_axes=dynamic_axes, do_constant_folding=not args.no_fold,
+                          export_modules_as_functions=({GPT2Block, GPT2MLP}
+                                                       if args.modules_as_functions else False))
         outs = model(example[0], **kwargs)
     print(f"{args.output}: {cfg} opset={args.opset} dynamic={args.dynamic} "
           f"fold={not args.no_fold} inputs={names}", file=sys.stderr)

@@ -12,6 +12,7 @@
 
 #include "BufferInitializers.h"
 #include "ConstTensor.h"
+#include "LocalFunctions.h"
 #include "ONNXModelLoader.h"
 #include "pipemesh/Dialect/PMesh/PMesh.h"
 #include "pipemesh/Dialect/PMesh/ShapeFunctions.h"
@@ -2259,7 +2260,7 @@ OwningOpRef<ModuleOp> pipemesh::importONNXBuffer(StringRef bytes, bool isText,
   context->loadDialect<pm::PMeshDialect, func::FuncDialect>();
   onnx::ModelProto model;
   std::string why;
-  if (!parseModel(bytes, isText, model, why)) {
+  if (!parseModel(bytes, isText, model, why) || !inlineLocalFunctions(model, why)) {
     emitError(FileLineColLoc::get(context, sourceName, 0, 0)) << why;
     return nullptr;
   }

@@ -11,7 +11,8 @@ export (tied head restored from a transposed copy, Identity-deduplicated initial
 a Llama-style export (RMSNorm, rotary positions, SwiGLU, and with grouped-query
 attention: models/export_torch_llama.py), exports that store buffers as initializers
 (rotary tables, a float causal mask: the importer must not train them, and every case
-checks that the plan trains as many parameters as PyTorch does)
+checks that the plan trains as many parameters as PyTorch does), one whose blocks are
+model-local ONNX functions
 and a checkpoint/resume split of the run.
 
     check_training.py --opt build/bin/pipemesh-opt --run build/bin/pipemesh-run \\
@@ -49,6 +50,7 @@ CASES = [
     ("torch-export-tied", "torch_gpt2_tiny_op17_dyn_fold.onnx", 4, 2, 16, 2, 10, None),
     ("torch-export-op14", "torch_gpt2_tiny_op14_dyn_nofold.onnx", 4, 3, 12, 1, 10, None),
     ("torch-export-float-mask", "@gpt2-float-mask", 4, 2, 16, 2, 10, None),
+    ("torch-export-functions", "@gpt2-functions", 4, 2, 16, 2, 10, None),
     ("resume", "gpt2_tiny_op17.onnx", 4, 2, 16, 2, 10, 4),
     ("llama", "@llama", 4, 2, 16, 2, 10, None),
     ("llama-resume", "@llama", 4, 3, 16, 1, 10, 5),
@@ -62,6 +64,8 @@ CASES = [
 EXPORTS = {
     "@gpt2-float-mask": (export_torch_gpt2, ["--preset", "tiny", "--dynamic", "--no-fold",
                                              "--float-causal-mask"]),
+    "@gpt2-functions": (export_torch_gpt2, ["--preset", "tiny", "--dynamic",
+                                            "--modules-as-functions"]),
     "@llama": (export_torch_llama, []),
     "@llama-gqa": (export_torch_llama, ["--kv-heads", "2"]),
     "@llama-cached": (export_torch_llama, ["--rotary", "cached", "--max-positions", "32"]),
