@@ -23,6 +23,17 @@ mkdir -p build-fuzz/corpus build-fuzz/crashes
 cp -n models/fixtures/*shapes_only*.onnx build-fuzz/corpus/ 2>/dev/null || true
 find test/Import \( -name '*.onnxtxt' -o -name '*.onnx' \) -size -64k \
   -exec cp -n {} build-fuzz/corpus/ \; 2>/dev/null || true
+# ... and the ONNX text models written inline in the lit tests (split-file sections).
+/usr/bin/python3 - <<'EOF'
+import glob, os, re
+for test in glob.glob("test/Import/*.test"):
+    parts = re.split(r"^#--- (\S+)\n", open(test).read(), flags=re.M)
+    for name, body in zip(parts[1::2], parts[2::2]):
+        seed = f"build-fuzz/corpus/{os.path.basename(test)[:-len('.test')]}-{name}"
+        if name.endswith(".onnxtxt") and not os.path.exists(seed):
+            with open(seed, "w") as f:
+                f.write(body)
+EOF
 # Leak checking off: the fuzz target keeps one MLIRContext for all inputs.
 ASAN_OPTIONS=detect_leaks=0 build-fuzz/bin/pipemesh-fuzz-import build-fuzz/corpus \
   -max_total_time="$SECONDS_TO_RUN" -max_len=300000 -rss_limit_mb=4096 -timeout=20 \

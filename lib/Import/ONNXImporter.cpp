@@ -1905,9 +1905,10 @@ LogicalResult Importer::importInitializers() {
       return failure();
     }
     auto buffer = buffers.find(t.name());
+    bool constant = namedConstant;
     if (isParam && !namedConstant && !namedTrainable && buffer != buffers.end()) {
-      // Only the heuristic changes what a model trains; the other rule turns
-      // an import that would fail (Cos of a parameter) into one that works.
+      // Silent only where it could not have been trained anyway (no gradient
+      // reaches it, or a Cos of it would fail the import).
       if (!buffer->second.forced)
         emitWarning(fileLoc) << "initializer '" << t.name() << "' of shape "
                              << shapes::str(e.shape)
@@ -1915,9 +1916,9 @@ LogicalResult Importer::importInitializers() {
                                 "parameter: "
                              << buffer->second.why << "; --trainable-initializers='"
                              << t.name() << "' trains it";
-      namedConstant = true;
+      constant = true;
     }
-    isParam &= !namedConstant;
+    isParam &= !constant;
     if (isParam) {
       e.kind = Entry::Param;
       e.paramName = t.name();
