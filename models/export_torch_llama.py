@@ -52,13 +52,15 @@ class Block(nn.Module):
     def set_rotary(self, mode, ctx):
         """How the export stores the rotary tables. "computed": from positions in
         forward, constants the importer folds. "inv-freq": inv_freq a buffer (an
-        initializer) that forward turns into angles (HF transformers >= 4.38).
-        "cached": cos and sin tables buffers of `ctx` rows sliced to the sequence
-        (older HF). The last two make initializers that are not parameters."""
+        initializer) that forward multiplies by the positions. "hf": HF transformers'
+        LlamaRotaryEmbedding (4.38 on): inv_freq, expanded over the batch, matmul the
+        position_ids, per-batch tables unsqueezed over the heads. "cached": cos and sin
+        tables buffers of `ctx` rows sliced to the sequence (older HF). "inv-freq",
+        "hf" and "cached" make initializers that are not parameters."""
         self.rotary_mode = mode
         d = self.head_dim
         inv = 1.0 / (self.theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
-        if mode == "inv-freq":
+        if mode in ("inv-freq", "hf"):
             self.register_buffer("inv_freq", inv)
         elif mode == "cached":
             cos, sin = self.angles(ctx, inv)
@@ -71,21 +73,26 @@ class Block(nn.Module):
         emb = torch.cat([freqs, freqs], dim=-1)
         return emb.cos(), emb.sin()
 
-    def rotary(self, seq, d):
+    def rotary(self, seq, d, position_ids):
         mode = getattr(self, "rotary_mode", "computed")
+        if mode == "hf":
+            inv = self.inv_freq[None, :, None].float().expand(position_ids.shape[0], -1, 1)
+            freqs = (inv @ position_ids[:, None, :].float()).transpose(1, 2)
+            emb = torch.cat((freqs, freqs), dim=-1)
+            return emb.cos().unsqueeze(1), emb.sin().unsqueeze(1)
         if mode == "cached":
             return self.cos_cached[:seq], self.sin_cached[:seq]
         if mode == "inv-freq":
             return self.angles(seq, self.inv_freq)
         return self.angles(seq, 1.0 / (self.theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d)))
 
-    def forward(self, x):
+    def forward(self, x, position_ids=None):
         B, T, C = x.shape
         d = self.head_dim
         h = self.attn_norm(x)
         q = (h @ self.wq).view(B, T, self.heads, d).transpose(1, 2)
         k, v = [(h @ w).view(B, T, self.kv_heads, d).transpose(1, 2) for w in (self.wk, self.wv)]
-        cos, sin = self.rotary(T, d)
+        cos, sin = self.rotary(T, d, position_ids)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         if self.kv_heads != self.heads:
@@ -115,10 +122,12 @@ class Llama(nn.Module):
         self.norm = RMSNorm(embd)
         self.head = nn.Parameter(torch.empty(embd, vocab))
 
-    def forward(self, ids):
+    def forward(self, ids, position_ids=None):
+        if position_ids is None:  # HF: cache_position.unsqueeze(0), from 0 without a cache
+            position_ids = torch.arange(ids.shape[1]).unsqueeze(0)
         x = self.embed[ids]
         for b in self.blocks:
-            x = b(x)
+            x = b(x, position_ids)
         return self.norm(x) @ self.head
 
 
@@ -145,9 +154,13 @@ def main(argv=None):
     ap.add_argument("--ctx", type=int, default=16, help="sequence length of the export")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--opset", type=int, default=17, help="14..17 (torch 1.13's range with Trilu)")
-    ap.add_argument("--rotary", choices=["computed", "inv-freq", "cached"], default="computed",
+    ap.add_argument("--rotary", choices=["computed", "inv-freq", "hf", "cached"],
+                    default="computed",
                     help="computed in forward (default), or from buffers stored as "
-                         "initializers: inv_freq, or cos/sin tables of --max-positions rows")
+                         "initializers: inv_freq times positions, HF's inv_freq @ "
+                         "position_ids, or cos/sin tables of --max-positions rows")
+    ap.add_argument("--position-ids-input", action="store_true",
+                    help="position_ids a graph input (as HF exports take it)")
     ap.add_argument("--max-positions", type=int,
                     help="rows of the --rotary cached tables (default: --ctx)")
     ap.add_argument("-o", "--output", required=True)
@@ -160,11 +173,14 @@ def main(argv=None):
     for b in model.blocks:
         b.set_rotary(args.rotary, args.max_positions or args.ctx)
     ids = torch.zeros(1, args.ctx, dtype=torch.int64)
+    inputs, names = (ids,), ["input_ids"]
+    if args.position_ids_input:
+        inputs, names = (ids, torch.arange(args.ctx).unsqueeze(0)), names + ["position_ids"]
     # Without constant folding: torch would fold the rotary tables into initializers,
     # indistinguishable from parameters in the file.
-    torch.onnx.export(model.eval(), (ids,), args.output, opset_version=args.opset,
-                      input_names=["input_ids"], output_names=["logits"],
-                      dynamic_axes={"input_ids": {0: "batch", 1: "seq"},
+    torch.onnx.export(model.eval(), inputs, args.output, opset_version=args.opset,
+                      input_names=names, output_names=["logits"],
+                      dynamic_axes={**{n: {0: "batch", 1: "seq"} for n in names},
                                     "logits": {0: "batch", 1: "seq"}},
                       do_constant_folding=False)
     n = sum(p.numel() for p in model.parameters())

@@ -44,8 +44,12 @@ std::set<std::string> constantTensors(const onnx::GraphProto &g) {
   std::set<std::string> constant;
   for (const onnx::TensorProto &t : g.initializer())
     constant.insert(t.name());
-  for (const onnx::ValueInfoProto &in : g.input())
-    constant.erase(in.name()); // an initializer listed as an input may be fed
+  for (const onnx::ValueInfoProto &in : g.input()) {
+    if (isConstantGraphInput(in.name()))
+      constant.insert(in.name());
+    else
+      constant.erase(in.name()); // an initializer listed as an input may be fed
+  }
   for (const onnx::NodeProto &node : g.node()) {
     bool isConstant = false;
     if (isDefaultDomain(node)) {
@@ -128,6 +132,8 @@ bool carriesGradient(const onnx::NodeProto &node, int input) {
 }
 
 } // namespace
+
+bool isConstantGraphInput(const std::string &name) { return name == "position_ids"; }
 
 std::map<std::string, BufferUse> findBufferInitializers(const onnx::GraphProto &g) {
   std::map<std::string, BufferUse> buffers;

@@ -19,6 +19,10 @@ class GraphProto;
 
 namespace pipemesh::onnximport {
 
+/// Graph inputs the importer replaces by constants: position_ids (every row
+/// 0..T-1, since a training window starts at position 0).
+bool isConstantGraphInput(const std::string &name);
+
 struct BufferUse {
   /// Why the initializer is taken for a buffer, naming the node that shows it.
   std::string why;

@@ -176,6 +176,46 @@ std::optional<ConstTensor> foldBinary(const ConstTensor &a, const ConstTensor &b
   return out;
 }
 
+std::optional<ConstTensor> foldMatMul(const ConstTensor &a, const ConstTensor &b,
+                                      std::string &why) {
+  if (!a.isFloat() || !b.isFloat() || a.shape.empty() || b.shape.empty()) {
+    why = "matmul operands must be floating-point tensors of rank >= 1";
+    return std::nullopt;
+  }
+  shapes::Shape sa = a.shape, sb = b.shape;
+  bool vecA = sa.size() == 1, vecB = sb.size() == 1;
+  if (vecA)
+    sa.insert(sa.begin(), 1);
+  if (vecB)
+    sb.push_back(1);
+  auto shape = shapes::matmul(sa, sb, false, false, why);
+  if (!shape)
+    return std::nullopt;
+  int64_t m = sa[sa.size() - 2], k = sa.back(), n = sb.back();
+  shapes::Shape batch(shape->begin(), shape->end() - 2);
+  shapes::Shape batchA(sa.begin(), sa.end() - 2), batchB(sb.begin(), sb.end() - 2);
+  auto stA = stridesOf(batchA), stB = stridesOf(batchB);
+  ConstTensor out = ConstTensor::zeros(a.dtype, *shape);
+  forEachIndex(batch, [&](int64_t bk, llvm::ArrayRef<int64_t> idx) {
+    int64_t offA = broadcastIndex(idx, batchA, stA) * m * k;
+    int64_t offB = broadcastIndex(idx, batchB, stB) * k * n;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0;
+        for (int64_t l = 0; l < k; ++l)
+          acc += a.f[offA + i * k + l] * b.f[offB + l * n + j];
+        out.set(bk * m * n + i * n + j, acc);
+      }
+  });
+  shapes::Shape result = *shape;
+  if (vecB)
+    result.pop_back();
+  if (vecA)
+    result.erase(result.end() - (vecB ? 1 : 2));
+  out.shape = result;
+  return out;
+}
+
 ConstTensor foldUnary(const ConstTensor &a, llvm::function_ref<double(double)> fn) {
   ConstTensor out = ConstTensor::zeros(a.dtype, a.shape);
   for (int64_t k = 0; k < a.numel(); ++k)

@@ -91,6 +91,10 @@ ConstTensor foldTranspose(const ConstTensor &a, llvm::ArrayRef<int64_t> perm);
 ConstTensor foldSlice(const ConstTensor &a, llvm::ArrayRef<int64_t> starts,
                       llvm::ArrayRef<int64_t> limits, llvm::ArrayRef<int64_t> strides);
 ConstTensor foldBroadcast(const ConstTensor &a, llvm::ArrayRef<int64_t> shape);
+/// ONNX MatMul (numpy's: vectors promoted, batch dims broadcast) of two float
+/// tensors, accumulated in double and rounded to `a`'s type.
+std::optional<ConstTensor> foldMatMul(const ConstTensor &a, const ConstTensor &b,
+                                      std::string &why);
 ConstTensor foldReduce(const ConstTensor &a, llvm::ArrayRef<int64_t> axes, bool keepdims,
                        bool mean);
 

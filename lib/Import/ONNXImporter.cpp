@@ -1260,6 +1260,23 @@ FailureOr<Value> emitMatMul(Importer &imp, NodeCtx &n, Value a, Value bm, Value 
 }
 
 LogicalResult importMatMul(Importer &imp, NodeCtx &n) {
+  // Of constants (HF's rotary angles, inv_freq @ position_ids): folded, so
+  // the Cos and Sin after it fold too.
+  const ConstTensor *ca = imp.maybeConst(n, 0), *cb = imp.maybeConst(n, 1);
+  if (ca && cb && ca->isFloat() && cb->isFloat()) {
+    auto work = shapes::checkedNumElements(ca->shape);
+    auto columns = cb->shape.empty() ? std::nullopt : std::optional<int64_t>(cb->shape.back());
+    if (work && columns && *columns > 0 && *work <= kFoldLimit / *columns) {
+      std::string why;
+      auto r = foldMatMul(*ca, *cb, why);
+      if (!r)
+        return n.fail(why);
+      if (foldable(r->shape)) {
+        imp.setConst(n, 0, std::move(*r));
+        return success();
+      }
+    }
+  }
   auto a = imp.valueIn(n, 0), bm = imp.valueIn(n, 1);
   if (failed(a) || failed(bm))
     return failure();
@@ -1996,6 +2013,26 @@ FailureOr<SmallVector<Type>> Importer::importInputs(Block *&body) {
       emitError(loc) << "graph input '" << in.name() << "' of shape " << shapes::str(shape)
                      << " is too large";
       return failure();
+    }
+    if (isConstantGraphInput(in.name())) {
+      // A training window starts at position 0 (DESIGN.md section 2), so every
+      // row is 0..T-1, as HF computes it when it is not passed: a constant, and
+      // the rotary tables computed from it fold.
+      if (!isa<IntegerType>(*elt) || shape.empty() || !foldable(shape)) {
+        emitError(loc) << "graph input 'position_ids' must be an integer tensor whose last "
+                          "axis is the sequence, got "
+                       << dtypeName(dt) << " " << shapes::str(shape);
+        return failure();
+      }
+      Entry e;
+      e.kind = Entry::Const;
+      e.dtype = dt;
+      e.shape = shape;
+      e.c = std::make_shared<ConstTensor>(ConstTensor::zeros(dt, shape));
+      for (int64_t k = 0; k < e.c->numel(); ++k)
+        e.c->setInt(k, k % shape.back());
+      values[in.name()] = std::move(e);
+      continue;
     }
     types.push_back(tensorType(shape, *elt));
     names.push_back(in.name());

@@ -57,6 +57,8 @@ CASES = [
     ("llama-gqa", "@llama-gqa", 4, 2, 16, 2, 10, None),
     ("llama-rotary-cached", "@llama-cached", 4, 2, 16, 2, 10, None),
     ("llama-rotary-inv-freq", "@llama-inv-freq", 4, 2, 16, 1, 10, None),
+    ("llama-rotary-hf", "@llama-hf", 4, 2, 16, 2, 10, None),
+    ("llama-position-ids-input", "@llama-hf-position-ids", 4, 3, 16, 1, 10, None),
 ]
 # Exported models: the exporter and its flags (the Llama ones also get --heads and --ctx).
 # The float mask, the cached tables and inv_freq are buffers stored as initializers: the
@@ -70,6 +72,8 @@ EXPORTS = {
     "@llama-gqa": (export_torch_llama, ["--kv-heads", "2"]),
     "@llama-cached": (export_torch_llama, ["--rotary", "cached", "--max-positions", "32"]),
     "@llama-inv-freq": (export_torch_llama, ["--rotary", "inv-freq"]),
+    "@llama-hf": (export_torch_llama, ["--rotary", "hf"]),
+    "@llama-hf-position-ids": (export_torch_llama, ["--rotary", "hf", "--position-ids-input"]),
 }
 
 
