@@ -141,7 +141,7 @@ def options_text(o):
 def llama_rotary(shape):
     """How a drawn Llama shape's export stores its rotary tables."""
     layers, embd = shape[:2]
-    return ["computed", "cached", "inv-freq"][(layers + embd // 32) % 3]
+    return ["computed", "cached", "inv-freq", "hf"][(layers + embd // 32) % 4]
 
 
 def main():
@@ -182,7 +182,7 @@ def main():
             llama = len(shape) > 2
             path = os.path.join(work, f"{'llama' if llama else 'gpt'}{layers}x{embd}.onnx")
             script = "export_torch_llama.py" if llama else "gen_gpt2.py"
-            # Llama exports store their rotary tables in all three ways the importer
+            # Llama exports store their rotary tables in all the ways the importer
             # must not train (picked by shape, so that seeds keep drawing what they drew).
             rotary = ["--rotary", llama_rotary(shape)] if llama else []
             subprocess.run(["/usr/bin/python3", os.path.join(REPO, "models", script),
