@@ -46,6 +46,7 @@ class NewGELUActivation(nn.Module):
 
 
 class GPT2Attention(nn.Module):
+    additive_mask = False
     def __init__(self, cfg):
         super().__init__()
         T = cfg.n_ctx
@@ -71,6 +72,8 @@ class GPT2Attention(nn.Module):
         mask_value = torch.full([], mask_value, dtype=attn_weights.dtype).to(attn_weights.device)
         if causal_mask.dtype == torch.bool:
             attn_weights = torch.where(causal_mask, attn_weights.to(attn_weights.dtype), mask_value)
+        elif self.additive_mask:  # --additive-causal-mask: 0 where attended, -inf elsewhere
+            attn_weights = attn_weights + causal_mask
         else:  # minGPT's float 0/1 mask (--float-causal-mask)
             attn_weights = attn_weights.masked_fill(causal_mask == 0, mask_value)
         if attention_mask is not None:
@@ -194,6 +197,10 @@ def main(argv=None):
     ap.add_argument("--modules-as-functions", action="store_true",
                     help="export_modules_as_functions: each GPT2Block and GPT2MLP a "
                          "model-local ONNX function (IR 8), called once per layer")
+    ap.add_argument("--additive-causal-mask", action="store_true",
+                    help="the causal `bias` buffer a persistent float tensor of 0 and -inf "
+                         "added to the scores (a float initializer that is not a "
+                         "parameter, with --no-fold)")
     ap.add_argument("--float-causal-mask", action="store_true",
                     help="the causal `bias` buffer a float 0/1 tensor applied as "
                          "masked_fill(bias == 0, min), as minGPT writes it (a float "
@@ -216,6 +223,12 @@ def main(argv=None):
     if args.float_causal_mask:
         for block in model.transformer.h:  # persistent, as minGPT registers it
             block.attn.register_buffer("bias", block.attn.bias.float(), persistent=True)
+    if args.additive_causal_mask:
+        for block in model.transformer.h:
+            keep = block.attn.bias
+            block.attn.register_buffer("bias", torch.zeros(keep.shape).masked_fill(
+                ~keep, float("-inf")), persistent=True)
+            block.attn.additive_mask = True
     batch = gen_gpt2.reference_batch(cfg, args.seed)
     names = ["input_ids"] + (["attention_mask"] if args.attention_mask else []) \
         + (["labels"] if args.labels else [])

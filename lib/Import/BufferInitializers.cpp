@@ -3,7 +3,8 @@
 // Three uses mark a buffer. A Cos or Sin has no pmesh op: the importer folds
 // it, so its input must be computable from constants, and every initializer it
 // is computed from is a buffer (this only turns a failing import into a working
-// one). What no gradient can reach (a float mask compared with 0) is not
+// one). A table only added to activations whose values are a mask's is no
+// weight either (it would start at -inf). What no gradient can reach (a float mask compared with 0) is not
 // trained by PyTorch either: AdamW skips a parameter without a gradient, while
 // ours would decay it. A rotary table that an exporter folded ahead of the Cos and Sin is
 // only ever multiplied into q and k; a trained weight of rank 2 or more always
@@ -18,6 +19,7 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <functional>
 #include <map>
 #include <set>
 #include <vector>
@@ -135,7 +137,9 @@ bool carriesGradient(const onnx::NodeProto &node, int input) {
 
 bool isConstantGraphInput(const std::string &name) { return name == "position_ids"; }
 
-std::map<std::string, BufferUse> findBufferInitializers(const onnx::GraphProto &g) {
+std::map<std::string, BufferUse>
+findBufferInitializers(const onnx::GraphProto &g,
+                       const std::function<bool(const onnx::TensorProto &)> &holdsMask) {
   std::map<std::string, BufferUse> buffers;
   std::set<std::string> constant = constantTensors(g);
   std::map<std::string, const onnx::TensorProto *> candidates;
@@ -223,13 +227,14 @@ std::map<std::string, BufferUse> findBufferInitializers(const onnx::GraphProto &
                                       /*forced=*/true});
   }
 
-  // Rule 3: a table of rank >= 2 that only ever multiplies activations.
+  // Rule 3: a table of rank >= 2 that only ever multiplies activations, or
+  // is only added to them and holds a mask's values.
   for (const auto &[name, init] : candidates) {
     if (buffers.count(name) || init->dims_size() < 2)
       continue;
     std::vector<std::string> work = {name};
     std::set<std::string> seen;
-    int firstMul = -1;
+    int firstMul = -1, firstAdd = -1;
     bool table = true;
     while (table && !work.empty()) {
       std::string t = work.back();
@@ -259,17 +264,29 @@ std::map<std::string, BufferUse> findBufferInitializers(const onnx::GraphProto &
         } else if (isDefaultDomain(node) && op == "Mul") {
           if (firstMul < 0)
             firstMul = k;
+        } else if (isDefaultDomain(node) && op == "Add") {
+          if (firstAdd < 0)
+            firstAdd = k;
         } else {
           table = false;
           break;
         }
       }
     }
-    if (table && firstMul >= 0)
+    if (table && firstMul >= 0 && firstAdd < 0)
       buffers.emplace(name, BufferUse{"it only ever multiplies activations (first at node " +
                                           nodeName(g, firstMul) +
                                           "), as a rotary cos or sin table does",
                                       /*forced=*/false});
+    // A learned additive table is legitimate; one whose values are 0 or
+    // "minus infinity" is a mask, and a parameter starting at -inf or
+    // finfo.min could not be trained (AdamW's decay turns it into NaN).
+    if (table && firstAdd >= 0 && holdsMask(*init))
+      buffers.emplace(name, BufferUse{"it is only added to activations (first at node " +
+                                          nodeName(g, firstAdd) +
+                                          ") and holds a mask's values (0 and -inf or "
+                                          "below -1e4)",
+                                      /*forced=*/true});
   }
   return buffers;
 }

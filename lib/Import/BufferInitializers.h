@@ -10,11 +10,13 @@
 #ifndef PIPEMESH_LIB_IMPORT_BUFFERINITIALIZERS_H
 #define PIPEMESH_LIB_IMPORT_BUFFERINITIALIZERS_H
 
+#include <functional>
 #include <map>
 #include <string>
 
 namespace onnx {
 class GraphProto;
+class TensorProto;
 } // namespace onnx
 
 namespace pipemesh::onnximport {
@@ -42,8 +44,13 @@ struct BufferUse {
 ///    as a factor of a Mul, through reshaping, slicing, gathering, casting,
 ///    concatenating and constant scaling (a precomputed rotary cos or sin
 ///    table; a trained weight meets a MatMul, a Gemm, an Add, a
-///    normalization, or is a vector).
-std::map<std::string, BufferUse> findBufferInitializers(const onnx::GraphProto &graph);
+///    normalization, or is a vector);
+///  - every initializer of rank >= 2 whose values reach the activations only
+///    that way or as a term of an Add, and that `holdsMask` says holds an
+///    additive mask's values (0 and -inf): read only for such tables.
+std::map<std::string, BufferUse>
+findBufferInitializers(const onnx::GraphProto &graph,
+                       const std::function<bool(const onnx::TensorProto &)> &holdsMask);
 
 } // namespace pipemesh::onnximport
 

@@ -1878,7 +1878,25 @@ LogicalResult Importer::importInitializers() {
   if (!nameRegex("--constant-initializers", opts.constantInitializers, constantNames) ||
       !nameRegex("--trainable-initializers", opts.trainableInitializers, trainableNames))
     return failure();
-  std::map<std::string, BufferUse> buffers = findBufferInitializers(model.graph());
+  // An additive mask: every value 0 or "minus infinity" (-inf, finfo.min, the
+  // -1e4 of older exports), some of them the latter. Only small tables are read.
+  auto holdsMask = [&](const onnx::TensorProto &t) {
+    std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
+    if (!foldable(dims))
+      return false;
+    ConstTensor c;
+    std::string why;
+    if (!readTensor(t, baseDir, c, why) || !c.isFloat())
+      return false;
+    bool masked = false;
+    for (double v : c.f) {
+      if (v != 0 && !(v <= -1e4))
+        return false;
+      masked |= v != 0;
+    }
+    return masked;
+  };
+  std::map<std::string, BufferUse> buffers = findBufferInitializers(model.graph(), holdsMask);
   const onnx::GraphProto &g = model.graph();
   for (const onnx::TensorProto &t : g.initializer()) {
     Entry e;

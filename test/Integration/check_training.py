@@ -50,6 +50,7 @@ CASES = [
     ("torch-export-tied", "torch_gpt2_tiny_op17_dyn_fold.onnx", 4, 2, 16, 2, 10, None),
     ("torch-export-op14", "torch_gpt2_tiny_op14_dyn_nofold.onnx", 4, 3, 12, 1, 10, None),
     ("torch-export-float-mask", "@gpt2-float-mask", 4, 2, 16, 2, 10, None),
+    ("torch-export-additive-mask", "@gpt2-additive-mask", 4, 2, 16, 1, 10, None),
     ("torch-export-functions", "@gpt2-functions", 4, 2, 16, 2, 10, None),
     ("resume", "gpt2_tiny_op17.onnx", 4, 2, 16, 2, 10, 4),
     ("llama", "@llama", 4, 2, 16, 2, 10, None),
@@ -61,11 +62,13 @@ CASES = [
     ("llama-position-ids-input", "@llama-hf-position-ids", 4, 3, 16, 1, 10, None),
 ]
 # Exported models: the exporter and its flags (the Llama ones also get --heads and --ctx).
-# The float mask, the cached tables and inv_freq are buffers stored as initializers: the
+# The masks, the cached tables and inv_freq are buffers stored as initializers: the
 # importer must take them for constants on its own (the references compute them).
 EXPORTS = {
     "@gpt2-float-mask": (export_torch_gpt2, ["--preset", "tiny", "--dynamic", "--no-fold",
                                              "--float-causal-mask"]),
+    "@gpt2-additive-mask": (export_torch_gpt2, ["--preset", "tiny", "--dynamic", "--no-fold",
+                                                "--additive-causal-mask"]),
     "@gpt2-functions": (export_torch_gpt2, ["--preset", "tiny", "--dynamic",
                                             "--modules-as-functions"]),
     "@llama": (export_torch_llama, []),
