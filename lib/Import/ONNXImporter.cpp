@@ -1263,18 +1263,23 @@ LogicalResult importMatMul(Importer &imp, NodeCtx &n) {
   // Of constants (HF's rotary angles, inv_freq @ position_ids): folded, so
   // the Cos and Sin after it fold too.
   const ConstTensor *ca = imp.maybeConst(n, 0), *cb = imp.maybeConst(n, 1);
-  if (ca && cb && ca->isFloat() && cb->isFloat()) {
-    auto work = shapes::checkedNumElements(ca->shape);
-    auto columns = cb->shape.empty() ? std::nullopt : std::optional<int64_t>(cb->shape.back());
-    if (work && columns && *columns > 0 && *work <= kFoldLimit / *columns) {
-      std::string why;
+  if (ca && cb && ca->isFloat() && cb->isFloat() && !ca->shape.empty() && !cb->shape.empty()) {
+    // Bounded like every fold: result elements times the contracted length.
+    std::string why;
+    shapes::Shape sa = ca->shape, sb = cb->shape;
+    if (sa.size() == 1)
+      sa.insert(sa.begin(), 1);
+    if (sb.size() == 1)
+      sb.push_back(1);
+    auto shape = shapes::matmul(sa, sb, false, false, why);
+    auto outputs = shape ? shapes::checkedNumElements(*shape) : std::nullopt;
+    int64_t depth = std::max<int64_t>(sa.back(), 1);
+    if (outputs && *outputs <= kFoldLimit / depth) {
       auto r = foldMatMul(*ca, *cb, why);
       if (!r)
         return n.fail(why);
-      if (foldable(r->shape)) {
-        imp.setConst(n, 0, std::move(*r));
-        return success();
-      }
+      imp.setConst(n, 0, std::move(*r));
+      return success();
     }
   }
   auto a = imp.valueIn(n, 0), bm = imp.valueIn(n, 1);
@@ -1942,8 +1947,8 @@ LogicalResult Importer::importInitializers() {
     auto buffer = buffers.find(t.name());
     bool constant = namedConstant;
     if (isParam && !namedConstant && !namedTrainable && buffer != buffers.end()) {
-      // Silent only where it could not have been trained anyway (no gradient
-      // reaches it, or a Cos of it would fail the import).
+      // Silent only where it could not have been trained anyway: no gradient
+      // reaches it, a Cos of it would fail the import, or it starts as a mask.
       if (!buffer->second.forced)
         emitWarning(fileLoc) << "initializer '" << t.name() << "' of shape "
                              << shapes::str(e.shape)
