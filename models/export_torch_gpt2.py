@@ -196,7 +196,9 @@ def main(argv=None):
     ap.add_argument("--attention-mask", action="store_true", help="add HF attention_mask input")
     ap.add_argument("--modules-as-functions", action="store_true",
                     help="export_modules_as_functions: each GPT2Block and GPT2MLP a "
-                         "model-local ONNX function (IR 8), called once per layer")
+                         "model-local ONNX function (IR 8), called once per layer "
+                         "(torch 1.13 fails beyond two layers: an internal assert in its "
+                         "function extraction)")
     ap.add_argument("--additive-causal-mask", action="store_true",
                     help="the causal `bias` buffer a persistent float tensor of 0 and -inf "
                          "added to the scores (a float initializer that is not a "

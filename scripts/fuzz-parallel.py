@@ -138,6 +138,24 @@ def options_text(o):
     return " ".join(f"{k}={v}" for k, v in o.items())
 
 
+GPT_EXPORTS = {
+    "generated": ("gen_gpt2.py", []),
+    "torch": ("export_torch_gpt2.py", ["--dynamic"]),
+    "torch float mask": ("export_torch_gpt2.py", ["--dynamic", "--no-fold", "--float-causal-mask"]),
+    "torch additive mask": ("export_torch_gpt2.py", ["--dynamic", "--no-fold",
+                                                     "--additive-causal-mask"]),
+    "torch local functions": ("export_torch_gpt2.py", ["--dynamic", "--modules-as-functions"]),
+}
+
+
+def gpt_export(shape):
+    """How a drawn GPT-2 shape is written."""
+    layers, embd = shape[:2]
+    form = list(GPT_EXPORTS)[(layers + embd // 32) % len(GPT_EXPORTS)]
+    # torch 1.13's function extraction fails beyond two layers (an internal assert).
+    return "torch" if form == "torch local functions" and layers != 2 else form
+
+
 def llama_rotary(shape):
     """How a drawn Llama shape's export stores its rotary tables."""
     layers, embd = shape[:2]
@@ -181,14 +199,16 @@ def main():
             layers, embd = shape[:2]
             llama = len(shape) > 2
             path = os.path.join(work, f"{'llama' if llama else 'gpt'}{layers}x{embd}.onnx")
-            script = "export_torch_llama.py" if llama else "gen_gpt2.py"
-            # Llama exports store their rotary tables in all the ways the importer
-            # must not train (picked by shape, so that seeds keep drawing what they drew).
-            rotary = ["--rotary", llama_rotary(shape)] if llama else []
+            # Exports in the forms the importer must handle, picked by shape (so that seeds
+            # keep drawing what they drew): Llama's rotary tables stored every way, GPT-2
+            # from our generator or torch.onnx with buffers stored as initializers or
+            # blocks as local functions.
+            script, form = (("export_torch_llama.py", ["--rotary", llama_rotary(shape)])
+                            if llama else GPT_EXPORTS[gpt_export(shape)])
             subprocess.run(["/usr/bin/python3", os.path.join(REPO, "models", script),
                             "--layers", str(layers), "--embd", str(embd), "--heads", "2",
                             "--vocab", "256", "--ctx", "16", "--seed", str(layers), "-o", path]
-                           + rotary, check=True, capture_output=True)
+                           + form, check=True, capture_output=True)
             models[shape] = path
         return models[shape]
 
@@ -231,7 +251,8 @@ def main():
             break
         shape, o, bf16 = draw(rng)
         name = shape if isinstance(shape, str) else "layers=%d embd=%d" % shape[:2] + (
-            f" llama (rotary {llama_rotary(shape)})" if len(shape) > 2 else "")
+            f" llama (rotary {llama_rotary(shape)})" if len(shape) > 2
+            else f" ({gpt_export(shape)})")
         label = f"{i}: {name} {options_text(o)}"
         plan, ccmd, r = compile_plan(f"s{i}", shape, o)
         text = r.stdout + r.stderr
