@@ -194,6 +194,9 @@ def main(argv=None):
                     help='dynamic_axes: dims 0/1 of inputs and logits named "batch"/"seq"')
     ap.add_argument("--no-fold", action="store_true", help="do_constant_folding=False")
     ap.add_argument("--attention-mask", action="store_true", help="add HF attention_mask input")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                    help="export the model in this precision (model.to(dtype): bfloat16 "
+                         "initializers and compute; torch 1.13 cannot trace float16 on CPU)")
     ap.add_argument("--modules-as-functions", action="store_true",
                     help="export_modules_as_functions: each GPT2Block and GPT2MLP a "
                          "model-local ONNX function (IR 8), called once per layer "
@@ -222,6 +225,8 @@ def main(argv=None):
 
     torch.manual_seed(args.seed)
     model = build_torch_model(cfg, args.seed)
+    if args.dtype != "float32":
+        model = model.to(getattr(torch, args.dtype))
     if args.float_causal_mask:
         for block in model.transformer.h:  # persistent, as minGPT registers it
             block.attn.register_buffer("bias", block.attn.bias.float(), persistent=True)

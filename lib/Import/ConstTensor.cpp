@@ -1,6 +1,8 @@
 //===- ConstTensor.cpp - host tensors for import-time folding --------------===//
 #include "ConstTensor.h"
 
+#include "llvm/ADT/APFloat.h"
+
 #include <cmath>
 #include <cstring>
 
@@ -86,7 +88,16 @@ ConstTensor ConstTensor::vectorInt(llvm::ArrayRef<int64_t> v) {
 static double roundTo(DType t, double v) {
   switch (t) {
   case DType::F32: return (double)(float)v;
-  case DType::F16: case DType::BF16: return (double)(float)v; // host math in fp32
+  case DType::F16:
+  case DType::BF16: {
+    // The importer materializes these as float32 (every float type computes
+    // in float32), so the rounding to the ONNX type happens here.
+    llvm::APFloat f(v);
+    bool lost;
+    f.convert(t == DType::F16 ? llvm::APFloat::IEEEhalf() : llvm::APFloat::BFloat(),
+              llvm::APFloat::rmNearestTiesToEven, &lost);
+    return f.convertToDouble();
+  }
   default: return v;
   }
 }

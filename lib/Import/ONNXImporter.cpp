@@ -33,6 +33,7 @@
 #include <cmath>
 #include <functional>
 #include <memory>
+#include <set>
 
 using namespace mlir;
 using namespace pipemesh;
@@ -197,6 +198,8 @@ public:
   llvm::StringSet<> embeddingParams;
   /// Symbolic dim names bound while importing the graph inputs.
   std::map<std::string, int64_t> boundDims;
+  /// Float types other than float32 the model uses (imported as float32).
+  std::set<std::string> otherFloatTypes;
 
 private:
   LogicalResult importInitializers();
@@ -235,9 +238,14 @@ LogicalResult NodeCtx::fail(const Twine &msg) const {
 FailureOr<Type> Importer::elementType(DType t, const NodeCtx *n, StringRef what) {
   switch (t) {
   case DType::F32: return (Type)b.getF32Type();
-  case DType::F16: return (Type)b.getF16Type();
-  case DType::BF16: return (Type)b.getBF16Type();
-  case DType::F64: return (Type)b.getF64Type();
+  case DType::F16:
+  case DType::BF16:
+  case DType::F64:
+    // The IR computes in float32 and the plan's activations=/params= options
+    // choose what is stored in bf16: a model.half() or bfloat16 export trains
+    // like its float32 twin from the same (rounded) weights.
+    otherFloatTypes.insert(dtypeName(t));
+    return (Type)b.getF32Type();
   case DType::I64: return (Type)b.getI64Type();
   case DType::I32: return (Type)b.getI32Type();
   case DType::Bool: return (Type)b.getI1Type();
@@ -2210,7 +2218,10 @@ LogicalResult Importer::checkDeclaredOutput(const onnx::ValueInfoProto &out, con
     return failure();
   };
   DType declared = (DType)tt.elem_type();
-  if (declared != DType::Undefined && declared != e.dtype)
+  // Every float type is imported as float32 (elementType), so a bfloat16
+  // output computes float32 here.
+  bool bothFloat = isFloatType(declared) && isFloatType(e.dtype);
+  if (declared != DType::Undefined && declared != e.dtype && !bothFloat)
     return fail(Twine("is declared ") + dtypeName(declared) + " but computes " +
                 dtypeName(e.dtype));
   if (!tt.has_shape())
@@ -2307,6 +2318,12 @@ OwningOpRef<ModuleOp> Importer::run() {
   for (auto [k, out] : llvm::enumerate(g.output()))
     func.setResultAttr(k, "pmesh.name", b.getStringAttr(out.name()));
   restoreTiedEmbedding();
+  if (!otherFloatTypes.empty()) {
+    auto diag = emitWarning(fileLoc) << "the model's ";
+    llvm::interleave(otherFloatTypes, diag, ", ");
+    diag << " tensors are imported as float32; the plan's activations= and params= options "
+            "choose the precision it trains in";
+  }
   if (failed(mlir::verify(module)))
     return nullptr;
   return owned;

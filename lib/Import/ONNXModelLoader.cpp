@@ -303,20 +303,45 @@ bool readTensor(const onnx::TensorProto &t, llvm::StringRef baseDir, ConstTensor
 
 bool readFloat32(const onnx::TensorProto &t, llvm::StringRef baseDir, std::vector<float> &out,
                  std::string &why) {
-  if ((DType)t.data_type() != DType::F32) {
-    why = "tensor '" + t.name() + "' is not float32";
+  DType dt = (DType)t.data_type();
+  if (dt != DType::F32 && dt != DType::F16 && dt != DType::BF16 && dt != DType::F64) {
+    why = "tensor '" + t.name() + "' is not a float tensor";
     return false;
   }
   int64_t nbytes;
   if (!tensorBytes(t, nbytes, why))
     return false;
-  int64_t n = nbytes / 4;
+  int64_t es = elementSize(dt), n = nbytes / es;
   std::string bytes;
   if (!rawBytes(t, baseDir, nbytes, bytes, why))
     return false;
   out.resize(n);
   if (!bytes.empty() || n == 0) {
-    std::memcpy(out.data(), bytes.data(), n * 4);
+    if (dt == DType::F32)
+      std::memcpy(out.data(), bytes.data(), n * 4);
+    else // a half, bfloat16 or double export: float32 masters from its values
+      for (int64_t k = 0; k < n; ++k)
+        out[k] = (float)decodeFloat(dt, bytes.data() + k * es);
+    return true;
+  }
+  if (dt == DType::F64) {
+    if (t.double_data_size() != n) {
+      why = "tensor '" + t.name() + "' has " + std::to_string(t.double_data_size()) +
+            " values for " + std::to_string(n) + " elements";
+      return false;
+    }
+    std::copy(t.double_data().begin(), t.double_data().end(), out.begin());
+    return true;
+  }
+  if (dt != DType::F32) { // float16 and bfloat16 bit patterns in int32_data
+    if (t.int32_data_size() != n) {
+      why = "tensor '" + t.name() + "' has " + std::to_string(t.int32_data_size()) +
+            " values for " + std::to_string(n) + " elements";
+      return false;
+    }
+    for (int64_t k = 0; k < n; ++k)
+      out[k] = dt == DType::F16 ? halfToFloat((uint16_t)t.int32_data(k))
+                                : bf16ToFloat((uint16_t)t.int32_data(k));
     return true;
   }
   if (t.float_data_size() != n) {

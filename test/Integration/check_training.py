@@ -52,6 +52,7 @@ CASES = [
     ("torch-export-float-mask", "@gpt2-float-mask", 4, 2, 16, 2, 10, None),
     ("torch-export-additive-mask", "@gpt2-additive-mask", 4, 2, 16, 1, 10, None),
     ("torch-export-functions", "@gpt2-functions", 4, 2, 16, 2, 10, None),
+    ("torch-export-bf16", "@gpt2-bf16", 4, 2, 16, 2, 10, None),
     ("resume", "gpt2_tiny_op17.onnx", 4, 2, 16, 2, 10, 4),
     ("llama", "@llama", 4, 2, 16, 2, 10, None),
     ("llama-resume", "@llama", 4, 3, 16, 1, 10, 5),
@@ -63,12 +64,14 @@ CASES = [
 ]
 # Exported models: the exporter and its flags (the Llama ones also get --heads and --ctx).
 # The masks, the cached tables and inv_freq are buffers stored as initializers: the
-# importer must take them for constants on its own (the references compute them).
+# importer must take them for constants on its own (the references compute them). The
+# bfloat16 export trains in float32 from its rounded weights, as the reference does.
 EXPORTS = {
     "@gpt2-float-mask": (export_torch_gpt2, ["--preset", "tiny", "--dynamic", "--no-fold",
                                              "--float-causal-mask"]),
     "@gpt2-additive-mask": (export_torch_gpt2, ["--preset", "tiny", "--dynamic", "--no-fold",
                                                 "--additive-causal-mask"]),
+    "@gpt2-bf16": (export_torch_gpt2, ["--preset", "tiny", "--dynamic", "--dtype", "bfloat16"]),
     "@gpt2-functions": (export_torch_gpt2, ["--preset", "tiny", "--dynamic",
                                             "--modules-as-functions"]),
     "@llama": (export_torch_llama, []),

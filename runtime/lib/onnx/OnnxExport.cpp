@@ -1,7 +1,9 @@
 //===- OnnxExport.cpp - trained weights back into the ONNX model ------------===//
 #include "pipemesh/runtime/OnnxExport.h"
 
+#include "pipemesh/runtime/Bf16.h"
 #include "pipemesh/runtime/Error.h"
+#include "pipemesh/runtime/Half.h"
 
 #include <google/protobuf/io/coded_stream.h>
 #include <onnx/defs/parser.h>
@@ -94,9 +96,33 @@ void inlineExternalData(onnx::TensorProto &t, const fs::path &baseDir) {
 }
 
 /// The float values of an initializer (raw_data or float_data).
+/// The float types a trained parameter can be written back as: a model
+/// exported in half or bfloat16 precision keeps it (its graph computes in it).
+bool isWritableFloat(const onnx::TensorProto &t) {
+  return !t.has_data_type() || t.data_type() == onnx::TensorProto::UNDEFINED ||
+         t.data_type() == onnx::TensorProto::FLOAT ||
+         t.data_type() == onnx::TensorProto::BFLOAT16 ||
+         t.data_type() == onnx::TensorProto::FLOAT16;
+}
+
 std::vector<float> floats(const onnx::TensorProto &t) {
   std::vector<float> v;
-  if (t.has_raw_data()) {
+  bool narrow = t.data_type() == onnx::TensorProto::BFLOAT16 ||
+                t.data_type() == onnx::TensorProto::FLOAT16;
+  auto widen = [&](uint16_t bits) {
+    return t.data_type() == onnx::TensorProto::BFLOAT16 ? bf16ToFloat(bits) : halfToFloat(bits);
+  };
+  if (narrow && t.has_raw_data()) {
+    v.resize(t.raw_data().size() / 2);
+    for (size_t k = 0; k < v.size(); ++k) {
+      uint16_t bits;
+      std::memcpy(&bits, t.raw_data().data() + 2 * k, 2);
+      v[k] = widen(bits);
+    }
+  } else if (narrow) { // bit patterns in int32_data
+    for (int32_t bits : t.int32_data())
+      v.push_back(widen((uint16_t)bits));
+  } else if (t.has_raw_data()) {
     v.resize(t.raw_data().size() / 4);
     std::memcpy(v.data(), t.raw_data().data(), v.size() * 4);
   } else {
@@ -105,13 +131,28 @@ std::vector<float> floats(const onnx::TensorProto &t) {
   return v;
 }
 
+/// Writes `data` into `t` in `t`'s own float type (float32 unless it is a
+/// bfloat16 or float16 initializer: rounded to nearest even).
 void setFloats(onnx::TensorProto &t, const float *data, const Dims &shape) {
-  t.set_data_type(onnx::TensorProto::FLOAT);
+  int type = t.data_type();
   t.clear_dims();
   for (int64_t d : shape)
     t.add_dims(d);
   t.clear_float_data();
-  t.set_raw_data(std::string(reinterpret_cast<const char *>(data), numElements(shape) * 4));
+  t.clear_int32_data();
+  int64_t n = numElements(shape);
+  if (type == onnx::TensorProto::BFLOAT16 || type == onnx::TensorProto::FLOAT16) {
+    std::string raw((size_t)(2 * n), '\0');
+    for (int64_t k = 0; k < n; ++k) {
+      uint16_t bits = type == onnx::TensorProto::BFLOAT16 ? floatToBf16(data[k])
+                                                          : floatToHalf(data[k]);
+      std::memcpy(&raw[2 * k], &bits, 2);
+    }
+    t.set_raw_data(std::move(raw));
+    return;
+  }
+  t.set_data_type(onnx::TensorProto::FLOAT);
+  t.set_raw_data(std::string(reinterpret_cast<const char *>(data), n * 4));
 }
 
 Dims dimsOf(const onnx::TensorProto &t) { return Dims(t.dims().begin(), t.dims().end()); }
@@ -177,14 +218,21 @@ ExportSummary exportOnnx(const std::string &sourceModel, const std::string &out,
       }
       if (identity >= 0) {
         removeNodes.insert(identity);
+        // The split copy keeps the type of what the Identity read (a bfloat16
+        // model's graph computes in bfloat16).
+        auto from = inits.find(g->node(identity).input(0));
+        int type = from != inits.end() && from->second->data_type()
+                       ? from->second->data_type()
+                       : (int)onnx::TensorProto::FLOAT;
         t = g->add_initializer();
         t->set_name(p.name);
+        t->set_data_type(type);
         inits[p.name] = t;
         if (model.ir_version() < 4) {
           auto *vi = g->add_input();
           vi->set_name(p.name);
           auto *tt = vi->mutable_type()->mutable_tensor_type();
-          tt->set_elem_type(onnx::TensorProto::FLOAT);
+          tt->set_elem_type(type);
           for (int64_t d : p.shape)
             tt->mutable_shape()->add_dim()->set_dim_value(d);
         }
@@ -198,8 +246,9 @@ ExportSummary exportOnnx(const std::string &sourceModel, const std::string &out,
              "') matches no initializer and no Identity of one in '", sourceModel, "'");
       }
     }
-    if (t->has_data_type() && t->data_type() != onnx::TensorProto::FLOAT && t->data_type() != 0)
-      fail("--export-onnx: initializer '", t->name(), "' is not float32");
+    if (!isWritableFloat(*t))
+      fail("--export-onnx: initializer '", t->name(),
+           "' is not float32, bfloat16 or float16");
     if (t->dims_size() && numElements(dimsOf(*t)) != numElements(p.shape))
       fail("--export-onnx: initializer '", t->name(), "' has shape ", shapeStr(dimsOf(*t)),
            " but parameter '", p.name, "' has shape ", shapeStr(p.shape));
@@ -239,7 +288,7 @@ ExportSummary exportOnnx(const std::string &sourceModel, const std::string &out,
       continue;
     for (auto &[name, t] : inits) {
       if (targets.count(name) || t->dims_size() != 2 || t->dims(0) != C || t->dims(1) != R ||
-          (t->has_data_type() && t->data_type() != onnx::TensorProto::FLOAT))
+          !isWritableFloat(*t))
         continue;
       std::vector<float> v = floats(*t);
       if ((int64_t)v.size() != R * C)

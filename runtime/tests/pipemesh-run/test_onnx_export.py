@@ -18,12 +18,30 @@ import common
 from common import mtp
 
 
-def source_model(weights, path, external=False):
+def narrow_bits(values, kind):
+    """float32 values rounded to float16 (numpy) or bfloat16 (PyTorch), as uint16 bits:
+    the oracles the runtime's own rounding is checked against."""
+    if kind == "float16":
+        return np.asarray(values, dtype=np.float32).astype(np.float16).view(np.uint16)
+    import torch
+    t = torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32)).to(torch.bfloat16)
+    return t.view(torch.int16).numpy().view(np.uint16)
+
+
+def tensor(values, name, kind):
+    if kind == "float32":
+        return numpy_helper.from_array(values, name)
+    return helper.make_tensor(name, {"float16": TensorProto.FLOAT16,
+                                     "bfloat16": TensorProto.BFLOAT16}[kind], values.shape,
+                              narrow_bits(values, kind).tobytes(), raw=True)
+
+
+def source_model(weights, path, external=False, kind="float32"):
     """A small valid ONNX graph holding the tiny GPT's initial weights the way
-    exporters store them (dedup behind Identity, a folded transposed head)."""
-    inits = [numpy_helper.from_array(v, k) for k, v in weights.items()
-             if k not in mtp.TINY_GPT_SOURCES]
-    inits.append(numpy_helper.from_array(np.ascontiguousarray(weights["wte"].T), "head.weight"))
+    exporters store them (dedup behind Identity, a folded transposed head), in
+    float32 or, as a half-precision export has them, in float16 or bfloat16."""
+    inits = [tensor(v, k, kind) for k, v in weights.items() if k not in mtp.TINY_GPT_SOURCES]
+    inits.append(tensor(np.ascontiguousarray(weights["wte"].T), "head.weight", kind))
     nodes = [helper.make_node("Identity", [src], [name], name=f"dedup_{name}")
              for name, src in mtp.TINY_GPT_SOURCES.items()]
     nodes += [helper.make_node("Gather", ["wte", "input_ids"], ["e"]),
@@ -32,7 +50,7 @@ def source_model(weights, path, external=False):
     V, C = weights["wte"].shape
     graph = helper.make_graph(
         nodes, "tiny", [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["b", "t"])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["b", "t", V])], inits)
+        [helper.make_tensor_value_info("logits", inits[0].data_type, ["b", "t", V])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     onnx.checker.check_model(model)
     if external:
@@ -68,6 +86,35 @@ class OnnxExport(common.TempDirTest):
 
     def test_inline_source(self):
         self.export(external=False)
+
+    def test_half_and_bfloat16_sources_keep_their_type(self):
+        # A model exported in half precision computes in it: its initializers are
+        # written back in their own type, rounded to nearest even (numpy's and
+        # PyTorch's casts are the oracles), the split copies too.
+        for kind, onnx_type in (("float16", TensorProto.FLOAT16),
+                                ("bfloat16", TensorProto.BFLOAT16)):
+            with self.subTest(kind):
+                b, w = mtp.build_tiny_gpt(batch=2, seq=16, embd=32, heads=4,
+                                          source=f"{kind}.onnx")
+                plan = self.path(f"{kind}.plan")
+                mtp.write_plan(plan, b.manifest(), b.weights)
+                source_model(w, self.path(f"{kind}.onnx"), kind=kind)
+                out, ckpt = self.path(f"{kind}-trained.onnx"), self.path(f"{kind}-ckpt")
+                r = self.check_ok(common.run([plan, "--steps", 2, "--export-onnx", out,
+                                              "--checkpoint-dir", ckpt]))
+                self.assertIn("3 deduplicated ones split, 1 transposed copies", r.stdout)
+                model = onnx.load(out)
+                onnx.checker.check_model(model)
+                ck = mtp.read_safetensors(
+                    common.read_bytes(os.path.join(ckpt, "step-2/rank-0.safetensors")))
+                got = {t.name: t for t in model.graph.initializer}
+                expected = {name: ck["param/" + name] for name in w}
+                expected["head.weight"] = ck["param/wte"].T
+                for name, values in expected.items():
+                    t = got[name]
+                    self.assertEqual(t.data_type, onnx_type, name)
+                    bits = np.frombuffer(t.raw_data, dtype="<u2").reshape(values.shape)
+                    np.testing.assert_array_equal(bits, narrow_bits(values, kind), err_msg=name)
 
     def test_external_data_source(self):
         self.export(external=True)
