@@ -145,6 +145,7 @@ GPT_EXPORTS = {
     "torch additive mask": ("export_torch_gpt2.py", ["--dynamic", "--no-fold",
                                                      "--additive-causal-mask"]),
     "torch local functions": ("export_torch_gpt2.py", ["--dynamic", "--modules-as-functions"]),
+    "torch bfloat16": ("export_torch_gpt2.py", ["--dynamic", "--dtype", "bfloat16"]),
 }
 
 
@@ -201,8 +202,8 @@ def main():
             path = os.path.join(work, f"{'llama' if llama else 'gpt'}{layers}x{embd}.onnx")
             # Exports in the forms the importer must handle, picked by shape (so that seeds
             # keep drawing what they drew): Llama's rotary tables stored every way, GPT-2
-            # from our generator or torch.onnx with buffers stored as initializers or
-            # blocks as local functions.
+            # from our generator or torch.onnx with buffers stored as initializers,
+            # blocks as local functions, or in bfloat16.
             script, form = (("export_torch_llama.py", ["--rotary", llama_rotary(shape)])
                             if llama else GPT_EXPORTS[gpt_export(shape)])
             subprocess.run(["/usr/bin/python3", os.path.join(REPO, "models", script),
