@@ -135,7 +135,9 @@ bool carriesGradient(const onnx::NodeProto &node, int input) {
 
 } // namespace
 
-bool isConstantGraphInput(const std::string &name) { return name == "position_ids"; }
+bool isConstantGraphInput(const std::string &name) {
+  return name == "position_ids" || name == "cache_position";
+}
 
 std::map<std::string, BufferUse>
 findBufferInitializers(const onnx::GraphProto &g,

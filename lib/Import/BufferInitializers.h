@@ -21,8 +21,9 @@ class TensorProto;
 
 namespace pipemesh::onnximport {
 
-/// Graph inputs the importer replaces by constants: position_ids (every row
-/// 0..T-1, since a training window starts at position 0).
+/// Graph inputs the importer replaces by constants: position_ids and HF's
+/// cache_position (every row 0..T-1, since a training window starts at
+/// position 0).
 bool isConstantGraphInput(const std::string &name);
 
 struct BufferUse {

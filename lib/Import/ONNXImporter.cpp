@@ -2050,7 +2050,8 @@ FailureOr<SmallVector<Type>> Importer::importInputs(Block *&body) {
       // row is 0..T-1, as HF computes it when it is not passed: a constant, and
       // the rotary tables computed from it fold.
       if (!isa<IntegerType>(*elt) || shape.empty() || !foldable(shape)) {
-        emitError(loc) << "graph input 'position_ids' must be an integer tensor whose last "
+        emitError(loc) << "graph input '" << in.name()
+                       << "' must be an integer tensor whose last "
                           "axis is the sequence, got "
                        << dtypeName(dt) << " " << shapes::str(shape);
         return failure();
