@@ -22,6 +22,8 @@ std::string key(const std::string &domain, const std::string &name) {
 
 class Inliner {
 public:
+  static constexpr size_t kMaxNodes = 1'000'000; // a 1000-layer GPT has ~50,000
+
   Inliner(onnx::ModelProto &model) : model(model) {
     for (const onnx::FunctionProto &fn : model.functions())
       functions[key(fn.domain(), fn.name())] = &fn;
@@ -38,6 +40,16 @@ public:
   bool run(std::string &why) {
     if (functions.empty())
       return true;
+    // Calls nested n deep, each calling twice, make 2^n nodes: counted first,
+    // so that a model built that way is refused at once.
+    size_t total = 0;
+    for (const onnx::NodeProto &node : model.graph().node())
+      total = std::min(kMaxNodes + 1, total + expandedSize(node));
+    if (total > kMaxNodes) {
+      why = "inlining the model's functions would make more than " +
+            std::to_string(kMaxNodes) + " nodes";
+      return false;
+    }
     std::vector<onnx::NodeProto> nodes;
     for (const onnx::NodeProto &node : model.graph().node())
       if (!emit(node, nodes, why))
@@ -56,6 +68,23 @@ private:
   std::set<std::string> names;         // every tensor name in use
   std::set<std::string> callPrefixes;  // prefixes given to calls so far
   std::vector<const onnx::FunctionProto *> active; // the bodies being inlined
+
+  std::map<const onnx::FunctionProto *, size_t> sizes; // nodes of each body, inlined
+
+  /// The nodes `node` becomes, at most kMaxNodes + 1 (a function that calls
+  /// itself counts as one node here; emit() reports it).
+  size_t expandedSize(const onnx::NodeProto &node) {
+    const onnx::FunctionProto *fn = calledFunction(node);
+    if (!fn)
+      return 1;
+    auto [it, inserted] = sizes.try_emplace(fn, 1);
+    if (!inserted)
+      return it->second;
+    size_t total = 0;
+    for (const onnx::NodeProto &inner : fn->node())
+      total = std::min(kMaxNodes + 1, total + expandedSize(inner));
+    return sizes[fn] = total;
+  }
 
   const onnx::FunctionProto *calledFunction(const onnx::NodeProto &node) const {
     auto it = functions.find(key(node.domain(), node.op_type()));
