@@ -200,33 +200,28 @@ findBufferInitializers(const onnx::GraphProto &g,
     graphOutputs.insert(out.name());
 
   // Rule 2: what no gradient can reach (a float causal mask compared with 0):
-  // PyTorch leaves such a tensor alone, even under weight decay.
-  for (const auto &[name, init] : candidates) {
-    if (buffers.count(name))
+  // PyTorch leaves such a tensor alone, even under weight decay. One pass from
+  // the outputs back (ONNX lists nodes in topological order) marks every
+  // tensor a gradient reaches.
+  std::set<std::string> getsGradient = graphOutputs;
+  for (int k = g.node_size() - 1; k >= 0; --k) {
+    const onnx::NodeProto &node = g.node(k);
+    bool used = false;
+    for (const std::string &out : node.output())
+      used |= !out.empty() && getsGradient.count(out);
+    if (!used)
       continue;
-    std::vector<std::string> work = {name};
-    std::set<std::string> seen;
-    bool reachesOutput = false;
-    int firstUse = -1;
-    while (!reachesOutput && !work.empty()) {
-      std::string t = work.back();
-      work.pop_back();
-      if (!seen.insert(t).second)
-        continue;
-      reachesOutput = graphOutputs.count(t) > 0;
-      for (auto [k, input] : consumers[t]) {
-        if (firstUse < 0)
-          firstUse = k;
-        if (carriesGradient(g.node(k), input))
-          for (const std::string &out : g.node(k).output())
-            if (!out.empty())
-              work.push_back(out);
-      }
-    }
-    if (!reachesOutput && firstUse >= 0)
-      buffers.emplace(name, BufferUse{"no gradient reaches it (it is first read by node " +
-                                          nodeName(g, firstUse) + ")",
-                                      /*forced=*/true});
+    for (int i = 0; i < node.input_size(); ++i)
+      if (!node.input(i).empty() && carriesGradient(node, i))
+        getsGradient.insert(node.input(i));
+  }
+  for (const auto &[name, init] : candidates) {
+    auto uses = consumers.find(name);
+    if (buffers.count(name) || getsGradient.count(name) || uses == consumers.end())
+      continue;
+    buffers.emplace(name, BufferUse{"no gradient reaches it (it is first read by node " +
+                                        nodeName(g, uses->second.front().first) + ")",
+                                    /*forced=*/true});
   }
 
   // Rule 3: a table of rank >= 2 that only ever multiplies activations, or
