@@ -102,7 +102,8 @@ bool isWritableFloat(const onnx::TensorProto &t) {
   return !t.has_data_type() || t.data_type() == onnx::TensorProto::UNDEFINED ||
          t.data_type() == onnx::TensorProto::FLOAT ||
          t.data_type() == onnx::TensorProto::BFLOAT16 ||
-         t.data_type() == onnx::TensorProto::FLOAT16;
+         t.data_type() == onnx::TensorProto::FLOAT16 ||
+         t.data_type() == onnx::TensorProto::DOUBLE;
 }
 
 std::vector<float> floats(const onnx::TensorProto &t) {
@@ -122,6 +123,15 @@ std::vector<float> floats(const onnx::TensorProto &t) {
   } else if (narrow) { // bit patterns in int32_data
     for (int32_t bits : t.int32_data())
       v.push_back(widen((uint16_t)bits));
+  } else if (t.data_type() == onnx::TensorProto::DOUBLE && t.has_raw_data()) {
+    v.resize(t.raw_data().size() / 8);
+    for (size_t k = 0; k < v.size(); ++k) {
+      double d;
+      std::memcpy(&d, t.raw_data().data() + 8 * k, 8);
+      v[k] = (float)d;
+    }
+  } else if (t.data_type() == onnx::TensorProto::DOUBLE) {
+    v.assign(t.double_data().begin(), t.double_data().end());
   } else if (t.has_raw_data()) {
     v.resize(t.raw_data().size() / 4);
     std::memcpy(v.data(), t.raw_data().data(), v.size() * 4);
@@ -132,7 +142,7 @@ std::vector<float> floats(const onnx::TensorProto &t) {
 }
 
 /// Writes `data` into `t` in `t`'s own float type (float32 unless it is a
-/// bfloat16 or float16 initializer: rounded to nearest even).
+/// bfloat16 or float16 initializer, rounded to nearest even, or a float64 one).
 void setFloats(onnx::TensorProto &t, const float *data, const Dims &shape) {
   int type = t.data_type();
   t.clear_dims();
@@ -147,6 +157,16 @@ void setFloats(onnx::TensorProto &t, const float *data, const Dims &shape) {
       uint16_t bits = type == onnx::TensorProto::BFLOAT16 ? floatToBf16(data[k])
                                                           : floatToHalf(data[k]);
       std::memcpy(&raw[2 * k], &bits, 2);
+    }
+    t.set_raw_data(std::move(raw));
+    return;
+  }
+  if (type == onnx::TensorProto::DOUBLE) {
+    t.clear_double_data();
+    std::string raw((size_t)(8 * n), '\0');
+    for (int64_t k = 0; k < n; ++k) {
+      double d = data[k];
+      std::memcpy(&raw[8 * k], &d, 8);
     }
     t.set_raw_data(std::move(raw));
     return;
@@ -247,8 +267,7 @@ ExportSummary exportOnnx(const std::string &sourceModel, const std::string &out,
       }
     }
     if (!isWritableFloat(*t))
-      fail("--export-onnx: initializer '", t->name(),
-           "' is not float32, bfloat16 or float16");
+      fail("--export-onnx: initializer '", t->name(), "' is not a float tensor");
     if (t->dims_size() && numElements(dimsOf(*t)) != numElements(p.shape))
       fail("--export-onnx: initializer '", t->name(), "' has shape ", shapeStr(dimsOf(*t)),
            " but parameter '", p.name, "' has shape ", shapeStr(p.shape));

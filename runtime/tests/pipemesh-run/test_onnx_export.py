@@ -29,8 +29,8 @@ def narrow_bits(values, kind):
 
 
 def tensor(values, name, kind):
-    if kind == "float32":
-        return numpy_helper.from_array(values, name)
+    if kind in ("float32", "float64"):
+        return numpy_helper.from_array(values.astype(kind), name)
     return helper.make_tensor(name, {"float16": TensorProto.FLOAT16,
                                      "bfloat16": TensorProto.BFLOAT16}[kind], values.shape,
                               narrow_bits(values, kind).tobytes(), raw=True)
@@ -87,12 +87,14 @@ class OnnxExport(common.TempDirTest):
     def test_inline_source(self):
         self.export(external=False)
 
-    def test_half_and_bfloat16_sources_keep_their_type(self):
+    def test_half_bfloat16_and_double_sources_keep_their_type(self):
         # A model exported in half precision computes in it: its initializers are
         # written back in their own type, rounded to nearest even (numpy's and
-        # PyTorch's casts are the oracles), the split copies too.
+        # PyTorch's casts are the oracles), the split copies too; float64 holds
+        # the float32 values exactly.
         for kind, onnx_type in (("float16", TensorProto.FLOAT16),
-                                ("bfloat16", TensorProto.BFLOAT16)):
+                                ("bfloat16", TensorProto.BFLOAT16),
+                                ("float64", TensorProto.DOUBLE)):
             with self.subTest(kind):
                 b, w = mtp.build_tiny_gpt(batch=2, seq=16, embd=32, heads=4,
                                           source=f"{kind}.onnx")
@@ -113,6 +115,10 @@ class OnnxExport(common.TempDirTest):
                 for name, values in expected.items():
                     t = got[name]
                     self.assertEqual(t.data_type, onnx_type, name)
+                    if kind == "float64":  # the float32 values, exactly
+                        np.testing.assert_array_equal(numpy_helper.to_array(t),
+                                                      values.astype(np.float64), err_msg=name)
+                        continue
                     bits = np.frombuffer(t.raw_data, dtype="<u2").reshape(values.shape)
                     np.testing.assert_array_equal(bits, narrow_bits(values, kind), err_msg=name)
 
