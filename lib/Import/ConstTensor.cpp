@@ -3,6 +3,7 @@
 
 #include "llvm/ADT/APFloat.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -188,7 +189,7 @@ std::optional<ConstTensor> foldBinary(const ConstTensor &a, const ConstTensor &b
 }
 
 std::optional<ConstTensor> foldMatMul(const ConstTensor &a, const ConstTensor &b,
-                                      std::string &why) {
+                                      int64_t maxWork, std::string &why) {
   if (!a.isFloat() || !b.isFloat() || a.shape.empty() || b.shape.empty()) {
     why = "matmul operands must be floating-point tensors of rank >= 1";
     return std::nullopt;
@@ -203,6 +204,9 @@ std::optional<ConstTensor> foldMatMul(const ConstTensor &a, const ConstTensor &b
   if (!shape)
     return std::nullopt;
   int64_t m = sa[sa.size() - 2], k = sa.back(), n = sb.back();
+  auto outputs = shapes::checkedNumElements(*shape);
+  if (!outputs || *outputs > maxWork / std::max<int64_t>(k, 1))
+    return std::nullopt;
   shapes::Shape batch(shape->begin(), shape->end() - 2);
   shapes::Shape batchA(sa.begin(), sa.end() - 2), batchB(sb.begin(), sb.end() - 2);
   auto stA = stridesOf(batchA), stB = stridesOf(batchB);

@@ -92,9 +92,11 @@ ConstTensor foldSlice(const ConstTensor &a, llvm::ArrayRef<int64_t> starts,
                       llvm::ArrayRef<int64_t> limits, llvm::ArrayRef<int64_t> strides);
 ConstTensor foldBroadcast(const ConstTensor &a, llvm::ArrayRef<int64_t> shape);
 /// ONNX MatMul (numpy's: vectors promoted, batch dims broadcast) of two float
-/// tensors, accumulated in double and rounded to `a`'s type.
+/// tensors, accumulated in double and rounded to `a`'s type. Nullopt when its
+/// result elements times the contracted length exceed `maxWork` (`why` empty)
+/// or the operands do not multiply (`why` says so).
 std::optional<ConstTensor> foldMatMul(const ConstTensor &a, const ConstTensor &b,
-                                      std::string &why);
+                                      int64_t maxWork, std::string &why);
 ConstTensor foldReduce(const ConstTensor &a, llvm::ArrayRef<int64_t> axes, bool keepdims,
                        bool mean);
 

@@ -1269,27 +1269,15 @@ FailureOr<Value> emitMatMul(Importer &imp, NodeCtx &n, Value a, Value bm, Value 
 
 LogicalResult importMatMul(Importer &imp, NodeCtx &n) {
   // Of constants (HF's rotary angles, inv_freq @ position_ids): folded, so
-  // the Cos and Sin after it fold too.
+  // the Cos and Sin after it fold too. Too much work to fold, or shapes that
+  // do not multiply (emitMatMul says why): emitted as an op.
   const ConstTensor *ca = imp.maybeConst(n, 0), *cb = imp.maybeConst(n, 1);
-  if (ca && cb && ca->isFloat() && cb->isFloat() && !ca->shape.empty() && !cb->shape.empty()) {
-    // Bounded like every fold: result elements times the contracted length.
-    std::string why;
-    shapes::Shape sa = ca->shape, sb = cb->shape;
-    if (sa.size() == 1)
-      sa.insert(sa.begin(), 1);
-    if (sb.size() == 1)
-      sb.push_back(1);
-    auto shape = shapes::matmul(sa, sb, false, false, why);
-    auto outputs = shape ? shapes::checkedNumElements(*shape) : std::nullopt;
-    int64_t depth = std::max<int64_t>(sa.back(), 1);
-    if (outputs && *outputs <= kFoldLimit / depth) {
-      auto r = foldMatMul(*ca, *cb, why);
-      if (!r)
-        return n.fail(why);
+  std::string why;
+  if (ca && cb)
+    if (auto r = foldMatMul(*ca, *cb, kFoldLimit, why)) {
       imp.setConst(n, 0, std::move(*r));
       return success();
     }
-  }
   auto a = imp.valueIn(n, 0), bm = imp.valueIn(n, 1);
   if (failed(a) || failed(bm))
     return failure();

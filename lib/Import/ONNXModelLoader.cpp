@@ -324,32 +324,21 @@ bool readFloat32(const onnx::TensorProto &t, llvm::StringRef baseDir, std::vecto
         out[k] = (float)decodeFloat(dt, bytes.data() + k * es);
     return true;
   }
-  if (dt == DType::F64) {
-    if (t.double_data_size() != n) {
-      why = "tensor '" + t.name() + "' has " + std::to_string(t.double_data_size()) +
-            " values for " + std::to_string(n) + " elements";
-      return false;
-    }
-    std::copy(t.double_data().begin(), t.double_data().end(), out.begin());
-    return true;
-  }
-  if (dt != DType::F32) { // float16 and bfloat16 bit patterns in int32_data
-    if (t.int32_data_size() != n) {
-      why = "tensor '" + t.name() + "' has " + std::to_string(t.int32_data_size()) +
-            " values for " + std::to_string(n) + " elements";
-      return false;
-    }
-    for (int64_t k = 0; k < n; ++k)
-      out[k] = dt == DType::F16 ? halfToFloat((uint16_t)t.int32_data(k))
-                                : bf16ToFloat((uint16_t)t.int32_data(k));
-    return true;
-  }
-  if (t.float_data_size() != n) {
-    why = "tensor '" + t.name() + "' has " + std::to_string(t.float_data_size()) +
-          " values for " + std::to_string(n) + " elements";
+  // Typed fields: float_data, double_data, or float16/bfloat16 bit patterns
+  // in int32_data.
+  int64_t have = dt == DType::F32   ? t.float_data_size()
+                 : dt == DType::F64 ? t.double_data_size()
+                                    : t.int32_data_size();
+  if (have != n) {
+    why = "tensor '" + t.name() + "' has " + std::to_string(have) + " values for " +
+          std::to_string(n) + " elements";
     return false;
   }
-  std::copy(t.float_data().begin(), t.float_data().end(), out.begin());
+  for (int64_t k = 0; k < n; ++k)
+    out[k] = dt == DType::F32   ? t.float_data(k)
+             : dt == DType::F64 ? (float)t.double_data(k)
+             : dt == DType::F16 ? halfToFloat((uint16_t)t.int32_data(k))
+                                : bf16ToFloat((uint16_t)t.int32_data(k));
   return true;
 }
 
