@@ -131,6 +131,24 @@ class OnnxExport(common.TempDirTest):
         self.assertTrue(os.path.getsize(self.path("trained.onnx.data")) > 80000)
         self.assertLess(os.path.getsize(self.path("trained.onnx")), 20000)
 
+    def test_integer_initializer_refused(self):
+        # A parameter whose initializer in the source is not a float tensor (the
+        # source was edited since compiling): named, nothing written.
+        b, w = mtp.build_tiny_gpt(batch=2, seq=16, embd=32, heads=4, source="int.onnx")
+        plan = self.path("int.plan")
+        mtp.write_plan(plan, b.manifest(), b.weights)
+        src = self.path("int.onnx")
+        source_model(w, src)
+        model = onnx.load(src)
+        for t in model.graph.initializer:
+            if t.name == "wte":
+                t.CopyFrom(numpy_helper.from_array(w["wte"].astype(np.int32), "wte"))
+        onnx.save(model, src)
+        out = self.path("int-trained.onnx")
+        self.check_fails(common.run([plan, "--steps", 1, "--export-onnx", out]),
+                         "--export-onnx: initializer 'wte' is not a float tensor")
+        self.assertFalse(os.path.exists(out))
+
     def test_missing_source(self):
         plan = self.write_tiny_plan(batch=2, seq=16, embd=32, heads=4, source="nowhere.onnx")
         self.check_fails(common.run([plan, "--steps", 1, "--export-onnx", self.path("o.onnx")]),
