@@ -108,6 +108,8 @@ class Evaluator:
             return x
         if t == "Cast":
             return x.astype(mapping.TENSOR_TYPE_TO_NP_TYPE[a["to"]])
+        if t == "CastLike":
+            return x.astype(ins[1].dtype)
         if t == "Shape":
             s = np.asarray(x.shape, np.int64)
             return s[a.get("start", 0):a.get("end", None)]
@@ -151,7 +153,8 @@ class Evaluator:
         binary = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": None,
                   "Pow": None, "Equal": np.equal, "Less": np.less, "Greater": np.greater,
                   "LessOrEqual": np.less_equal, "GreaterOrEqual": np.greater_equal,
-                  "And": np.logical_and, "Or": np.logical_or}
+                  "And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor,
+                  "Max": np.maximum, "Min": np.minimum}
         if t in binary:
             y = ins[1]
             if t == "Div":
@@ -162,9 +165,39 @@ class Evaluator:
             return r if r.dtype == bool else r.astype(np.result_type(x, y))
         unary = {"Not": np.logical_not, "Sqrt": np.sqrt, "Tanh": np.tanh, "Neg": np.negative,
                  "Exp": np.exp, "Log": np.log, "Abs": np.abs, "Reciprocal": np.reciprocal,
-                 "Sigmoid": lambda v: 1 / (1 + np.exp(-v)), "Relu": lambda v: np.maximum(v, 0)}
+                 "Sigmoid": lambda v: 1 / (1 + np.exp(-v)), "Relu": lambda v: np.maximum(v, 0),
+                 "Cos": np.cos, "Sin": np.sin}
         if t in unary:
             return unary[t](x).astype(x.dtype)
+        if t == "IsNaN":
+            return np.isnan(x)
+        if t == "CumSum":
+            axis = int(ins[1])
+            y = np.flip(x, axis) if a.get("reverse", 0) else x
+            s = np.cumsum(y, axis=axis, dtype=x.dtype)
+            if a.get("exclusive", 0):
+                s = s - y
+            return np.flip(s, axis) if a.get("reverse", 0) else s
+        if t == "GatherND":
+            b, idx = a.get("batch_dims", 0), ins[1]
+            k = idx.shape[-1]
+            lead = int(np.prod(x.shape[:b], dtype=np.int64))
+            xs = x.reshape((lead,) + x.shape[b:])
+            ids = idx.reshape((lead, -1, k))
+            out = np.stack([np.stack([xs[i][tuple(t)] for t in ids[i]]) for i in range(lead)])
+            return out.reshape(idx.shape[:-1] + x.shape[b + k:])
+        if t == "SplitToSequence":
+            axis = a.get("axis", 0)
+            if len(ins) < 2 or ins[1] is None:
+                parts = np.split(x, x.shape[axis], axis=axis)
+                return [[np.squeeze(p, axis) for p in parts] if not a.get("keepdims", 1)
+                        else parts]
+            split = np.asarray(ins[1])
+            sizes = ([int(split)] * -(-x.shape[axis] // int(split)) if split.ndim == 0
+                     else [int(v) for v in split])
+            return [np.split(x, np.cumsum(sizes)[:-1], axis=axis)]
+        if t == "SequenceAt":
+            return x[int(ins[1])]
         if t == "Erf":
             return _erf(x).astype(x.dtype)
         if t == "Where":

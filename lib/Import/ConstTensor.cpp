@@ -403,4 +403,103 @@ ConstTensor foldReduce(const ConstTensor &a, llvm::ArrayRef<int64_t> axes, bool 
   return out;
 }
 
+std::optional<ConstTensor> foldCumSum(const ConstTensor &a, int64_t axis, bool exclusive,
+                                      bool reverse, std::string &why) {
+  auto ax = shapes::normalizeAxis(axis, a.shape.size());
+  if (!ax) {
+    why = "axis " + std::to_string(axis) + " out of range for rank " +
+          std::to_string(a.shape.size());
+    return std::nullopt;
+  }
+  int64_t dim = a.shape[*ax];
+  int64_t outer = shapes::numElements(llvm::ArrayRef<int64_t>(a.shape).take_front(*ax));
+  int64_t inner = shapes::numElements(llvm::ArrayRef<int64_t>(a.shape).drop_front(*ax + 1));
+  if (a.dtype == DType::Bool) {
+    why = "expects a numeric input, not bool";
+    return std::nullopt;
+  }
+  ConstTensor out = ConstTensor::zeros(a.dtype, a.shape);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t in = 0; in < inner; ++in) {
+      // The running sum is held in the tensor's own type (rounded or wrapped
+      // after every addition), as ONNX computes it.
+      ConstTensor acc = ConstTensor::zeros(a.dtype, {});
+      auto store = [&](int64_t k) {
+        a.isFloat() ? out.set(k, acc.f[0]) : out.setInt(k, acc.i[0]);
+      };
+      for (int64_t step = 0; step < dim; ++step) {
+        int64_t k = (o * dim + (reverse ? dim - 1 - step : step)) * inner + in;
+        if (exclusive)
+          store(k);
+        if (a.isFloat())
+          acc.set(0, acc.f[0] + a.f[k]);
+        else
+          acc.setInt(0, (int64_t)((uint64_t)acc.i[0] + (uint64_t)a.i[k]));
+        if (!exclusive)
+          store(k);
+      }
+    }
+  return out;
+}
+
+std::optional<ConstTensor> foldGatherND(const ConstTensor &data, const ConstTensor &indices,
+                                        int64_t batchDims, int64_t maxElements,
+                                        std::string &why) {
+  int64_t r = data.shape.size(), q = indices.shape.size();
+  if (q < 1 || batchDims < 0 || batchDims >= std::min(r, q)) {
+    why = "batch_dims " + std::to_string(batchDims) + " does not fit data of rank " +
+          std::to_string(r) + " and indices of rank " + std::to_string(q);
+    return std::nullopt;
+  }
+  int64_t k = indices.shape.back();
+  if (k < 1 || k > r - batchDims) {
+    why = "indices' last dimension " + std::to_string(k) + " must be in [1, " +
+          std::to_string(r - batchDims) + "] for data of rank " + std::to_string(r);
+    return std::nullopt;
+  }
+  for (int64_t d = 0; d < batchDims; ++d)
+    if (data.shape[d] != indices.shape[d]) {
+      why = "batch dimension " + std::to_string(d) + " differs between data (" +
+            std::to_string(data.shape[d]) + ") and indices (" +
+            std::to_string(indices.shape[d]) + ")";
+      return std::nullopt;
+    }
+  shapes::Shape outShape(indices.shape.begin(), indices.shape.end() - 1);
+  outShape.append(data.shape.begin() + batchDims + k, data.shape.end());
+  auto count = shapes::checkedNumElements(outShape);
+  if (!count || *count > maxElements) {
+    why.clear(); // too large to fold, not malformed
+    return std::nullopt;
+  }
+  llvm::ArrayRef<int64_t> ds(data.shape);
+  int64_t batches = shapes::numElements(ds.take_front(batchDims));
+  int64_t slice = shapes::numElements(ds.drop_front(batchDims + k));
+  int64_t dataPerBatch = shapes::numElements(ds.drop_front(batchDims));
+  int64_t tuplesPerBatch =
+      shapes::numElements(llvm::ArrayRef<int64_t>(indices.shape).drop_front(batchDims).drop_back());
+  auto strides = stridesOf(ds.drop_front(batchDims));
+  ConstTensor out = ConstTensor::zeros(data.dtype, outShape);
+  for (int64_t b = 0; b < batches; ++b)
+    for (int64_t t = 0; t < tuplesPerBatch; ++t) {
+      int64_t tuple = (b * tuplesPerBatch + t) * k, offset = 0;
+      for (int64_t j = 0; j < k; ++j) {
+        int64_t dim = ds[batchDims + j], ix = indices.asInt(tuple + j);
+        if (ix < -dim || ix >= dim) {
+          why = "index " + std::to_string(ix) + " out of range for dim of size " +
+                std::to_string(dim);
+          return std::nullopt;
+        }
+        offset += (ix < 0 ? ix + dim : ix) * strides[j];
+      }
+      int64_t src = b * dataPerBatch + offset, dst = (b * tuplesPerBatch + t) * slice;
+      for (int64_t e = 0; e < slice; ++e) {
+        if (out.isFloat())
+          out.f[dst + e] = data.f[src + e];
+        else
+          out.i[dst + e] = data.i[src + e];
+      }
+    }
+  return out;
+}
+
 } // namespace pipemesh::onnximport

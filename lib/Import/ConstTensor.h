@@ -99,6 +99,16 @@ std::optional<ConstTensor> foldMatMul(const ConstTensor &a, const ConstTensor &b
                                       int64_t maxWork, std::string &why);
 ConstTensor foldReduce(const ConstTensor &a, llvm::ArrayRef<int64_t> axes, bool keepdims,
                        bool mean);
+/// ONNX CumSum along `axis` (negative counts from the end), optionally
+/// exclusive (each sum leaves its own element out) and/or reversed.
+std::optional<ConstTensor> foldCumSum(const ConstTensor &a, int64_t axis, bool exclusive,
+                                      bool reverse, std::string &why);
+/// ONNX GatherND: the last dimension of `indices` holds coordinates into the
+/// leading dimensions of `data` after its first `batchDims` (shared with
+/// `indices`); each picks the slice of the remaining dimensions.
+std::optional<ConstTensor> foldGatherND(const ConstTensor &data, const ConstTensor &indices,
+                                        int64_t batchDims, int64_t maxElements,
+                                        std::string &why);
 
 } // namespace pipemesh::onnximport
 

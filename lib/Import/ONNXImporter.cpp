@@ -168,6 +168,8 @@ public:
   Value materialize(Entry &e, Location loc);
   Value materializeConst(const ConstTensor &c, Location loc);
 
+  static Entry constEntry(ConstTensor c);
+  static Entry valueEntry(Value v);
   void setConst(const NodeCtx &n, int k, ConstTensor c);
   void setValue(const NodeCtx &n, int k, Value v);
   void setPoison(const NodeCtx &n, int k, const std::string &why);
@@ -200,6 +202,11 @@ public:
   std::map<std::string, int64_t> boundDims;
   /// Float types other than float32 the model uses (imported as float32).
   std::set<std::string> otherFloatTypes;
+  /// IsNaN outputs of computed values, by name: the softmax each one tests
+  /// (only the guard Where(IsNaN(p), 0, p) may use them).
+  llvm::StringMap<Value> nanTests;
+  /// Tensor sequences (SplitToSequence results) by name, for SequenceAt.
+  llvm::StringMap<std::vector<Entry>> sequences;
 
 private:
   LogicalResult importInitializers();
@@ -394,26 +401,32 @@ Value Importer::materialize(Entry &e, Location loc) {
   return e.v;
 }
 
-void Importer::setConst(const NodeCtx &n, int k, ConstTensor c) {
-  if (!n.hasOutput(k))
-    return;
+Entry Importer::constEntry(ConstTensor c) {
   Entry e;
   e.kind = Entry::Const;
   e.shape = c.shape;
   e.dtype = c.dtype;
   e.c = std::make_shared<ConstTensor>(std::move(c));
-  values[n.node.output(k)] = std::move(e);
+  return e;
 }
 
-void Importer::setValue(const NodeCtx &n, int k, Value v) {
-  if (!n.hasOutput(k))
-    return;
+Entry Importer::valueEntry(Value v) {
   Entry e;
   e.kind = Entry::Val;
   e.v = v;
   e.shape = shapeOf(v);
   e.dtype = dtypeOf(cast<RankedTensorType>(v.getType()).getElementType());
-  values[n.node.output(k)] = std::move(e);
+  return e;
+}
+
+void Importer::setConst(const NodeCtx &n, int k, ConstTensor c) {
+  if (n.hasOutput(k))
+    values[n.node.output(k)] = constEntry(std::move(c));
+}
+
+void Importer::setValue(const NodeCtx &n, int k, Value v) {
+  if (n.hasOutput(k))
+    values[n.node.output(k)] = valueEntry(v);
 }
 
 void Importer::setPoison(const NodeCtx &n, int k, const std::string &why) {
@@ -454,27 +467,46 @@ FailureOr<Value> reshapeTo(Importer &imp, NodeCtx &n, Value v, ArrayRef<int64_t>
   return create<pm::ReshapeOp>(imp, n, imp.tensorType(shape, eltOf(v)), v);
 }
 
+/// Folds an elementwise binary node whose inputs are both constants. True when
+/// folded; false when an input is computed or the result is too large to fold.
+FailureOr<bool> tryFoldBinary(Importer &imp, NodeCtx &n, BinaryFn ffn, BinaryIntFn ifn,
+                              bool compare, bool mixedTypes) {
+  const ConstTensor *ca = imp.maybeConst(n, 0), *cb = imp.maybeConst(n, 1);
+  if (!ca || !cb)
+    return false;
+  std::string why;
+  auto shape = shapes::broadcast(ca->shape, cb->shape, why);
+  if (!shape)
+    return n.fail(why);
+  if (ca->dtype != cb->dtype && !mixedTypes)
+    return n.fail("operand element types differ");
+  if (!foldable(*shape))
+    return false;
+  DType out = compare ? DType::Bool : ca->dtype;
+  auto r = foldBinary(*ca, *cb, out, ffn, ifn, why);
+  if (!r)
+    return n.fail(why);
+  imp.setConst(n, 0, std::move(*r));
+  return true;
+}
+
+/// Why an op without a pmesh counterpart stops the import on a computed input.
+LogicalResult foldOnlyError(NodeCtx &n) {
+  return n.fail("is supported on constants only (folded at import), not on a computed value "
+                "(computed from a buffer stored as an initializer? --constant-initializers="
+                "NAME keeps it a constant)");
+}
+
 /// Inserts a broadcast-free elementwise binary op, folding constants.
 template <typename OpT>
 LogicalResult binary(Importer &imp, NodeCtx &n, BinaryFn ffn, BinaryIntFn ifn,
                      bool compare = false) {
-  const ConstTensor *ca = imp.maybeConst(n, 0), *cb = imp.maybeConst(n, 1);
+  auto folded = tryFoldBinary(imp, n, ffn, ifn, compare, std::is_same_v<OpT, pm::PowOp>);
+  if (failed(folded))
+    return failure();
+  if (*folded)
+    return success();
   std::string why;
-  if (ca && cb) {
-    auto shape = shapes::broadcast(ca->shape, cb->shape, why);
-    if (!shape)
-      return n.fail(why);
-    if (ca->dtype != cb->dtype && !std::is_same_v<OpT, pm::PowOp>)
-      return n.fail("operand element types differ");
-    if (foldable(*shape)) {
-      DType out = compare ? DType::Bool : ca->dtype;
-      auto r = foldBinary(*ca, *cb, out, ffn, ifn, why);
-      if (!r)
-        return n.fail(why);
-      imp.setConst(n, 0, std::move(*r));
-      return success();
-    }
-  }
   auto a = imp.valueIn(n, 0), bv = imp.valueIn(n, 1);
   if (failed(a) || failed(bv))
     return failure();
@@ -514,9 +546,7 @@ LogicalResult unary(Importer &imp, NodeCtx &n, double (*fn)(double)) {
 LogicalResult foldOnlyUnary(Importer &imp, NodeCtx &n, double (*fn)(double)) {
   const ConstTensor *c = imp.maybeConst(n, 0);
   if (!c)
-    return n.fail("is supported on constants only (folded at import), not on a computed value "
-                  "(computed from a buffer stored as an initializer? --constant-initializers="
-                  "NAME keeps it a constant)");
+    return foldOnlyError(n);
   imp.setConst(n, 0, foldUnary(*c, fn));
   return success();
 }
@@ -772,8 +802,15 @@ LogicalResult importConstant(Importer &imp, NodeCtx &n) {
   return success();
 }
 
+/// Cast, and CastLike (the type of its second input).
 LogicalResult importCast(Importer &imp, NodeCtx &n) {
   DType to = (DType)n.attrInt("to", 0);
+  if (n.node.op_type() == "CastLike") {
+    auto like = imp.entry(n, 1);
+    if (failed(like))
+      return failure();
+    to = (*like)->dtype;
+  }
   if (!isSupportedType(to))
     return n.fail("unsupported target type " + Twine((int)to));
   if (const ConstTensor *c = imp.maybeConst(n, 0)) {
@@ -1167,7 +1204,154 @@ LogicalResult importExpand(Importer &imp, NodeCtx &n) {
   return success();
 }
 
+/// A comparison or logical op without a pmesh op (LessOrEqual, Greater, And,
+/// Or, Xor): folded on constants (the masks exporters compute from positions,
+/// such as transformers' packed-sequence check), an error otherwise.
+template <typename Cmp> LogicalResult foldOnlyBinary(Importer &imp, NodeCtx &n, bool logical) {
+  const ConstTensor *ca = imp.maybeConst(n, 0), *cb = imp.maybeConst(n, 1);
+  if (!ca || !cb)
+    return foldOnlyError(n);
+  if (logical && (ca->dtype != DType::Bool || cb->dtype != DType::Bool))
+    return n.fail("expects bool inputs");
+  auto folded = tryFoldBinary(
+      imp, n, [](double a, double b) { return double(Cmp()(a, b)); },
+      [](int64_t a, int64_t b) { return int64_t(Cmp()(a, b)); }, /*compare=*/true, false);
+  if (failed(folded))
+    return failure();
+  if (!*folded)
+    return n.fail("result is too large to fold");
+  return success();
+}
+
+struct LogicalXor {
+  bool operator()(int64_t a, int64_t b) const { return !a != !b; }
+};
+
+/// Whether softmax(`scores`) along `axis` can never hold a NaN: true when no
+/// constant -inf (or NaN) mask can hide a whole row, i.e. the scores are a
+/// product with no mask, or that product plus a constant whose every row along
+/// `axis` keeps a key that is not -inf. (Rows of finite scores plus a finite
+/// fill such as finfo.min never give NaN either.)
+bool softmaxRowsAlwaysDefined(Value scores, int64_t axis) {
+  Operation *def = scores.getDefiningOp();
+  if (def && isa<pm::MatMulOp, pm::MulOp, pm::DivOp>(def))
+    return true;
+  auto add = dyn_cast_or_null<pm::AddOp>(def);
+  if (!add)
+    return false;
+  auto mask = add.getRhs().getDefiningOp<pm::ConstantOp>();
+  if (!mask)
+    mask = add.getLhs().getDefiningOp<pm::ConstantOp>();
+  auto values = mask ? dyn_cast<DenseElementsAttr>(mask.getValue()) : DenseElementsAttr();
+  if (!values || !isa<FloatType>(values.getElementType()))
+    return false;
+  int64_t rank = Importer::shapeOf(scores).size();
+  if (axis < 0)
+    axis += rank;
+  shapes::Shape shape = Importer::shapeOf(mask);
+  std::vector<bool> hidden;
+  for (const APFloat &v : values.getValues<APFloat>())
+    hidden.push_back(v.isNaN() || (v.isInfinity() && v.isNegative()));
+  // The mask is aligned to the scores' last dims; without the softmax axis
+  // every element is a row of its own.
+  int64_t maskAxis = axis - (rank - (int64_t)shape.size());
+  int64_t len = 1, inner = 1, outer = hidden.size();
+  if (maskAxis >= 0) {
+    len = shape[maskAxis];
+    inner = shapes::numElements(ArrayRef<int64_t>(shape).drop_front(maskAxis + 1));
+    outer = shapes::numElements(ArrayRef<int64_t>(shape).take_front(maskAxis));
+  }
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t in = 0; in < inner; ++in) {
+      bool visible = false;
+      for (int64_t j = 0; j < len && !visible; ++j)
+        visible = !hidden[(o * len + j) * inner + in];
+      if (!visible)
+        return false;
+    }
+  return true;
+}
+
+/// IsNaN: folded on constants. On a softmax output it is PyTorch's guard of
+/// scaled_dot_product_attention, Where(IsNaN(p), 0, p), for rows whose every
+/// key is masked; importWhere drops it where no row can be.
+LogicalResult importIsNaN(Importer &imp, NodeCtx &n) {
+  if (const ConstTensor *c = imp.maybeConst(n, 0)) {
+    ConstTensor r = ConstTensor::zeros(DType::Bool, c->shape);
+    for (int64_t k = 0; k < r.numel(); ++k)
+      r.i[k] = c->isFloat() && std::isnan(c->f[k]);
+    imp.setConst(n, 0, std::move(r));
+    return success();
+  }
+  auto x = imp.valueIn(n, 0);
+  if (failed(x))
+    return failure();
+  if (!x->getDefiningOp<pm::SoftmaxOp>())
+    return foldOnlyError(n);
+  imp.setPoison(n, 0, "is IsNaN of a softmax, supported only as the guard "
+                      "Where(IsNaN(p), 0, p)");
+  if (n.hasOutput(0))
+    imp.nanTests[n.node.output(0)] = *x;
+  return success();
+}
+
+/// The guard Where(IsNaN(p), 0, p) of a softmax p: p itself when no row of p
+/// can be NaN, an error otherwise (pmesh has no NaN test to keep it).
+LogicalResult importNaNGuard(Importer &imp, NodeCtx &n, Value probs) {
+  const ConstTensor *zero = imp.maybeConst(n, 1);
+  auto other = n.has(2) ? imp.valueIn(n, 2) : FailureOr<Value>(failure());
+  if (!zero || zero->numel() != 1 || zero->asDouble(0) != 0.0 || failed(other) ||
+      *other != probs)
+    return n.fail("uses IsNaN of a softmax other than as the guard Where(IsNaN(p), 0, p)");
+  auto softmax = probs.getDefiningOp<pm::SoftmaxOp>();
+  if (!softmaxRowsAlwaysDefined(softmax.getInput(), softmax.getAxis()))
+    return n.fail("guards a softmax whose mask may hide every key of a row (its NaN rows would "
+                  "need the guard, which is not supported)");
+  imp.setValue(n, 0, probs);
+  return success();
+}
+
+/// CumSum: folded on constants (transformers counts packed sequences with it).
+LogicalResult importCumSum(Importer &imp, NodeCtx &n) {
+  const ConstTensor *x = imp.maybeConst(n, 0);
+  if (!x)
+    return foldOnlyError(n);
+  auto axis = imp.constIn(n, 1, "axis");
+  if (failed(axis))
+    return failure();
+  if ((*axis)->numel() != 1 || (*axis)->isFloat())
+    return n.fail("axis must be an integer scalar");
+  std::string why;
+  auto r = foldCumSum(*x, (*axis)->asInt(0), n.attrInt("exclusive", 0) != 0,
+                      n.attrInt("reverse", 0) != 0, why);
+  if (!r)
+    return n.fail(why);
+  imp.setConst(n, 0, std::move(*r));
+  return success();
+}
+
+/// GatherND: folded on constants (the vmapped mask functions of transformers
+/// index position tables with it).
+LogicalResult importGatherND(Importer &imp, NodeCtx &n) {
+  const ConstTensor *data = imp.maybeConst(n, 0), *indices = imp.maybeConst(n, 1);
+  if (!data || !indices)
+    return foldOnlyError(n);
+  if (indices->isFloat())
+    return n.fail("indices must be integers");
+  std::string why;
+  auto r = foldGatherND(*data, *indices, n.attrInt("batch_dims", 0), kFoldLimit, why);
+  if (!r)
+    return n.fail(why.empty() ? "result is too large to fold" : why);
+  imp.setConst(n, 0, std::move(*r));
+  return success();
+}
+
 LogicalResult importWhere(Importer &imp, NodeCtx &n) {
+  if (n.has(0)) {
+    auto guard = imp.nanTests.find(n.node.input(0));
+    if (guard != imp.nanTests.end())
+      return importNaNGuard(imp, n, guard->second);
+  }
   const ConstTensor *c = imp.maybeConst(n, 0), *x = imp.maybeConst(n, 1),
                     *y = imp.maybeConst(n, 2);
   std::string why;
@@ -1341,6 +1525,39 @@ LogicalResult importGemm(Importer &imp, NodeCtx &n) {
   return success();
 }
 
+/// The pieces of `in` cut along `axis` into `sizes`: folded slices of a
+/// constant, else the results of one pmesh.split.
+FailureOr<std::vector<Entry>> splitPieces(Importer &imp, NodeCtx &n, Entry &in, int64_t axis,
+                                          ArrayRef<int64_t> sizes) {
+  std::string why;
+  auto pieces = shapes::split(in.shape, axis, sizes, why);
+  if (!pieces)
+    return n.fail(why);
+  std::vector<Entry> out;
+  if (in.kind == Entry::Const) {
+    int64_t off = 0;
+    for (int64_t size : sizes) {
+      SmallVector<int64_t> lo(in.shape.size(), 0), hi(in.shape.begin(), in.shape.end()),
+          st(in.shape.size(), 1);
+      lo[axis] = off;
+      hi[axis] = off + size;
+      off += size;
+      out.push_back(Importer::constEntry(foldSlice(*in.c, lo, hi, st)));
+    }
+    return out;
+  }
+  auto x = imp.valueIn(n, 0);
+  if (failed(x))
+    return failure();
+  SmallVector<Type> types;
+  for (auto &p : *pieces)
+    types.push_back(imp.tensorType(p, eltOf(*x)));
+  auto op = imp.b.create<pm::SplitOp>(n.loc, types, *x, axis, sizes);
+  for (Value piece : op.getResults())
+    out.push_back(Importer::valueEntry(piece));
+  return out;
+}
+
 LogicalResult importSplit(Importer &imp, NodeCtx &n) {
   auto e = imp.entry(n, 0);
   if (failed(e))
@@ -1385,31 +1602,84 @@ LogicalResult importSplit(Importer &imp, NodeCtx &n) {
   if ((int64_t)sizes.size() != n.node.output_size())
     return n.fail(Twine(sizes.size()) + " split sizes for " + Twine(n.node.output_size()) +
                   " outputs");
-  std::string why;
-  auto pieces = shapes::split((*e)->shape, *ax, sizes, why);
-  if (!pieces)
-    return n.fail(why);
-  if ((*e)->kind == Entry::Const) {
-    int64_t off = 0;
-    for (size_t k = 0; k < sizes.size(); ++k) {
-      SmallVector<int64_t> lo((*e)->shape.size(), 0), hi((*e)->shape.begin(), (*e)->shape.end()),
-          st((*e)->shape.size(), 1);
-      lo[*ax] = off;
-      hi[*ax] = off + sizes[k];
-      off += sizes[k];
-      imp.setConst(n, k, foldSlice(*(*e)->c, lo, hi, st));
-    }
-    return success();
-  }
-  auto x = imp.valueIn(n, 0);
-  if (failed(x))
+  auto pieces = splitPieces(imp, n, **e, *ax, sizes);
+  if (failed(pieces))
     return failure();
-  SmallVector<Type> types;
-  for (auto &p : *pieces)
-    types.push_back(imp.tensorType(p, eltOf(*x)));
-  auto op = imp.b.create<pm::SplitOp>(n.loc, types, *x, *ax, sizes);
-  for (size_t k = 0; k < sizes.size(); ++k)
-    imp.setValue(n, k, op.getResult(k));
+  for (size_t k = 0; k < pieces->size(); ++k)
+    if (n.hasOutput(k))
+      imp.values[n.node.output(k)] = std::move((*pieces)[k]);
+  return success();
+}
+
+/// SplitToSequence: the pieces of a split, held as a sequence for SequenceAt
+/// (torch.split as the dynamo exporter writes it without its optimizer).
+LogicalResult importSplitToSequence(Importer &imp, NodeCtx &n) {
+  auto e = imp.entry(n, 0);
+  if (failed(e))
+    return failure();
+  int64_t axis = n.attrInt("axis", 0);
+  auto ax = shapes::normalizeAxis(axis, (*e)->shape.size());
+  if (!ax)
+    return n.fail("axis " + Twine(axis) + " out of range");
+  int64_t dim = (*e)->shape[*ax];
+  std::vector<int64_t> sizes;
+  bool squeeze = false;
+  if (n.has(1)) {
+    auto s = imp.constIn(n, 1, "split");
+    if (failed(s))
+      return failure();
+    if ((*s)->isFloat() || (*s)->shape.size() > 1)
+      return n.fail("split must be an integer scalar or vector");
+    sizes = (*s)->ints();
+    if ((*s)->shape.empty()) { // one piece size; the last piece may be smaller
+      int64_t piece = sizes[0];
+      if (piece <= 0)
+        return n.fail("split size " + Twine(piece) + " must be positive");
+      sizes.clear();
+      for (int64_t off = 0; off < dim; off += piece)
+        sizes.push_back(std::min(piece, dim - off));
+    }
+  } else {
+    sizes.assign(dim, 1);
+    squeeze = n.attrInt("keepdims", 1) == 0;
+  }
+  auto pieces = splitPieces(imp, n, **e, *ax, sizes);
+  if (failed(pieces))
+    return failure();
+  if (squeeze)
+    for (Entry &piece : *pieces) {
+      shapes::Shape shape = piece.shape;
+      shape.erase(shape.begin() + *ax);
+      if (piece.kind == Entry::Const) {
+        piece = Importer::constEntry(foldReshape(*piece.c, shape));
+      } else {
+        auto v = reshapeTo(imp, n, piece.v, shape);
+        if (failed(v))
+          return failure();
+        piece = Importer::valueEntry(*v);
+      }
+    }
+  imp.setPoison(n, 0, "is a tensor sequence, usable only by SequenceAt");
+  if (n.hasOutput(0))
+    imp.sequences[n.node.output(0)] = std::move(*pieces);
+  return success();
+}
+
+LogicalResult importSequenceAt(Importer &imp, NodeCtx &n) {
+  auto seq = n.has(0) ? imp.sequences.find(n.node.input(0)) : imp.sequences.end();
+  if (seq == imp.sequences.end())
+    return n.fail("input '" + (n.has(0) ? n.node.input(0) : std::string()) +
+                  "' is not a sequence made by SplitToSequence");
+  auto pos = imp.constIn(n, 1, "position");
+  if (failed(pos))
+    return failure();
+  if ((*pos)->numel() != 1 || (*pos)->isFloat())
+    return n.fail("position must be an integer scalar");
+  int64_t size = seq->second.size(), k = (*pos)->asInt(0);
+  if (k < -size || k >= size)
+    return n.fail("position " + Twine(k) + " out of range for a sequence of " + Twine(size));
+  if (n.hasOutput(0))
+    imp.values[n.node.output(0)] = seq->second[k < 0 ? k + size : k];
   return success();
 }
 
@@ -1746,6 +2016,7 @@ const std::map<std::string, Handler> &onnxHandlers() {
       {"Constant", importConstant},
       {"Identity", importIdentity},
       {"Cast", importCast},
+      {"CastLike", importCast},
       {"Shape", importShape},
       {"Gather", importGather},
       {"Unsqueeze", importUnsqueeze},
@@ -1759,6 +2030,15 @@ const std::map<std::string, Handler> &onnxHandlers() {
       {"Expand", importExpand},
       {"Where", importWhere},
       {"Not", importNot},
+      {"IsNaN", importIsNaN},
+      {"CumSum", importCumSum},
+      {"GatherND", importGatherND},
+      {"LessOrEqual", [](Importer &i, NodeCtx &n) { return foldOnlyBinary<std::less_equal<>>(i, n, false); }},
+      {"Greater", [](Importer &i, NodeCtx &n) { return foldOnlyBinary<std::greater<>>(i, n, false); }},
+      {"GreaterOrEqual", [](Importer &i, NodeCtx &n) { return foldOnlyBinary<std::greater_equal<>>(i, n, false); }},
+      {"And", [](Importer &i, NodeCtx &n) { return foldOnlyBinary<std::logical_and<>>(i, n, true); }},
+      {"Or", [](Importer &i, NodeCtx &n) { return foldOnlyBinary<std::logical_or<>>(i, n, true); }},
+      {"Xor", [](Importer &i, NodeCtx &n) { return foldOnlyBinary<LogicalXor>(i, n, true); }},
       {"Equal",
        [](Importer &i, NodeCtx &n) {
          return binary<pm::EqualOp>(
@@ -1826,6 +2106,8 @@ const std::map<std::string, Handler> &onnxHandlers() {
       {"MatMul", importMatMul},
       {"Gemm", importGemm},
       {"Split", importSplit},
+      {"SplitToSequence", importSplitToSequence},
+      {"SequenceAt", importSequenceAt},
       {"Transpose", importTranspose},
       {"Softmax", importSoftmax},
       {"LogSoftmax", importLogSoftmax},

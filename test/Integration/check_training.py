@@ -12,8 +12,9 @@ a Llama-style export (RMSNorm, rotary positions, SwiGLU, and with grouped-query
 attention: models/export_torch_llama.py), exports that store buffers as initializers
 (rotary tables, a float causal mask: the importer must not train them, and every case
 checks that the plan trains as many parameters as PyTorch does), one whose blocks are
-model-local ONNX functions
-and a checkpoint/resume split of the run.
+model-local ONNX functions, PyTorch 2 (dynamo) exports of transformers' own GPT-2 and
+Llama (their reference recorded with transformers by models/export_hf.py, which Debian's
+PyTorch cannot run), and a checkpoint/resume split of the run.
 
     check_training.py --opt build/bin/pipemesh-opt --run build/bin/pipemesh-run \\
         --fixtures models/fixtures [--only NAME] [--keep DIR]
@@ -61,6 +62,11 @@ CASES = [
     ("llama-rotary-inv-freq", "@llama-inv-freq", 4, 2, 16, 1, 10, None),
     ("llama-rotary-hf", "@llama-hf", 4, 2, 16, 2, 10, None),
     ("llama-position-ids-input", "@llama-hf-position-ids", 4, 3, 16, 1, 10, None),
+    # PyTorch 2 exports of transformers' own models; their reference is recorded beside
+    # them (NAME.train.json, written by models/export_hf.py with transformers' model).
+    ("hf-gpt2-dynamo", "hf_gpt2_dynamo.onnx", 4, 2, 16, 2, 10, None),
+    ("hf-llama-dynamo", "hf_llama_dynamo.onnx", 4, 2, 16, 2, 10, None),
+    ("hf-llama-dynamo-resume", "hf_llama_dynamo.onnx", 4, 2, 16, 2, 10, 6),
 ]
 # Exported models: the exporter and its flags (the Llama ones also get --heads and --ctx).
 # The masks, the cached tables and inv_freq are buffers stored as initializers: the
@@ -163,7 +169,15 @@ def torch_losses(onnx_path, heads, tokens, batch, seq, microbatches, steps):
     torch.manual_seed(0)
     llama = "llama" in os.path.basename(onnx_path)
     net, cfg = (torch_llama_model if llama else torch_model)(onnx_path, heads)
-    params = list(dict.fromkeys(net.parameters()))  # the tied head is one parameter
+    return train_torch(net, lambda x: net(x), tokens, batch, seq, microbatches, steps)
+
+
+def train_torch(net, logits_of, tokens, batch, seq, microbatches, steps):
+    """Trains `net` (logits_of(input_ids) -> logits) as pipemesh-run does: AdamW with decay
+    on the matrices only, global-norm clipping, the learning-rate schedule, canonical
+    sampling. Returns every step's loss and the number of trained elements. Also used by
+    models/export_hf.py to record the losses of transformers' own models."""
+    params = list(dict.fromkeys(p for p in net.parameters() if p.requires_grad))  # tied: once
     trained = sum(p.numel() for p in params)
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
@@ -177,7 +191,7 @@ def torch_losses(onnx_path, heads, tokens, batch, seq, microbatches, steps):
         total = 0.0
         for j in range(microbatches):
             x, y = batch_for(tokens, s, j, batch, seq, microbatches)
-            logits = net(x)
+            logits = logits_of(x)
             loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
             (loss / microbatches).backward()
             total += loss.item() / microbatches
@@ -187,6 +201,17 @@ def torch_losses(onnx_path, heads, tokens, batch, seq, microbatches, steps):
         opt.step()
         losses.append(total)
     return losses, trained
+
+
+def recorded_losses(path, batch, seq, microbatches, steps):
+    """The losses and trained parameter count models/export_hf.py recorded for a fixture
+    (transformers' model trained by train_torch under newer PyTorch), for the same run."""
+    with open(path) as f:
+        rec = json.load(f)
+    run = dict(batch=batch, seq=seq, microbatches=microbatches, steps=steps)
+    if any(rec[k] != v for k, v in run.items()):
+        raise RuntimeError(f"{path} records {[rec[k] for k in run]}, the case runs {run}")
+    return rec["losses"], rec["trained_parameters"]
 
 
 def plan_params(args, plan):
@@ -265,7 +290,11 @@ def main():
                 exporter.main(flags + ["-o", path])
         ours, our_params = pipemesh_losses(args, work, name, path, batch, seq, micro, steps,
                                            resume_at, shard)
-        ref, ref_params = torch_losses(path, heads, tokens, batch, seq, micro, steps)
+        recorded = path[:-len(".onnx")] + ".train.json"
+        if os.path.exists(recorded):
+            ref, ref_params = recorded_losses(recorded, batch, seq, micro, steps)
+        else:
+            ref, ref_params = torch_losses(path, heads, tokens, batch, seq, micro, steps)
         rel = max(abs(a - b) / abs(b) for a, b in zip(ours, ref))
         # The same parameters trained: a buffer trained by mistake (a rotary table) barely
         # moves ten steps' losses of a tiny model whose attention is still near uniform.

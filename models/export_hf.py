@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Exports transformers' own GPT-2 and Llama with PyTorch 2's ONNX exporter (the fixtures
+hf_*.onnx), and records what transformers computes for them as the reference.
+
+Debian's python3-torch (1.13) predates `torch.onnx.export(dynamo=True)` and current
+transformers, so this script runs in an environment of its own, e.g.
+
+    python3 -m venv /tmp/hf-venv
+    /tmp/hf-venv/bin/pip install torch transformers onnx onnxscript onnxruntime
+    /tmp/hf-venv/bin/python models/export_hf.py --run build/bin/pipemesh-run
+
+and writes, per fixture NAME:
+  NAME.onnx         the export (opset 20; batch and seq dynamic)
+  NAME.npz          input_ids [2, 16] and transformers' logits for them (check_import.py's
+                    reference; onnxruntime must agree with them here)
+  NAME.train.json   transformers' losses of a short training run under pipemesh-run's
+                    rules (check_training.py's train_torch: AdamW, clipping, schedule,
+                    canonical sampling of the default corpus) and its trained parameter
+                    count, for check_training.py's recorded cases; with the versions used.
+
+The exports are what a user of current PyTorch gets: `dynamo=True` with its default
+scaled-dot-product attention (exported with a NaN guard after the softmax) and
+transformers' packed-sequence mask (CumSum, GatherND, LessOrEqual, And over positions).
+`optimize=False` keeps every parameter its own initializer: the exporter's optimizer
+merges initializers of equal values (a fresh model's LayerNorm scales, its zero biases)
+and folds away zero biases, which ties or drops parameters of a model meant for training
+(see docs/pipemesh-opt.md, "Exports by PyTorch 2").
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "test", "Integration"))
+import check_training  # noqa: E402
+
+VOCAB, CTX, EMBD, LAYERS, HEADS = 256, 64, 64, 2, 4
+# name: (family, options); each exists to exercise one importer path (models/README.md).
+FIXTURES = {
+    "hf_gpt2_dynamo": ("gpt2", {}),
+    "hf_llama_dynamo": ("llama", {"kv_heads": 2}),
+}
+# The recorded training run (check_training.py's recorded cases use the same).
+TRAIN = dict(batch=2, seq=16, microbatches=2, steps=10)
+
+
+def build(family, options, seed):
+    import transformers
+    torch.manual_seed(seed)
+    if family == "gpt2":
+        cfg = transformers.GPT2Config(vocab_size=VOCAB, n_positions=CTX, n_embd=EMBD,
+                                      n_layer=LAYERS, n_head=HEADS, resid_pdrop=0.0,
+                                      embd_pdrop=0.0, attn_pdrop=0.0)
+        model = transformers.GPT2LMHeadModel(cfg)
+    else:
+        cfg = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=EMBD, intermediate_size=176,
+                                       num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                                       num_key_value_heads=options.get("kv_heads", HEADS),
+                                       max_position_embeddings=CTX)
+        model = transformers.LlamaForCausalLM(cfg)
+    model.config.use_cache = False
+    # A fresh model's biases are zero and its norm scales one: give them values, so a
+    # bias or scale the importer mixed up would show in the logits.
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(seed + 1)
+        for name, p in model.named_parameters():
+            if p.dim() == 1:
+                p.add_(0.1 * torch.randn(p.shape, generator=g))
+    return model.eval()
+
+
+class Logits(torch.nn.Module):
+    """input_ids -> logits, the signature pipemesh imports; keeps transformers' parameter
+    names (the wrapped model is `model.`-free: registered under the empty prefix)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self._modules.update(model._modules)  # share the submodules under their own names
+        self.forward_impl = model.forward
+
+    def forward(self, input_ids):
+        return self.forward_impl(input_ids=input_ids, use_cache=False).logits
+
+
+def export(model, path):
+    batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq", max=CTX)
+    x = torch.randint(0, VOCAB, (2, 16))
+    torch.onnx.export(Logits(model), (x,), path, dynamo=True, optimize=False,
+                      external_data=False, input_names=["input_ids"], output_names=["logits"],
+                      dynamic_shapes={"input_ids": {0: batch, 1: seq}})
+    # Drop the per-node stack traces and FX names (two thirds of the file) and keep the
+    # fixture byte-stable across runs.
+    import onnx
+    m = onnx.load(path)
+    for node in m.graph.node:
+        del node.metadata_props[:]
+        node.doc_string = ""
+    del m.metadata_props[:]
+    m.producer_version = ""
+    onnx.save(m, path)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--run", required=True, help="pipemesh-run (writes the default corpus)")
+    ap.add_argument("--out", default=os.path.join(HERE, "fixtures"))
+    ap.add_argument("--only")
+    args = ap.parse_args(argv)
+    import onnxruntime
+    import transformers
+    torch.set_num_threads(1)
+    work = tempfile.mkdtemp(prefix="export-hf-")
+    corpus = os.path.join(work, "corpus.bin")
+    subprocess.run([args.run, "--write-default-corpus", corpus], check=True)
+    tokens = check_training.read_shard(corpus)
+    for seed, (name, (family, options)) in enumerate(sorted(FIXTURES.items())):
+        if args.only and args.only not in name:
+            continue
+        path = os.path.join(args.out, name + ".onnx")
+        export(build(family, options, seed), path)
+        model = build(family, options, seed)  # the same weights, untouched by the export
+        ids = np.random.default_rng([seed, 0xBA7C4]).integers(0, VOCAB, (2, 16), dtype=np.int64)
+        with torch.no_grad():
+            logits = model(input_ids=torch.from_numpy(ids), use_cache=False).logits.numpy()
+        ort = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+        err = float(np.abs(ort.run(["logits"], {"input_ids": ids})[0] - logits).max())
+        if err > 1e-4:
+            raise SystemExit(f"{name}: onnxruntime differs from transformers by {err:.2e}")
+        np.savez(os.path.join(args.out, name + ".npz"), input_ids=ids, logits=logits)
+        losses, trained = check_training.train_torch(
+            model, lambda x: model(input_ids=x, use_cache=False).logits, tokens, **TRAIN)
+        with open(os.path.join(args.out, name + ".train.json"), "w") as f:
+            json.dump({"losses": losses, "trained_parameters": trained, **TRAIN,
+                       "heads": HEADS, "torch": torch.__version__,
+                       "transformers": transformers.__version__,
+                       "onnxruntime_vs_transformers": err}, f, indent=1)
+        print(f"{name}: onnxruntime vs transformers {err:.1e}; loss {losses[0]:.4f} -> "
+              f"{losses[-1]:.4f}; {trained:,} parameters")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
