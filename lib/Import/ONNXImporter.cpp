@@ -213,6 +213,7 @@ private:
   FailureOr<SmallVector<Type>> importInputs(Block *&body);
   LogicalResult importNode(const onnx::NodeProto &node, int index);
   void restoreTiedEmbedding();
+  void warnSharedParameters();
   LogicalResult checkDeclaredOutput(const onnx::ValueInfoProto &out, const Entry &e);
   Location nodeLoc(const onnx::NodeProto &node, int index);
 };
@@ -2479,6 +2480,43 @@ void Importer::restoreTiedEmbedding() {
 /// A graph output's declared element type and shape (where it gives them)
 /// must match what the import computed: a mismatch means the model is
 /// inconsistent or an op was imported wrongly, never something to pass on.
+/// A trained initializer read by several nodes of one op type (five
+/// LayerNormalizations, say) is one parameter they all share. Models rarely
+/// mean that (the tied embedding is read by a Gather and a MatMul), but an
+/// exporter that merges initializers of equal values makes it out of a freshly
+/// initialized model's scales and biases: say so, once per initializer.
+void Importer::warnSharedParameters() {
+  const onnx::GraphProto &g = model.graph();
+  std::map<std::string, std::map<std::string, std::vector<std::string>>> readers;
+  for (int k = 0; k < g.node_size(); ++k) {
+    const onnx::NodeProto &node = g.node(k);
+    if (node.op_type() == "Identity") // copies become parameters of their own
+      continue;
+    std::string name = !node.name().empty()   ? node.name()
+                       : node.output_size() ? node.output(0)
+                                            : "#" + std::to_string(k);
+    std::set<std::string> seen; // a node reading it twice is one reader
+    for (const std::string &in : node.input())
+      if (params.count(in) && seen.insert(in).second)
+        readers[in][node.op_type()].push_back(name);
+  }
+  auto fileLoc = FileLineColLoc::get(b.getStringAttr(sourceName), 0, 0);
+  for (auto &[init, byType] : readers)
+    for (auto &[opType, nodes] : byType) {
+      if (nodes.size() < 2)
+        continue;
+      auto diag = emitWarning(fileLoc)
+                  << "initializer '" << init << "' is read by " << nodes.size() << " "
+                  << opType << " nodes ('" << nodes[0] << "', '" << nodes[1] << "'"
+                  << (nodes.size() > 2 ? ", ..." : "")
+                  << "): they train it as one shared parameter. An exporter that merges "
+                     "initializers of equal values (torch.onnx.export(dynamo=True) does by "
+                     "default) ties the equal scales and biases of a freshly initialized "
+                     "model; export with optimize=False unless they are meant to be shared";
+      break;
+    }
+}
+
 LogicalResult Importer::checkDeclaredOutput(const onnx::ValueInfoProto &out, const Entry &e) {
   if (!out.type().has_tensor_type())
     return success();
@@ -2589,6 +2627,7 @@ OwningOpRef<ModuleOp> Importer::run() {
   for (auto [k, out] : llvm::enumerate(g.output()))
     func.setResultAttr(k, "pmesh.name", b.getStringAttr(out.name()));
   restoreTiedEmbedding();
+  warnSharedParameters();
   if (!otherFloatTypes.empty()) {
     auto diag = emitWarning(fileLoc) << "the model's ";
     llvm::interleave(otherFloatTypes, diag, ", ");
