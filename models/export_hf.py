@@ -12,7 +12,8 @@ transformers, so this script runs in an environment of its own, e.g.
 and writes, per fixture NAME:
   NAME.onnx         the export (opset 20; batch and seq dynamic)
   NAME.npz          input_ids [2, 16] and transformers' logits for them (check_import.py's
-                    reference; onnxruntime must agree with them here)
+                    reference; onnxruntime must agree with them here; none for the model
+                    that takes an attention_mask, see FIXTURES)
   NAME.train.json   transformers' losses of a short training run under pipemesh-run's
                     rules (check_training.py's train_torch: AdamW, clipping, schedule,
                     canonical sampling of the default corpus) and its trained parameter
@@ -44,11 +45,15 @@ import check_training  # noqa: E402
 VOCAB, CTX, EMBD, LAYERS, HEADS = 256, 64, 64, 2, 4
 # name: (family, options); each exists to exercise one importer path (models/README.md).
 FIXTURES = {
-    "hf_gpt2_dynamo": ("gpt2", {}),
-    "hf_llama_dynamo": ("llama", {"kv_heads": 2}),
+    "hf_gpt2_dynamo": ("gpt2", {"seed": 0}),
+    "hf_llama_dynamo": ("llama", {"seed": 1, "kv_heads": 2}),
     # The exporter's default: its optimizer folds the weights' transposes into new
     # initializers (named val_N) and merges equal constants; trained weights keep apart.
-    "hf_llama_dynamo_optimized": ("llama", {"kv_heads": 2, "optimize": True}),
+    "hf_llama_dynamo_optimized": ("llama", {"seed": 2, "kv_heads": 2, "optimize": True}),
+    # The usual signature (input_ids, attention_mask): a plan feeds the mask all ones, so
+    # only the compiled model is checked (no .npz: a plain import keeps the mask an input,
+    # and the padding arithmetic of transformers' mask has ops pmesh lacks on activations).
+    "hf_gpt2_dynamo_mask": ("gpt2", {"seed": 3, "attention_mask": True}),
 }
 # The recorded training run (check_training.py's recorded cases use the same).
 TRAIN = dict(batch=2, seq=16, microbatches=2, steps=10)
@@ -80,24 +85,29 @@ def build(family, options, seed):
 
 
 class Logits(torch.nn.Module):
-    """input_ids -> logits, the signature pipemesh imports; keeps transformers' parameter
-    names (the wrapped model is `model.`-free: registered under the empty prefix)."""
+    """input_ids [, attention_mask] -> logits, the signature pipemesh imports; keeps
+    transformers' parameter names (the submodules are registered under their own names)."""
 
     def __init__(self, model):
         super().__init__()
         self._modules.update(model._modules)  # share the submodules under their own names
         self.forward_impl = model.forward
 
-    def forward(self, input_ids):
-        return self.forward_impl(input_ids=input_ids, use_cache=False).logits
+    def forward(self, input_ids, attention_mask=None):
+        return self.forward_impl(input_ids=input_ids, attention_mask=attention_mask,
+                                 use_cache=False).logits
 
 
-def export(model, path, optimize):
+def export(model, path, optimize, attention_mask):
     batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq", max=CTX)
     x = torch.randint(0, VOCAB, (2, 16))
-    torch.onnx.export(Logits(model), (x,), path, dynamo=True, optimize=optimize,
-                      external_data=False, input_names=["input_ids"], output_names=["logits"],
-                      dynamic_shapes={"input_ids": {0: batch, 1: seq}})
+    args, names, shapes = (x,), ["input_ids"], {"input_ids": {0: batch, 1: seq}}
+    if attention_mask:
+        args, names = (x, torch.ones_like(x)), names + ["attention_mask"]
+        shapes["attention_mask"] = {0: batch, 1: seq}
+    torch.onnx.export(Logits(model), args, path, dynamo=True, optimize=optimize,
+                      external_data=False, input_names=names, output_names=["logits"],
+                      dynamic_shapes=shapes)
     # Drop the per-node stack traces and FX names (two thirds of the file) and keep the
     # fixture byte-stable across runs.
     import onnx
@@ -123,20 +133,24 @@ def main(argv=None):
     corpus = os.path.join(work, "corpus.bin")
     subprocess.run([args.run, "--write-default-corpus", corpus], check=True)
     tokens = check_training.read_shard(corpus)
-    for seed, (name, (family, options)) in enumerate(sorted(FIXTURES.items())):
+    for name, (family, options) in FIXTURES.items():
         if args.only and args.only not in name:
             continue
+        seed = options["seed"]
         path = os.path.join(args.out, name + ".onnx")
-        export(build(family, options, seed), path, options.get("optimize", False))
+        mask = options.get("attention_mask", False)
+        export(build(family, options, seed), path, options.get("optimize", False), mask)
         model = build(family, options, seed)  # the same weights, untouched by the export
         ids = np.random.default_rng([seed, 0xBA7C4]).integers(0, VOCAB, (2, 16), dtype=np.int64)
         with torch.no_grad():
             logits = model(input_ids=torch.from_numpy(ids), use_cache=False).logits.numpy()
         ort = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
-        err = float(np.abs(ort.run(["logits"], {"input_ids": ids})[0] - logits).max())
+        feeds = {"input_ids": ids, **({"attention_mask": np.ones_like(ids)} if mask else {})}
+        err = float(np.abs(ort.run(["logits"], feeds)[0] - logits).max())
         if err > 1e-4:
             raise SystemExit(f"{name}: onnxruntime differs from transformers by {err:.2e}")
-        np.savez(os.path.join(args.out, name + ".npz"), input_ids=ids, logits=logits)
+        if not mask:
+            np.savez(os.path.join(args.out, name + ".npz"), input_ids=ids, logits=logits)
         losses, trained = check_training.train_torch(
             model, lambda x: model(input_ids=x, use_cache=False).logits, tokens, **TRAIN)
         with open(os.path.join(args.out, name + ".train.json"), "w") as f:

@@ -42,12 +42,12 @@ std::string nodeName(const onnx::GraphProto &g, int index) {
 /// The graph's tensors whose values do not depend on the values of graph
 /// inputs: initializers, Constant outputs, shapes (static once the dims are
 /// bound), and whatever is computed from those alone.
-std::set<std::string> constantTensors(const onnx::GraphProto &g) {
+std::set<std::string> constantTensors(const onnx::GraphProto &g, bool attentionMaskOnes) {
   std::set<std::string> constant;
   for (const onnx::TensorProto &t : g.initializer())
     constant.insert(t.name());
   for (const onnx::ValueInfoProto &in : g.input()) {
-    if (isConstantGraphInput(in.name()))
+    if (isConstantGraphInput(in.name(), attentionMaskOnes))
       constant.insert(in.name());
     else
       constant.erase(in.name()); // an initializer listed as an input may be fed
@@ -94,7 +94,8 @@ int passThroughInput(const std::string &op) {
   static const std::map<std::string, int> ops = {
       {"Identity", 0}, {"Cast", 0},  {"CastLike", 0}, {"Reshape", 0},   {"Unsqueeze", 0},
       {"Squeeze", 0},  {"Slice", 0}, {"Gather", 0},   {"Expand", 0},    {"Transpose", 0},
-      {"Split", 0},    {"Tile", 0},  {"Flatten", 0},  {"Concat", -1},
+      {"Split", 0},    {"Tile", 0},  {"Flatten", 0},  {"Concat", -1},   {"GatherND", 0},
+      {"SplitToSequence", 0}, {"SequenceAt", 0},
   };
   auto it = ops.find(op);
   return it == ops.end() ? -2 : it->second;
@@ -121,9 +122,10 @@ bool carriesGradient(const onnx::NodeProto &node, int input) {
   }
   // Ops whose later inputs are indices, shapes, axes, ratios or labels.
   static const std::map<std::string, int> dataInputs = {
-      {"Where", -1},  {"Gather", 1},  {"Slice", 1},   {"Reshape", 1},
+      {"Where", -1},  {"Gather", 1},  {"GatherND", 1}, {"Slice", 1},   {"Reshape", 1},
       {"Expand", 1},  {"Unsqueeze", 1}, {"Squeeze", 1}, {"Tile", 1},
-      {"Split", 1},   {"Trilu", 1},   {"Dropout", 1}, {"SoftmaxCrossEntropyLoss", 1},
+      {"Split", 1},   {"SplitToSequence", 1}, {"SequenceAt", 1}, {"CumSum", 1},
+      {"Trilu", 1},   {"Dropout", 1}, {"SoftmaxCrossEntropyLoss", 1},
       {"NegativeLogLikelihoodLoss", 1}, {"ReduceMean", 1}, {"ReduceSum", 1}};
   auto it = dataInputs.find(op);
   if (it == dataInputs.end())
@@ -135,15 +137,17 @@ bool carriesGradient(const onnx::NodeProto &node, int input) {
 
 } // namespace
 
-bool isConstantGraphInput(const std::string &name) {
-  return name == "position_ids" || name == "cache_position";
+bool isConstantGraphInput(const std::string &name, bool attentionMaskOnes) {
+  return name == "position_ids" || name == "cache_position" ||
+         (attentionMaskOnes && name == "attention_mask");
 }
 
 std::map<std::string, BufferUse>
 findBufferInitializers(const onnx::GraphProto &g,
-                       const std::function<bool(const onnx::TensorProto &)> &holdsMask) {
+                       const std::function<bool(const onnx::TensorProto &)> &holdsMask,
+                       bool attentionMaskOnes) {
   std::map<std::string, BufferUse> buffers;
-  std::set<std::string> constant = constantTensors(g);
+  std::set<std::string> constant = constantTensors(g, attentionMaskOnes);
   std::map<std::string, const onnx::TensorProto *> candidates;
   for (const onnx::TensorProto &t : g.initializer())
     if (isTrainableCandidate(t) && constant.count(t.name()))
@@ -245,6 +249,8 @@ findBufferInitializers(const onnx::GraphProto &g,
       for (auto [k, input] : consumers[t]) {
         const onnx::NodeProto &node = g.node(k);
         const std::string &op = node.op_type();
+        if (isDefaultDomain(node) && (op == "Shape" || op == "Size"))
+          continue; // reads its shape, not its values
         int through = passThroughInput(op);
         bool othersConstant = true;
         for (int i = 0; i < node.input_size(); ++i)

@@ -23,8 +23,9 @@ namespace pipemesh::onnximport {
 
 /// Graph inputs the importer replaces by constants: position_ids and HF's
 /// cache_position (every row 0..T-1, since a training window starts at
-/// position 0).
-bool isConstantGraphInput(const std::string &name);
+/// position 0), and with `attentionMaskOnes` attention_mask (all ones: a
+/// training window has no padding).
+bool isConstantGraphInput(const std::string &name, bool attentionMaskOnes);
 
 struct BufferUse {
   /// Why the initializer is taken for a buffer, naming the node that shows it.
@@ -51,7 +52,8 @@ struct BufferUse {
 ///    additive mask's values (0 and -inf): read only for such tables.
 std::map<std::string, BufferUse>
 findBufferInitializers(const onnx::GraphProto &graph,
-                       const std::function<bool(const onnx::TensorProto &)> &holdsMask);
+                       const std::function<bool(const onnx::TensorProto &)> &holdsMask,
+                       bool attentionMaskOnes);
 
 } // namespace pipemesh::onnximport
 

@@ -853,6 +853,51 @@ LogicalResult importShape(Importer &imp, NodeCtx &n) {
   return success();
 }
 
+LogicalResult importLookup(Importer &imp, NodeCtx &n, int64_t axis);
+
+/// `x` gathered along `axis` at constant indices `ix` (of shape `idxShape`):
+/// a slice when they are one contiguous run, else (a 2-D float table along
+/// axis 0: OPT's positions, offset by 2 and repeated per row) an embedding
+/// lookup of the constant indices.
+FailureOr<Value> gatherConstIndices(Importer &imp, NodeCtx &n, Value x, int64_t axis,
+                                    ArrayRef<int64_t> idxShape, std::vector<int64_t> ix) {
+  shapes::Shape in = Importer::shapeOf(x);
+  int64_t dim = in[axis];
+  for (int64_t &i : ix)
+    if (i < 0)
+      i += dim;
+  // Out of range is ONNX's error, and the usual cause is a sequence longer
+  // than a position table (seq=65 against 64 positions): say which index.
+  for (int64_t i : ix)
+    if (i < 0 || i >= dim)
+      return n.fail("constant index " + Twine(i < 0 ? i - dim : i) +
+                    " is out of range for axis " + Twine(axis) + " of size " + Twine(dim) +
+                    " (a sequence longer than a position table?)");
+  shapes::Shape out(in.begin(), in.begin() + axis);
+  out.append(idxShape.begin(), idxShape.end());
+  out.append(in.begin() + axis + 1, in.end());
+  bool contiguous = !ix.empty();
+  for (size_t k = 0; k < ix.size(); ++k)
+    contiguous &= ix[k] == ix[0] + (int64_t)k;
+  if (!contiguous) {
+    if (axis != 0 || in.size() != 2 || !isa<FloatType>(eltOf(x)))
+      return n.fail("constant indices that are not one contiguous range are supported only "
+                    "as an embedding lookup (2-D float table, axis 0)");
+    ConstTensor ids = ConstTensor::zeros(DType::I64, idxShape);
+    ids.i = ix;
+    Value idsValue = imp.materializeConst(ids, n.loc);
+    return create<pm::EmbeddingOp>(imp, n, imp.tensorType(out, eltOf(x)), x, idsValue);
+  }
+  SmallVector<int64_t> starts(in.size(), 0), limits(in.begin(), in.end()), strides(in.size(), 1);
+  starts[axis] = ix[0];
+  limits[axis] = ix[0] + ix.size();
+  shapes::Shape sliced = in;
+  sliced[axis] = ix.size();
+  Value sl = create<pm::SliceOp>(imp, n, imp.tensorType(sliced, eltOf(x)), x, starts, limits,
+                                 strides);
+  return reshapeTo(imp, n, sl, out);
+}
+
 LogicalResult importGather(Importer &imp, NodeCtx &n) {
   auto data = imp.entry(n, 0);
   auto idx = imp.entry(n, 1);
@@ -878,46 +923,26 @@ LogicalResult importGather(Importer &imp, NodeCtx &n) {
   if (!ax)
     return n.fail("axis " + Twine(axis) + " out of range");
   if ((*idx)->kind == Entry::Const) {
-    // Constant indices into an activation: a contiguous run is a slice.
-    std::vector<int64_t> ix = (*idx)->c->ints();
-    int64_t dim = (*data)->shape[*ax];
-    for (int64_t &i : ix)
-      if (i < 0)
-        i += dim;
-    // Out of range is ONNX's error, and the usual cause is a sequence longer
-    // than a position table (seq=65 against 64 positions): say which index.
-    for (int64_t i : ix)
-      if (i < 0 || i >= dim)
-        return n.fail("constant index " + Twine(i < 0 ? i - dim : i) +
-                      " is out of range for axis " + Twine(*ax) + " of size " + Twine(dim) +
-                      " (a sequence longer than a position table?)");
-    bool contiguous = !ix.empty();
-    for (size_t k = 0; k < ix.size(); ++k)
-      contiguous &= ix[k] == ix[0] + (int64_t)k;
-    if (!contiguous)
-      return n.fail("constant indices that are not a contiguous range are not supported");
     auto x = imp.valueIn(n, 0);
     if (failed(x))
       return failure();
-    shapes::Shape in = (*data)->shape;
-    SmallVector<int64_t> starts(in.size(), 0), limits(in.begin(), in.end()), strides(in.size(), 1);
-    starts[*ax] = ix[0];
-    limits[*ax] = ix[0] + ix.size();
-    shapes::Shape sliced = in;
-    sliced[*ax] = ix.size();
-    Value s = create<pm::SliceOp>(imp, n, imp.tensorType(sliced, eltOf(*x)), *x, starts, limits,
-                                  strides);
-    shapes::Shape out(in.begin(), in.begin() + *ax);
-    out.append((*idx)->shape.begin(), (*idx)->shape.end());
-    out.append(in.begin() + *ax + 1, in.end());
-    auto r = reshapeTo(imp, n, s, out);
+    auto r = gatherConstIndices(imp, n, *x, *ax, (*idx)->shape, (*idx)->c->ints());
     if (failed(r))
       return failure();
     imp.setValue(n, 0, *r);
     return success();
   }
-  // Data-dependent indices: an embedding lookup into a 2-D table along axis 0.
-  if (*ax != 0 || (*data)->shape.size() != 2)
+  return importLookup(imp, n, *ax);
+}
+
+/// Gather with indices that are not one contiguous run (data-dependent, or
+/// constants that are not): an embedding lookup into a 2-D table along axis 0.
+LogicalResult importLookup(Importer &imp, NodeCtx &n, int64_t axis) {
+  auto data = imp.entry(n, 0);
+  if (failed(data))
+    return failure();
+  std::string why;
+  if (axis != 0 || (*data)->shape.size() != 2)
     return n.fail("data-dependent Gather is supported only as an embedding lookup (2-D table, "
                   "axis 0)");
   bool tableIsParam = (*data)->kind == Entry::Param;
@@ -1334,16 +1359,53 @@ LogicalResult importCumSum(Importer &imp, NodeCtx &n) {
 /// GatherND: folded on constants (the vmapped mask functions of transformers
 /// index position tables with it).
 LogicalResult importGatherND(Importer &imp, NodeCtx &n) {
-  const ConstTensor *data = imp.maybeConst(n, 0), *indices = imp.maybeConst(n, 1);
-  if (!data || !indices)
+  const ConstTensor *indices = imp.maybeConst(n, 1);
+  if (!indices)
     return foldOnlyError(n);
   if (indices->isFloat())
     return n.fail("indices must be integers");
   std::string why;
-  auto r = foldGatherND(*data, *indices, n.attrInt("batch_dims", 0), kFoldLimit, why);
-  if (!r)
-    return n.fail(why.empty() ? "result is too large to fold" : why);
-  imp.setConst(n, 0, std::move(*r));
+  int64_t batchDims = n.attrInt("batch_dims", 0);
+  if (const ConstTensor *data = imp.maybeConst(n, 0)) {
+    auto r = foldGatherND(*data, *indices, batchDims, kFoldLimit, why);
+    if (!r)
+      return n.fail(why.empty() ? "result is too large to fold" : why);
+    imp.setConst(n, 0, std::move(*r));
+    return success();
+  }
+  // Constant indices into an activation (Falcon picks its query, key and
+  // value heads this way): with no batch dims, a Gather along the flattened
+  // leading dims the indices address.
+  auto x = imp.valueIn(n, 0);
+  if (failed(x))
+    return failure();
+  shapes::Shape in = Importer::shapeOf(*x);
+  int64_t k = indices->shape.empty() ? 0 : indices->shape.back();
+  if (batchDims != 0 || k < 1 || k > (int64_t)in.size())
+    return n.fail("on a computed value is supported only with constant indices, no batch dims "
+                  "and an index length within the data's rank");
+  shapes::Shape lead(in.begin(), in.begin() + k), flatShape = {shapes::numElements(lead)};
+  flatShape.append(in.begin() + k, in.end());
+  auto strides = stridesOf(lead);
+  std::vector<int64_t> flat;
+  for (int64_t t = 0; t < indices->numel() / k; ++t) {
+    int64_t offset = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t ix = indices->asInt(t * k + j);
+      if (ix < -in[j] || ix >= in[j])
+        return n.fail("index " + Twine(ix) + " out of range for dim of size " + Twine(in[j]));
+      offset += (ix < 0 ? ix + in[j] : ix) * strides[j];
+    }
+    flat.push_back(offset);
+  }
+  auto reshaped = reshapeTo(imp, n, *x, flatShape);
+  if (failed(reshaped))
+    return failure();
+  shapes::Shape idxShape(indices->shape.begin(), indices->shape.end() - 1);
+  auto r = gatherConstIndices(imp, n, *reshaped, 0, idxShape, flat);
+  if (failed(r))
+    return failure();
+  imp.setValue(n, 0, *r);
   return success();
 }
 
@@ -2008,6 +2070,41 @@ LogicalResult importMSAttention(Importer &imp, NodeCtx &n) {
 /// Two's-complement wrap-around, as integer tensors behave (no UB on overflow).
 int64_t wrapInt(uint64_t v) { return (int64_t)v; }
 
+/// Max of two inputs (elementwise, broadcast), or of any number of constants
+/// (GPT-J's and Falcon's exports take the max of three shape values).
+LogicalResult importMax(Importer &imp, NodeCtx &n) {
+  auto fmax = [](double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); };
+  auto imax = [](int64_t a, int64_t b) { return std::max(a, b); };
+  if (n.numInputs() == 2)
+    return binary<pm::MaxOp>(imp, n, fmax, imax);
+  if (n.numInputs() < 1)
+    return n.fail("needs at least one input");
+  std::optional<ConstTensor> acc;
+  for (int k = 0; k < n.numInputs(); ++k) {
+    const ConstTensor *c = imp.maybeConst(n, k);
+    if (!c)
+      return n.fail("with " + Twine(n.numInputs()) +
+                    " inputs is supported on constants only (two inputs on any values)");
+    if (acc && acc->dtype != c->dtype)
+      return n.fail("operand element types differ");
+    std::string why;
+    if (!acc) {
+      acc = *c;
+    } else {
+      auto shape = shapes::broadcast(acc->shape, c->shape, why);
+      if (!shape)
+        return n.fail(why);
+      if (!foldable(*shape))
+        return n.fail("result is too large to fold");
+      acc = foldBinary(*acc, *c, acc->dtype, fmax, imax, why);
+      if (!acc)
+        return n.fail(why);
+    }
+  }
+  imp.setConst(n, 0, std::move(*acc));
+  return success();
+}
+
 template <typename OpT> LogicalResult bin(Importer &imp, NodeCtx &n, BinaryFn f, BinaryIntFn i) {
   return binary<OpT>(imp, n, f, i);
 }
@@ -2084,13 +2181,7 @@ const std::map<std::string, Handler> &onnxHandlers() {
                                  return saturateToInt64(std::pow((double)a, (double)b));
                                });
        }},
-      {"Max",
-       [](Importer &i, NodeCtx &n) {
-         if (n.numInputs() != 2)
-           return n.fail("only the two-input form is supported");
-         return bin<pm::MaxOp>(i, n, [](double a, double b) { return std::max(a, b); },
-                               [](int64_t a, int64_t b) { return std::max(a, b); });
-       }},
+      {"Max", importMax},
       {"Sqrt", [](Importer &i, NodeCtx &n) { return unary<pm::SqrtOp>(i, n, [](double x) { return std::sqrt(x); }); }},
       {"Tanh", [](Importer &i, NodeCtx &n) { return unary<pm::TanhOp>(i, n, [](double x) { return std::tanh(x); }); }},
       {"Erf", [](Importer &i, NodeCtx &n) { return unary<pm::ErfOp>(i, n, [](double x) { return std::erf(x); }); }},
@@ -2180,7 +2271,7 @@ LogicalResult Importer::importInitializers() {
     }
     return masked;
   };
-  std::map<std::string, BufferUse> buffers = findBufferInitializers(model.graph(), holdsMask);
+  std::map<std::string, BufferUse> buffers = findBufferInitializers(model.graph(), holdsMask, opts.attentionMaskOnes);
   const onnx::GraphProto &g = model.graph();
   for (const onnx::TensorProto &t : g.initializer()) {
     Entry e;
@@ -2316,15 +2407,18 @@ FailureOr<SmallVector<Type>> Importer::importInputs(Block *&body) {
                      << " is too large";
       return failure();
     }
-    if (isConstantGraphInput(in.name())) {
+    if (isConstantGraphInput(in.name(), opts.attentionMaskOnes)) {
       // A training window starts at position 0 (DESIGN.md section 2), so every
       // row is 0..T-1, as HF computes it when it is not passed: a constant, and
-      // the rotary tables computed from it fold.
-      if (!isa<IntegerType>(*elt) || shape.empty() || !foldable(shape)) {
-        emitError(loc) << "graph input '" << in.name()
-                       << "' must be an integer tensor whose last "
-                          "axis is the sequence, got "
-                       << dtypeName(dt) << " " << shapes::str(shape);
+      // the rotary tables computed from it fold. Nor does it hold padding, so an
+      // attention_mask (compiling a plan) is all ones and the masks computed
+      // from it fold too.
+      bool mask = in.name() == "attention_mask";
+      if ((!mask && !isa<IntegerType>(*elt)) || shape.empty() || !foldable(shape)) {
+        emitError(loc) << "graph input '" << in.name() << "' must be "
+                       << (mask ? "a tensor" : "an integer tensor")
+                       << " whose last axis is the sequence, got " << dtypeName(dt) << " "
+                       << shapes::str(shape);
         return failure();
       }
       Entry e;
@@ -2333,7 +2427,7 @@ FailureOr<SmallVector<Type>> Importer::importInputs(Block *&body) {
       e.shape = shape;
       e.c = std::make_shared<ConstTensor>(ConstTensor::zeros(dt, shape));
       for (int64_t k = 0; k < e.c->numel(); ++k)
-        e.c->setInt(k, k % shape.back());
+        e.c->setInt(k, mask ? 1 : k % shape.back());
       values[in.name()] = std::move(e);
       continue;
     }

@@ -68,6 +68,7 @@ CASES = [
     ("hf-llama-dynamo", "hf_llama_dynamo.onnx", 4, 2, 16, 2, 10, None),
     ("hf-llama-dynamo-resume", "hf_llama_dynamo.onnx", 4, 2, 16, 2, 10, 6),
     ("hf-llama-dynamo-optimized", "hf_llama_dynamo_optimized.onnx", 4, 2, 16, 2, 10, None),
+    ("hf-gpt2-dynamo-attention-mask", "hf_gpt2_dynamo_mask.onnx", 4, 2, 16, 2, 10, None),
 ]
 # Exported models: the exporter and its flags (the Llama ones also get --heads and --ctx).
 # The masks, the cached tables and inv_freq are buffers stored as initializers: the

@@ -194,6 +194,7 @@ int compileToPlan(StringRef inputFilename, StringRef outputFilename, DialectRegi
   opts->batch = copts.batch;
   opts->seq = copts.seq;
   opts->shapesOnly |= copts.shapesOnly;
+  opts->attentionMaskOnes = true; // what the plan feeds it
   MLIRContext context(registry);
   context.loadAllAvailableDialects();
   // A failing pass names its op by location; the whole module is no help.

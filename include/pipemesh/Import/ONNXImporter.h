@@ -45,6 +45,10 @@ struct ImportOptions {
   /// where their use marks them a buffer (a table only multiplied into
   /// activations, see lib/Import/BufferInitializers.h). Empty: none.
   std::string trainableInitializers;
+  /// A graph input named attention_mask is the constant 1 everywhere (what a
+  /// plan feeds it: a training window has no padding), so the masks computed
+  /// from it fold. Set when compiling a plan; a plain import keeps it an input.
+  bool attentionMaskOnes = false;
 };
 
 /// Imports `path` (`.onnx` binary or `.onnxtxt` text). Returns null after
