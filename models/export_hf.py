@@ -45,34 +45,69 @@ import check_training  # noqa: E402
 VOCAB, CTX, EMBD, LAYERS, HEADS = 256, 64, 64, 2, 4
 # name: (family, options); each exists to exercise one importer path (models/README.md).
 FIXTURES = {
-    "hf_gpt2_dynamo": ("gpt2", {"seed": 0}),
-    "hf_llama_dynamo": ("llama", {"seed": 1, "kv_heads": 2}),
+    "hf_gpt2_dynamo": ("gpt2", {"seed": 0, "train": True}),
+    "hf_llama_dynamo": ("llama", {"seed": 1, "kv_heads": 2, "train": True}),
     # The exporter's default: its optimizer folds the weights' transposes into new
     # initializers (named val_N) and merges equal constants; trained weights keep apart.
-    "hf_llama_dynamo_optimized": ("llama", {"seed": 2, "kv_heads": 2, "optimize": True}),
+    "hf_llama_dynamo_optimized": ("llama", {"seed": 2, "kv_heads": 2, "optimize": True,
+                                            "train": True}),
     # The usual signature (input_ids, attention_mask): a plan feeds the mask all ones, so
     # only the compiled model is checked (no .npz: a plain import keeps the mask an input,
     # and the padding arithmetic of transformers' mask has ops pmesh lacks on activations).
-    "hf_gpt2_dynamo_mask": ("gpt2", {"seed": 3, "attention_mask": True}),
+    "hf_gpt2_dynamo_mask": ("gpt2", {"seed": 3, "attention_mask": True, "train": True}),
+    # Other families' import paths (logits only, unless "train"): see build().
+    "hf_qwen2_dynamo": ("qwen2", {"seed": 4}),
+    "hf_mistral_dynamo": ("mistral", {"seed": 5}),
+    "hf_gemma_dynamo": ("gemma", {"seed": 6}),
+    "hf_phi3_dynamo": ("phi3", {"seed": 7}),
+    "hf_neox_dynamo": ("neox", {"seed": 8, "train": True}),
+    "hf_gptj_dynamo": ("gptj", {"seed": 9, "train": True}),
+    "hf_opt_dynamo": ("opt", {"seed": 10, "train": True}),
+    "hf_falcon_dynamo": ("falcon", {"seed": 11, "train": True}),
 }
 # The recorded training run (check_training.py's recorded cases use the same).
 TRAIN = dict(batch=2, seq=16, microbatches=2, steps=10)
 
 
 def build(family, options, seed):
-    import transformers
+    import transformers as T
     torch.manual_seed(seed)
+    common = dict(vocab_size=VOCAB, max_position_embeddings=CTX, hidden_size=EMBD,
+                  num_hidden_layers=LAYERS, num_attention_heads=HEADS)
     if family == "gpt2":
-        cfg = transformers.GPT2Config(vocab_size=VOCAB, n_positions=CTX, n_embd=EMBD,
-                                      n_layer=LAYERS, n_head=HEADS, resid_pdrop=0.0,
-                                      embd_pdrop=0.0, attn_pdrop=0.0)
-        model = transformers.GPT2LMHeadModel(cfg)
+        model = T.GPT2LMHeadModel(T.GPT2Config(vocab_size=VOCAB, n_positions=CTX, n_embd=EMBD,
+                                               n_layer=LAYERS, n_head=HEADS))
+    elif family == "llama":
+        model = T.LlamaForCausalLM(T.LlamaConfig(
+            **common, intermediate_size=176, num_key_value_heads=options.get("kv_heads", HEADS)))
+    elif family == "qwen2":  # Llama with q/k/v biases
+        model = T.Qwen2ForCausalLM(T.Qwen2Config(**common, intermediate_size=128,
+                                                 num_key_value_heads=2))
+    elif family == "mistral":
+        model = T.MistralForCausalLM(T.MistralConfig(**common, intermediate_size=128,
+                                                     num_key_value_heads=2, sliding_window=None))
+    elif family == "gemma":  # tanh GELU gate, scaled embedding, (1 + w) RMSNorm, MQA
+        model = T.GemmaForCausalLM(T.GemmaConfig(**common, intermediate_size=128,
+                                                 num_key_value_heads=1, head_dim=16))
+    elif family == "phi3":  # fused qkv and gate/up projections
+        model = T.Phi3ForCausalLM(T.Phi3Config(**common, intermediate_size=128,
+                                               num_key_value_heads=HEADS, pad_token_id=0))
+    elif family == "neox":  # parallel residual, rotary on a quarter of each head
+        model = T.GPTNeoXForCausalLM(T.GPTNeoXConfig(**common, intermediate_size=128,
+                                                     rotary_pct=0.25))
+    elif family == "gptj":  # a stored sin/cos table gathered by position, interleaved rotary
+        model = T.GPTJForCausalLM(T.GPTJConfig(vocab_size=VOCAB, n_embd=EMBD, n_layer=LAYERS,
+                                               n_head=HEADS, n_positions=CTX, rotary_dim=8))
+    elif family == "opt":  # ReLU, learned positions offset by 2
+        model = T.OPTForCausalLM(T.OPTConfig(**common, ffn_dim=128, word_embed_proj_dim=EMBD))
+    elif family == "falcon":  # multi-query heads picked from a fused projection
+        model = T.FalconForCausalLM(T.FalconConfig(vocab_size=VOCAB, hidden_size=EMBD,
+                                                   num_hidden_layers=LAYERS,
+                                                   num_attention_heads=HEADS,
+                                                   new_decoder_architecture=False,
+                                                   multi_query=True))
     else:
-        cfg = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=EMBD, intermediate_size=176,
-                                       num_hidden_layers=LAYERS, num_attention_heads=HEADS,
-                                       num_key_value_heads=options.get("kv_heads", HEADS),
-                                       max_position_embeddings=CTX)
-        model = transformers.LlamaForCausalLM(cfg)
+        raise ValueError(family)
     model.config.use_cache = False
     # A fresh model's biases are zero and its norm scales one: give them values, so a
     # bias or scale the importer mixed up would show in the logits.
@@ -151,6 +186,9 @@ def main(argv=None):
             raise SystemExit(f"{name}: onnxruntime differs from transformers by {err:.2e}")
         if not mask:
             np.savez(os.path.join(args.out, name + ".npz"), input_ids=ids, logits=logits)
+        if not options.get("train"):
+            print(f"{name}: onnxruntime vs transformers {err:.1e}")
+            continue
         losses, trained = check_training.train_torch(
             model, lambda x: model(input_ids=x, use_cache=False).logits, tokens, **TRAIN)
         with open(os.path.join(args.out, name + ".train.json"), "w") as f:

@@ -153,8 +153,13 @@ class Evaluator:
         binary = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": None,
                   "Pow": None, "Equal": np.equal, "Less": np.less, "Greater": np.greater,
                   "LessOrEqual": np.less_equal, "GreaterOrEqual": np.greater_equal,
-                  "And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor,
-                  "Max": np.maximum, "Min": np.minimum}
+                  "And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor}
+        if t in ("Max", "Min"):  # variadic
+            fn = np.maximum if t == "Max" else np.minimum
+            r = ins[0]
+            for y in ins[1:]:
+                r = fn(r, y)
+            return r
         if t in binary:
             y = ins[1]
             if t == "Div":
@@ -200,6 +205,12 @@ class Evaluator:
             return x[int(ins[1])]
         if t == "Erf":
             return _erf(x).astype(x.dtype)
+        if t == "Gelu":  # opset 20
+            if a.get("approximate", b"none") in (b"tanh", "tanh"):
+                y = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+            else:
+                y = 0.5 * x * (1 + _erf(x / np.sqrt(2)))
+            return y.astype(x.dtype)
         if t == "Where":
             return np.where(x, ins[1], ins[2])
         if t in ("ReduceMean", "ReduceSum", "ReduceMax"):

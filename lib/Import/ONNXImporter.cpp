@@ -2070,6 +2070,23 @@ LogicalResult importMSAttention(Importer &imp, NodeCtx &n) {
 /// Two's-complement wrap-around, as integer tensors behave (no UB on overflow).
 int64_t wrapInt(uint64_t v) { return (int64_t)v; }
 
+/// Relu (OPT's MLP) as max(0, x): pmesh.max sends the gradient of a tie to its
+/// left operand, so x gets none at 0, as PyTorch's relu gives.
+LogicalResult importRelu(Importer &imp, NodeCtx &n) {
+  if (const ConstTensor *c = imp.maybeConst(n, 0)) {
+    imp.setConst(n, 0, foldUnary(*c, [](double x) { return x > 0 ? x : (std::isnan(x) ? x : 0.0); }));
+    return success();
+  }
+  auto x = imp.valueIn(n, 0);
+  if (failed(x))
+    return failure();
+  if (!isa<FloatType>(eltOf(*x)))
+    return n.fail("expects a floating-point input");
+  Value zero = scalarConst(imp, n.loc, 0.0, eltOf(*x));
+  imp.setValue(n, 0, create<pm::MaxOp>(imp, n, x->getType(), zero, *x));
+  return success();
+}
+
 /// Max of two inputs (elementwise, broadcast), or of any number of constants
 /// (GPT-J's and Falcon's exports take the max of three shape values).
 LogicalResult importMax(Importer &imp, NodeCtx &n) {
@@ -2182,6 +2199,7 @@ const std::map<std::string, Handler> &onnxHandlers() {
                                });
        }},
       {"Max", importMax},
+      {"Relu", importRelu},
       {"Sqrt", [](Importer &i, NodeCtx &n) { return unary<pm::SqrtOp>(i, n, [](double x) { return std::sqrt(x); }); }},
       {"Tanh", [](Importer &i, NodeCtx &n) { return unary<pm::TanhOp>(i, n, [](double x) { return std::tanh(x); }); }},
       {"Erf", [](Importer &i, NodeCtx &n) { return unary<pm::ErfOp>(i, n, [](double x) { return std::erf(x); }); }},

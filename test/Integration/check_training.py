@@ -69,6 +69,10 @@ CASES = [
     ("hf-llama-dynamo-resume", "hf_llama_dynamo.onnx", 4, 2, 16, 2, 10, 6),
     ("hf-llama-dynamo-optimized", "hf_llama_dynamo_optimized.onnx", 4, 2, 16, 2, 10, None),
     ("hf-gpt2-dynamo-attention-mask", "hf_gpt2_dynamo_mask.onnx", 4, 2, 16, 2, 10, None),
+    ("hf-neox-dynamo", "hf_neox_dynamo.onnx", 4, 2, 16, 2, 10, None),
+    ("hf-gptj-dynamo", "hf_gptj_dynamo.onnx", 4, 2, 16, 2, 10, None),
+    ("hf-opt-dynamo", "hf_opt_dynamo.onnx", 4, 2, 16, 2, 10, None),
+    ("hf-falcon-dynamo", "hf_falcon_dynamo.onnx", 4, 2, 16, 2, 10, None),
 ]
 # Exported models: the exporter and its flags (the Llama ones also get --heads and --ctx).
 # The masks, the cached tables and inv_freq are buffers stored as initializers: the
@@ -302,7 +306,7 @@ def main():
         # moves ten steps' losses of a tiny model whose attention is still near uniform.
         ok = rel <= args.rtol and ours[-1] < ours[0] and our_params == ref_params
         failures += not ok
-        print(f"{'ok  ' if ok else 'FAIL'} {name:22s} steps={steps} M={micro} "
+        print(f"{'ok  ' if ok else 'FAIL'} {name:30s} steps={steps} M={micro} "
               f"max rel err {rel:.2e}  loss {ours[0]:.5f} -> {ours[-1]:.5f} "
               f"(torch {ref[0]:.5f} -> {ref[-1]:.5f}); trained parameters {our_params:,}"
               + ("" if our_params == ref_params else f" (torch {ref_params:,})"))
