@@ -52,7 +52,7 @@ def main():
 
     # A named node of an op the importer does not know.
     write("unsupported_op.onnx", small_model(
-        [helper.make_node("Relu", ["X"], ["Y"], name="my_relu")]).SerializeToString())
+        [helper.make_node("HardSigmoid", ["X"], ["Y"], name="my_hard_sigmoid")]).SerializeToString())
 
     # Nodes without a (first) output: the parser of the text syntax cannot
     # write these.
