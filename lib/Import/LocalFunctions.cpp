@@ -20,9 +20,33 @@ std::string key(const std::string &domain, const std::string &name) {
   return normalDomain(domain) + "::" + name;
 }
 
+/// Names in use, handing out fresh ones as `base`, `base#2`, `base#3`, ...
+/// Each base remembers its next suffix: 2^19 calls of one function (all named
+/// after it) would otherwise probe quadratically many names.
+class NameSet {
+public:
+  void insert(const std::string &name) { used.insert(name); }
+  std::string fresh(const std::string &base) {
+    if (used.insert(base).second)
+      return base;
+    int &k = next.try_emplace(base, 2).first->second;
+    std::string name;
+    do
+      name = base + "#" + std::to_string(k++);
+    while (!used.insert(name).second);
+    return name;
+  }
+
+private:
+  std::set<std::string> used;
+  std::map<std::string, int> next;
+};
+
 class Inliner {
 public:
-  static constexpr size_t kMaxNodes = 1'000'000; // a 1000-layer GPT has ~50,000
+  // A 1000-layer GPT has about 50,000 nodes; importing takes about 50 us a
+  // node, so this bounds what a few kilobytes of nested calls can cost (10 s).
+  static constexpr size_t kMaxNodes = 200'000;
 
   Inliner(onnx::ModelProto &model) : model(model) {
     for (const onnx::FunctionProto &fn : model.functions())
@@ -65,8 +89,8 @@ public:
 private:
   onnx::ModelProto &model;
   std::map<std::string, const onnx::FunctionProto *> functions;
-  std::set<std::string> names;         // every tensor name in use
-  std::set<std::string> callPrefixes;  // prefixes given to calls so far
+  NameSet names;        // every tensor name in use
+  NameSet callPrefixes; // prefixes given to calls so far
   std::vector<const onnx::FunctionProto *> active; // the bodies being inlined
 
   std::map<const onnx::FunctionProto *, size_t> sizes; // nodes of each body, inlined
@@ -89,14 +113,6 @@ private:
   const onnx::FunctionProto *calledFunction(const onnx::NodeProto &node) const {
     auto it = functions.find(key(node.domain(), node.op_type()));
     return it == functions.end() ? nullptr : it->second;
-  }
-
-  std::string fresh(const std::string &base, std::set<std::string> &used) {
-    std::string name = base;
-    for (int k = 2; used.count(name); ++k)
-      name = base + "#" + std::to_string(k);
-    used.insert(name);
-    return name;
   }
 
   /// Appends `node` to `out`, or the body of the function it calls.
@@ -138,7 +154,7 @@ private:
         }
     }
     // (A call inside a body already has its caller's prefix in its name.)
-    std::string prefix = fresh(callName, callPrefixes) + "/";
+    std::string prefix = callPrefixes.fresh(callName) + "/";
 
     // The function's names, as the call's: formal inputs and outputs become
     // the call's (an absent one stays absent, "" in ONNX), internal ones get
@@ -155,7 +171,7 @@ private:
       auto it = rename.find(name);
       if (it != rename.end())
         return it->second;
-      return rename[name] = fresh(prefix + name, names);
+      return rename[name] = names.fresh(prefix + name);
     };
     std::map<std::string, const onnx::AttributeProto *> callAttrs;
     for (const onnx::AttributeProto &a : node.attribute())
