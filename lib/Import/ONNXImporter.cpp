@@ -1621,7 +1621,8 @@ FailureOr<std::vector<Entry>> splitPieces(Importer &imp, NodeCtx &n, Entry &in, 
   return out;
 }
 
-LogicalResult importSplit(Importer &imp, NodeCtx &n) {
+/// The input of a Split or SplitToSequence and its axis, normalized.
+FailureOr<std::pair<Entry *, int64_t>> splitInput(Importer &imp, NodeCtx &n) {
   auto e = imp.entry(n, 0);
   if (failed(e))
     return failure();
@@ -1629,7 +1630,15 @@ LogicalResult importSplit(Importer &imp, NodeCtx &n) {
   auto ax = shapes::normalizeAxis(axis, (*e)->shape.size());
   if (!ax)
     return n.fail("axis " + Twine(axis) + " out of range");
-  int64_t dim = (*e)->shape[*ax];
+  return std::make_pair(*e, *ax);
+}
+
+LogicalResult importSplit(Importer &imp, NodeCtx &n) {
+  auto in = splitInput(imp, n);
+  if (failed(in))
+    return failure();
+  auto [e, ax] = *in;
+  int64_t dim = e->shape[ax];
   std::vector<int64_t> sizes;
   if (n.opset >= 13 && n.attr("split"))
     return n.fail("'split' is an input from opset 13, not an attribute");
@@ -1665,7 +1674,7 @@ LogicalResult importSplit(Importer &imp, NodeCtx &n) {
   if ((int64_t)sizes.size() != n.node.output_size())
     return n.fail(Twine(sizes.size()) + " split sizes for " + Twine(n.node.output_size()) +
                   " outputs");
-  auto pieces = splitPieces(imp, n, **e, *ax, sizes);
+  auto pieces = splitPieces(imp, n, *e, ax, sizes);
   if (failed(pieces))
     return failure();
   for (size_t k = 0; k < pieces->size(); ++k)
@@ -1677,14 +1686,11 @@ LogicalResult importSplit(Importer &imp, NodeCtx &n) {
 /// SplitToSequence: the pieces of a split, held as a sequence for SequenceAt
 /// (torch.split as the dynamo exporter writes it without its optimizer).
 LogicalResult importSplitToSequence(Importer &imp, NodeCtx &n) {
-  auto e = imp.entry(n, 0);
-  if (failed(e))
+  auto in = splitInput(imp, n);
+  if (failed(in))
     return failure();
-  int64_t axis = n.attrInt("axis", 0);
-  auto ax = shapes::normalizeAxis(axis, (*e)->shape.size());
-  if (!ax)
-    return n.fail("axis " + Twine(axis) + " out of range");
-  int64_t dim = (*e)->shape[*ax];
+  auto [e, ax] = *in;
+  int64_t dim = e->shape[ax];
   std::vector<int64_t> sizes;
   bool squeeze = false;
   if (n.has(1)) {
@@ -1706,13 +1712,13 @@ LogicalResult importSplitToSequence(Importer &imp, NodeCtx &n) {
     sizes.assign(dim, 1);
     squeeze = n.attrInt("keepdims", 1) == 0;
   }
-  auto pieces = splitPieces(imp, n, **e, *ax, sizes);
+  auto pieces = splitPieces(imp, n, *e, ax, sizes);
   if (failed(pieces))
     return failure();
   if (squeeze)
     for (Entry &piece : *pieces) {
       shapes::Shape shape = piece.shape;
-      shape.erase(shape.begin() + *ax);
+      shape.erase(shape.begin() + ax);
       if (piece.kind == Entry::Const) {
         piece = Importer::constEntry(foldReshape(*piece.c, shape));
       } else {
