@@ -10,7 +10,7 @@ per rank. CI runs a subset (runtime test `compiled_parallel`); this script runs 
     parallel_grid.py --opt build/bin/pipemesh-opt --run build/bin/pipemesh-run \\
         [--pp 1,2,3,4] [--dp 1,2] [--vpp 1,2] [--zero 0,1,2,3] [--microbatches 16]
         [--schedules gpipe,1f1b,interleaved,bfs,zb-h1,zb-h2,elastic:3+1/2+2] [--extra OPTS]
-        [--ref-extra OPTS] [--ref-dp N]
+        [--ref-extra OPTS] [--ref-dp N] [--model MODEL.onnx]
 """
 import argparse
 import itertools
@@ -44,16 +44,19 @@ def main():
                     "reference (2 for options whose numerics depend on the dp sum, e.g. "
                     "'grad-reduce=bf16')")
     ap.add_argument("--rtol", type=float, default=1e-5)
+    ap.add_argument("--model", help="an ONNX model to train instead of the generated 8-layer "
+                    "GPT (e.g. models/fixtures/hf_falcon_dynamo.onnx; pp at most its layers)")
     args = ap.parse_args()
     ints = lambda s: [int(x) for x in s.split(",")]
     work = tempfile.mkdtemp(prefix="pipemesh-grid-")
-    model = os.path.join(work, "gpt8.onnx")
+    model = os.path.abspath(args.model) if args.model else os.path.join(work, "gpt8.onnx")
     # Width 64: a pipeline message (batch 2 x seq 8 x 64 floats, 4 KB) is past Open MPI's
     # shared-memory eager limit, so it is read from the sender's buffer only once matched:
     # a plan or runtime that reused a buffer still being sent would show here.
-    subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "models", "gen_gpt2.py"),
-                    "--layers", "8", "--embd", "64", "--heads", "2", "--vocab", "256",
-                    "--ctx", "16", "-o", model], check=True, capture_output=True)
+    if not args.model:
+        subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "models", "gen_gpt2.py"),
+                        "--layers", "8", "--embd", "64", "--heads", "2", "--vocab", "256",
+                        "--ctx", "16", "-o", model], check=True, capture_output=True)
     corpus = os.path.join(work, "corpus.bin")
     subprocess.run([args.run, "--write-default-corpus", corpus], check=True,
                    capture_output=True)
