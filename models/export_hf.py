@@ -64,6 +64,8 @@ FIXTURES = {
     "hf_gptj_dynamo": ("gptj", {"seed": 9, "train": True}),
     "hf_opt_dynamo": ("opt", {"seed": 10, "train": True}),
     "hf_falcon_dynamo": ("falcon", {"seed": 11, "train": True}),
+    "hf_bloom_dynamo": ("bloom", {"seed": 12, "train": True}),
+    "hf_gemma2_dynamo": ("gemma2", {"seed": 13}),
 }
 # The recorded training run (check_training.py's recorded cases use the same).
 TRAIN = dict(batch=2, seq=16, microbatches=2, steps=10)
@@ -100,6 +102,13 @@ def build(family, options, seed):
                                                n_head=HEADS, n_positions=CTX, rotary_dim=8))
     elif family == "opt":  # ReLU, learned positions offset by 2
         model = T.OPTForCausalLM(T.OPTConfig(**common, ffn_dim=128, word_embed_proj_dim=EMBD))
+    elif family == "bloom":  # ALiBi slopes tiled per sequence (Tile), no positions
+        model = T.BloomForCausalLM(T.BloomConfig(vocab_size=VOCAB, hidden_size=EMBD,
+                                                 n_layer=LAYERS, n_head=HEADS))
+    elif family == "gemma2":  # tanh soft-capped attention scores and logits
+        model = T.Gemma2ForCausalLM(T.Gemma2Config(**common, intermediate_size=128,
+                                                   num_key_value_heads=2, head_dim=16,
+                                                   sliding_window=CTX))
     elif family == "falcon":  # multi-query heads picked from a fused projection
         model = T.FalconForCausalLM(T.FalconConfig(vocab_size=VOCAB, hidden_size=EMBD,
                                                    num_hidden_layers=LAYERS,

@@ -147,6 +147,8 @@ class Evaluator:
             return np.full([int(d) for d in x], v.reshape(-1)[0], v.dtype)
         if t == "Expand":
             return x * np.ones([int(d) for d in ins[1]], x.dtype)
+        if t == "Tile":
+            return np.tile(x, [int(r) for r in ins[1]])
         if t == "Trilu":
             k = int(ins[1]) if len(ins) > 1 and ins[1] is not None else 0
             return np.triu(x, k) if a.get("upper", 1) else np.tril(x, k)

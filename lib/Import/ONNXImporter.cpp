@@ -1201,6 +1201,47 @@ LogicalResult importConstantOfShape(Importer &imp, NodeCtx &n) {
   return success();
 }
 
+/// Tile (Bloom's ALiBi slopes repeated per sequence): folded on constants; on
+/// activations, each axis gets a new one before it that is broadcast to its
+/// repeat count, then the pairs merge: [d0, d1] -> [1, d0, 1, d1] ->
+/// [r0, d0, r1, d1] -> [r0 * d0, r1 * d1].
+LogicalResult importTile(Importer &imp, NodeCtx &n) {
+  auto e = imp.entry(n, 0);
+  auto r = imp.constIn(n, 1, "repeats");
+  if (failed(e) || failed(r))
+    return failure();
+  std::vector<int64_t> repeats = (*r)->ints();
+  shapes::Shape in = (*e)->shape;
+  if (repeats.size() != in.size())
+    return n.fail(Twine(repeats.size()) + " repeats for an input of rank " + Twine(in.size()));
+  shapes::Shape split, spread, out;
+  for (size_t d = 0; d < in.size(); ++d) {
+    if (repeats[d] < 0)
+      return n.fail("repeat " + Twine(repeats[d]) + " is negative");
+    split.append({1, in[d]});
+    spread.append({repeats[d], in[d]});
+    out.push_back(repeats[d] * in[d]);
+  }
+  if (tooLarge(spread))
+    return n.fail("result " + shapes::str(out) + " is too large");
+  if ((*e)->kind == Entry::Const && foldable(out)) {
+    imp.setConst(n, 0, foldReshape(foldBroadcast(foldReshape(*(*e)->c, split), spread), out));
+    return success();
+  }
+  auto x = imp.valueIn(n, 0);
+  if (failed(x))
+    return failure();
+  auto lifted = reshapeTo(imp, n, *x, split);
+  if (failed(lifted))
+    return failure();
+  Value wide = create<pm::BroadcastOp>(imp, n, imp.tensorType(spread, eltOf(*x)), *lifted);
+  auto tiled = reshapeTo(imp, n, wide, out);
+  if (failed(tiled))
+    return failure();
+  imp.setValue(n, 0, *tiled);
+  return success();
+}
+
 LogicalResult importExpand(Importer &imp, NodeCtx &n) {
   auto e = imp.entry(n, 0);
   auto s = imp.constIn(n, 1, "shape");
@@ -2149,6 +2190,7 @@ const std::map<std::string, Handler> &onnxHandlers() {
       {"Trilu", importTrilu},
       {"ConstantOfShape", importConstantOfShape},
       {"Expand", importExpand},
+      {"Tile", importTile},
       {"Where", importWhere},
       {"Not", importNot},
       {"IsNaN", importIsNaN},

@@ -73,6 +73,7 @@ CASES = [
     ("hf-gptj-dynamo", "hf_gptj_dynamo.onnx", 4, 2, 16, 2, 10, None),
     ("hf-opt-dynamo", "hf_opt_dynamo.onnx", 4, 2, 16, 2, 10, None),
     ("hf-falcon-dynamo", "hf_falcon_dynamo.onnx", 4, 2, 16, 2, 10, None),
+    ("hf-bloom-dynamo", "hf_bloom_dynamo.onnx", 4, 2, 16, 2, 10, None),
 ]
 # Exported models: the exporter and its flags (the Llama ones also get --heads and --ctx).
 # The masks, the cached tables and inv_freq are buffers stored as initializers: the
