@@ -8,6 +8,9 @@ transformers, so this script runs in an environment of its own, e.g.
     python3 -m venv /tmp/hf-venv
     /tmp/hf-venv/bin/pip install torch transformers onnx onnxscript onnxruntime
     /tmp/hf-venv/bin/python models/export_hf.py --run build/bin/pipemesh-run
+    /tmp/hf-venv/bin/python models/export_hf.py --run build/bin/pipemesh-run --sweep /tmp/sweep
+    /usr/bin/python3 test/Numerics/check_import.py --opt build/bin/pipemesh-opt \
+        --interp build/bin/pmesh-interp --fixtures /tmp/sweep --models models
 
 and writes, per fixture NAME:
   NAME.onnx         the export (opset 20; batch and seq dynamic)
@@ -67,6 +70,12 @@ FIXTURES = {
     "hf_bloom_dynamo": ("bloom", {"seed": 12, "train": True}),
     "hf_gemma2_dynamo": ("gemma2", {"seed": 13}),
 }
+# Families exported by --sweep (logits only, not committed): a compatibility check to run
+# when transformers or PyTorch change. Every one imported within 4e-7 of transformers
+# with torch 2.15 / transformers 5.24 (Mixtral's export fails in the exporter itself).
+SWEEP = ["gpt2", "llama", "qwen2", "qwen3", "mistral", "gemma", "gemma2", "gemma3", "phi",
+         "phi3", "neox", "gptj", "opt", "falcon", "bloom", "mpt", "bigcode", "codegen",
+         "stablelm", "olmo", "olmo2", "cohere", "granite", "llama3", "gptneo", "starcoder2"]
 # The recorded training run (check_training.py's recorded cases use the same).
 TRAIN = dict(batch=2, seq=16, microbatches=2, steps=10)
 
@@ -109,6 +118,53 @@ def build(family, options, seed):
         model = T.Gemma2ForCausalLM(T.Gemma2Config(**common, intermediate_size=128,
                                                    num_key_value_heads=2, head_dim=16,
                                                    sliding_window=CTX))
+    elif family == "qwen3":
+        model = T.Qwen3ForCausalLM(T.Qwen3Config(**common, intermediate_size=128,
+                                                 num_key_value_heads=2, head_dim=16))
+    elif family == "gemma3":
+        model = T.Gemma3ForCausalLM(T.Gemma3TextConfig(**common, intermediate_size=128,
+                                                       num_key_value_heads=2, head_dim=16,
+                                                       sliding_window=CTX))
+    elif family == "phi":
+        model = T.PhiForCausalLM(T.PhiConfig(**common, intermediate_size=128,
+                                             partial_rotary_factor=0.5))
+    elif family == "mpt":  # ALiBi
+        model = T.MptForCausalLM(T.MptConfig(vocab_size=VOCAB, d_model=EMBD, n_layers=LAYERS,
+                                             n_heads=HEADS, max_seq_len=CTX))
+    elif family == "bigcode":
+        model = T.GPTBigCodeForCausalLM(T.GPTBigCodeConfig(vocab_size=VOCAB, n_embd=EMBD,
+                                                           n_layer=LAYERS, n_head=HEADS,
+                                                           n_positions=CTX, multi_query=True))
+    elif family == "codegen":
+        model = T.CodeGenForCausalLM(T.CodeGenConfig(vocab_size=VOCAB, n_embd=EMBD,
+                                                     n_layer=LAYERS, n_head=HEADS,
+                                                     n_positions=CTX, n_ctx=CTX, rotary_dim=8))
+    elif family == "stablelm":
+        model = T.StableLmForCausalLM(T.StableLmConfig(**common, intermediate_size=128,
+                                                       num_key_value_heads=HEADS))
+    elif family == "olmo":
+        model = T.OlmoForCausalLM(T.OlmoConfig(**common, intermediate_size=128))
+    elif family == "olmo2":
+        model = T.Olmo2ForCausalLM(T.Olmo2Config(**common, intermediate_size=128))
+    elif family == "cohere":
+        model = T.CohereForCausalLM(T.CohereConfig(**common, intermediate_size=128,
+                                                   num_key_value_heads=HEADS))
+    elif family == "granite":
+        model = T.GraniteForCausalLM(T.GraniteConfig(**common, intermediate_size=128))
+    elif family == "llama3":  # Llama 3's scaled rotary frequencies
+        model = T.LlamaForCausalLM(T.LlamaConfig(
+            **common, intermediate_size=128,
+            rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                          "high_freq_factor": 4.0, "original_max_position_embeddings": 32}))
+    elif family == "gptneo":  # global and local attention layers
+        model = T.GPTNeoForCausalLM(T.GPTNeoConfig(vocab_size=VOCAB, hidden_size=EMBD,
+                                                   num_layers=LAYERS, num_heads=HEADS,
+                                                   max_position_embeddings=CTX,
+                                                   attention_types=[[["global", "local"], 1]],
+                                                   window_size=8))
+    elif family == "starcoder2":
+        model = T.Starcoder2ForCausalLM(T.Starcoder2Config(**common, intermediate_size=128,
+                                                           num_key_value_heads=2))
     elif family == "falcon":  # multi-query heads picked from a fused projection
         model = T.FalconForCausalLM(T.FalconConfig(vocab_size=VOCAB, hidden_size=EMBD,
                                                    num_hidden_layers=LAYERS,
@@ -169,7 +225,16 @@ def main(argv=None):
     ap.add_argument("--run", required=True, help="pipemesh-run (writes the default corpus)")
     ap.add_argument("--out", default=os.path.join(HERE, "fixtures"))
     ap.add_argument("--only")
+    ap.add_argument("--sweep", metavar="DIR", help="export every SWEEP family into DIR (NAME.onnx "
+                    "and NAME.npz with transformers' logits), for test/Numerics/check_import.py "
+                    "--fixtures DIR --models models")
     args = ap.parse_args(argv)
+    if args.sweep:
+        os.makedirs(args.sweep, exist_ok=True)
+        fixtures = {f"sweep_{f}": (f, {"seed": 100 + k}) for k, f in enumerate(SWEEP)}
+        args.out = args.sweep
+    else:
+        fixtures = FIXTURES
     import onnxruntime
     import transformers
     torch.set_num_threads(1)
@@ -177,7 +242,7 @@ def main(argv=None):
     corpus = os.path.join(work, "corpus.bin")
     subprocess.run([args.run, "--write-default-corpus", corpus], check=True)
     tokens = check_training.read_shard(corpus)
-    for name, (family, options) in FIXTURES.items():
+    for name, (family, options) in fixtures.items():
         if args.only and args.only not in name:
             continue
         seed = options["seed"]
