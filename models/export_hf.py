@@ -15,8 +15,8 @@ transformers, so this script runs in an environment of its own, e.g.
 and writes, per fixture NAME:
   NAME.onnx         the export (opset 20; batch and seq dynamic)
   NAME.npz          input_ids [2, 16] and transformers' logits for them (check_import.py's
-                    reference; onnxruntime must agree with them here; none for the model
-                    that takes an attention_mask, see FIXTURES)
+                    reference; onnxruntime must agree with them here; with attention_mask
+                    padding inside the second row where the model takes one)
   NAME.train.json   transformers' losses of a short training run under pipemesh-run's
                     rules (check_training.py's train_torch: AdamW, clipping, schedule,
                     canonical sampling of the default corpus) and its trained parameter
@@ -54,9 +54,8 @@ FIXTURES = {
     # initializers (named val_N) and merges equal constants; trained weights keep apart.
     "hf_llama_dynamo_optimized": ("llama", {"seed": 2, "kv_heads": 2, "optimize": True,
                                             "train": True}),
-    # The usual signature (input_ids, attention_mask): a plan feeds the mask all ones, so
-    # only the compiled model is checked (no .npz: a plain import keeps the mask an input,
-    # and the padding arithmetic of transformers' mask has ops pmesh lacks on activations).
+    # The usual signature (input_ids, attention_mask): its reference pads the second row
+    # (positions 4..6); a plan feeds the mask all ones.
     "hf_gpt2_dynamo_mask": ("gpt2", {"seed": 3, "attention_mask": True, "train": True}),
     # Other families' import paths (logits only, unless "train"): see build().
     "hf_qwen2_dynamo": ("qwen2", {"seed": 4}),
@@ -251,15 +250,18 @@ def main(argv=None):
         export(build(family, options, seed), path, options.get("optimize", False), mask)
         model = build(family, options, seed)  # the same weights, untouched by the export
         ids = np.random.default_rng([seed, 0xBA7C4]).integers(0, VOCAB, (2, 16), dtype=np.int64)
+        feeds = {"input_ids": ids}
+        if mask:  # padding inside the second row, as gen_gpt2.reference_batch has it
+            feeds["attention_mask"] = np.ones_like(ids)
+            feeds["attention_mask"][1, 4:7] = 0
         with torch.no_grad():
-            logits = model(input_ids=torch.from_numpy(ids), use_cache=False).logits.numpy()
+            logits = model(**{k: torch.from_numpy(v) for k, v in feeds.items()},
+                           use_cache=False).logits.numpy()
         ort = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
-        feeds = {"input_ids": ids, **({"attention_mask": np.ones_like(ids)} if mask else {})}
         err = float(np.abs(ort.run(["logits"], feeds)[0] - logits).max())
         if err > 1e-4:
             raise SystemExit(f"{name}: onnxruntime differs from transformers by {err:.2e}")
-        if not mask:
-            np.savez(os.path.join(args.out, name + ".npz"), input_ids=ids, logits=logits)
+        np.savez(os.path.join(args.out, name + ".npz"), **feeds, logits=logits)
         if not options.get("train"):
             print(f"{name}: onnxruntime vs transformers {err:.1e}")
             continue

@@ -1271,22 +1271,63 @@ LogicalResult importExpand(Importer &imp, NodeCtx &n) {
   return success();
 }
 
-/// A comparison or logical op without a pmesh op (LessOrEqual, Greater, And,
-/// Or, Xor): folded on constants (the masks exporters compute from positions,
-/// such as transformers' packed-sequence check), an error otherwise.
-template <typename Cmp> LogicalResult foldOnlyBinary(Importer &imp, NodeCtx &n, bool logical) {
+/// Comparisons and logic beyond pmesh's less, equal and not: folded on
+/// constants (the masks exporters compute from positions, such as
+/// transformers' packed-sequence check); on activations (a padding mask built
+/// from an attention_mask input) written with less, equal, not and where.
+enum class Logic { LessOrEqual, Greater, GreaterOrEqual, And, Or, Xor };
+
+template <typename Cmp> LogicalResult importLogic(Importer &imp, NodeCtx &n, Logic kind) {
+  bool logical = kind == Logic::And || kind == Logic::Or || kind == Logic::Xor;
   const ConstTensor *ca = imp.maybeConst(n, 0), *cb = imp.maybeConst(n, 1);
-  if (!ca || !cb)
-    return foldOnlyError(n);
-  if (logical && (ca->dtype != DType::Bool || cb->dtype != DType::Bool))
+  if (logical && ((ca && ca->dtype != DType::Bool) || (cb && cb->dtype != DType::Bool)))
     return n.fail("expects bool inputs");
   auto folded = tryFoldBinary(
       imp, n, [](double a, double b) { return double(Cmp()(a, b)); },
       [](int64_t a, int64_t b) { return int64_t(Cmp()(a, b)); }, /*compare=*/true, false);
   if (failed(folded))
     return failure();
-  if (!*folded)
-    return n.fail("result is too large to fold");
+  if (*folded)
+    return success();
+  auto a = imp.valueIn(n, 0), b = imp.valueIn(n, 1);
+  if (failed(a) || failed(b))
+    return failure();
+  Type ea = eltOf(*a), eb = eltOf(*b);
+  if (ea != eb)
+    return n.fail("operand element types differ");
+  if (logical && !ea.isInteger(1))
+    return n.fail("expects bool inputs");
+  // not(less(b, a)) is a <= b only where neither is NaN: integers only.
+  if ((kind == Logic::LessOrEqual || kind == Logic::GreaterOrEqual) && !isa<IntegerType>(ea))
+    return n.fail("is supported on floating-point values only when they are constants");
+  std::string why;
+  auto shape = shapes::broadcast(Importer::shapeOf(*a), Importer::shapeOf(*b), why);
+  if (!shape)
+    return n.fail(why);
+  Type boolType = imp.tensorType(*shape, imp.b.getI1Type());
+  auto less = [&](Value x, Value y) { return create<pm::LessOp>(imp, n, boolType, x, y); };
+  auto negate = [&](Value x) { return create<pm::NotOp>(imp, n, boolType, x); };
+  auto boolConst = [&](bool v) {
+    ConstTensor c = ConstTensor::zeros(DType::Bool, {});
+    c.i[0] = v;
+    return imp.materializeConst(c, n.loc);
+  };
+  Value r;
+  switch (kind) {
+  case Logic::Greater: r = less(*b, *a); break;
+  case Logic::LessOrEqual: r = negate(less(*b, *a)); break;
+  case Logic::GreaterOrEqual: r = negate(less(*a, *b)); break;
+  case Logic::And:
+    r = create<pm::WhereOp>(imp, n, boolType, *a, *b, boolConst(false));
+    break;
+  case Logic::Or:
+    r = create<pm::WhereOp>(imp, n, boolType, *a, boolConst(true), *b);
+    break;
+  case Logic::Xor:
+    r = negate(create<pm::EqualOp>(imp, n, boolType, *a, *b));
+    break;
+  }
+  imp.setValue(n, 0, r);
   return success();
 }
 
@@ -1339,9 +1380,16 @@ bool softmaxRowsAlwaysDefined(Value scores, int64_t axis) {
   return true;
 }
 
-/// IsNaN: folded on constants. On a softmax output it is PyTorch's guard of
-/// scaled_dot_product_attention, Where(IsNaN(p), 0, p), for rows whose every
-/// key is masked; importWhere drops it where no row can be.
+/// isnan(x) as not(x == x), exact under IEEE comparison.
+Value emitIsNaN(Importer &imp, NodeCtx &n, Value x) {
+  Type boolType = imp.tensorType(Importer::shapeOf(x), imp.b.getI1Type());
+  return create<pm::NotOp>(imp, n, boolType, create<pm::EqualOp>(imp, n, boolType, x, x));
+}
+
+/// IsNaN: folded on constants, not(x == x) on activations. On a softmax output
+/// it is PyTorch's guard of scaled_dot_product_attention, Where(IsNaN(p), 0, p),
+/// for rows whose every key is masked: left to importWhere, which drops it where
+/// no row can be (and keeps the attention raisable) or emits it.
 LogicalResult importIsNaN(Importer &imp, NodeCtx &n) {
   if (const ConstTensor *c = imp.maybeConst(n, 0)) {
     ConstTensor r = ConstTensor::zeros(DType::Bool, c->shape);
@@ -1353,8 +1401,17 @@ LogicalResult importIsNaN(Importer &imp, NodeCtx &n) {
   auto x = imp.valueIn(n, 0);
   if (failed(x))
     return failure();
-  if (!x->getDefiningOp<pm::SoftmaxOp>())
-    return foldOnlyError(n);
+  if (!isa<FloatType>(eltOf(*x))) { // integers are never NaN
+    ConstTensor none = ConstTensor::zeros(DType::Bool, Importer::shapeOf(*x));
+    if (!foldable(none.shape))
+      return n.fail("result is too large to fold");
+    imp.setConst(n, 0, std::move(none));
+    return success();
+  }
+  if (!x->getDefiningOp<pm::SoftmaxOp>()) {
+    imp.setValue(n, 0, emitIsNaN(imp, n, *x));
+    return success();
+  }
   imp.setPoison(n, 0, "is IsNaN of a softmax, supported only as the guard "
                       "Where(IsNaN(p), 0, p)");
   if (n.hasOutput(0))
@@ -1363,7 +1420,7 @@ LogicalResult importIsNaN(Importer &imp, NodeCtx &n) {
 }
 
 /// The guard Where(IsNaN(p), 0, p) of a softmax p: p itself when no row of p
-/// can be NaN, an error otherwise (pmesh has no NaN test to keep it).
+/// can be NaN, else the guard as where(not(p == p), 0, p).
 LogicalResult importNaNGuard(Importer &imp, NodeCtx &n, Value probs) {
   const ConstTensor *zero = imp.maybeConst(n, 1);
   auto other = n.has(2) ? imp.valueIn(n, 2) : FailureOr<Value>(failure());
@@ -1371,10 +1428,17 @@ LogicalResult importNaNGuard(Importer &imp, NodeCtx &n, Value probs) {
       *other != probs)
     return n.fail("uses IsNaN of a softmax other than as the guard Where(IsNaN(p), 0, p)");
   auto softmax = probs.getDefiningOp<pm::SoftmaxOp>();
-  if (!softmaxRowsAlwaysDefined(softmax.getInput(), softmax.getAxis()))
-    return n.fail("guards a softmax whose mask may hide every key of a row (its NaN rows would "
-                  "need the guard, which is not supported)");
-  imp.setValue(n, 0, probs);
+  if (softmaxRowsAlwaysDefined(softmax.getInput(), softmax.getAxis())) {
+    imp.setValue(n, 0, probs);
+    return success();
+  }
+  auto zeroValue = imp.valueIn(n, 1);
+  if (failed(zeroValue))
+    return failure();
+  if (eltOf(*zeroValue) != eltOf(probs))
+    return n.fail("X and Y differ in element type");
+  imp.setValue(n, 0, create<pm::WhereOp>(imp, n, probs.getType(), emitIsNaN(imp, n, probs),
+                                         *zeroValue, probs));
   return success();
 }
 
@@ -2196,12 +2260,12 @@ const std::map<std::string, Handler> &onnxHandlers() {
       {"IsNaN", importIsNaN},
       {"CumSum", importCumSum},
       {"GatherND", importGatherND},
-      {"LessOrEqual", [](Importer &i, NodeCtx &n) { return foldOnlyBinary<std::less_equal<>>(i, n, false); }},
-      {"Greater", [](Importer &i, NodeCtx &n) { return foldOnlyBinary<std::greater<>>(i, n, false); }},
-      {"GreaterOrEqual", [](Importer &i, NodeCtx &n) { return foldOnlyBinary<std::greater_equal<>>(i, n, false); }},
-      {"And", [](Importer &i, NodeCtx &n) { return foldOnlyBinary<std::logical_and<>>(i, n, true); }},
-      {"Or", [](Importer &i, NodeCtx &n) { return foldOnlyBinary<std::logical_or<>>(i, n, true); }},
-      {"Xor", [](Importer &i, NodeCtx &n) { return foldOnlyBinary<LogicalXor>(i, n, true); }},
+      {"LessOrEqual", [](Importer &i, NodeCtx &n) { return importLogic<std::less_equal<>>(i, n, Logic::LessOrEqual); }},
+      {"Greater", [](Importer &i, NodeCtx &n) { return importLogic<std::greater<>>(i, n, Logic::Greater); }},
+      {"GreaterOrEqual", [](Importer &i, NodeCtx &n) { return importLogic<std::greater_equal<>>(i, n, Logic::GreaterOrEqual); }},
+      {"And", [](Importer &i, NodeCtx &n) { return importLogic<std::logical_and<>>(i, n, Logic::And); }},
+      {"Or", [](Importer &i, NodeCtx &n) { return importLogic<std::logical_or<>>(i, n, Logic::Or); }},
+      {"Xor", [](Importer &i, NodeCtx &n) { return importLogic<LogicalXor>(i, n, Logic::Xor); }},
       {"Equal",
        [](Importer &i, NodeCtx &n) {
          return binary<pm::EqualOp>(
