@@ -84,6 +84,21 @@ def main():
                                       length=32)]).SerializeToString())
     write("external_ok.onnx.data", b"\0" * 36)
 
+    # float16 and bfloat16 initializers with their bit patterns in int32_data (what
+    # helper.make_tensor writes; exporters usually write raw_data).
+    half = helper.make_tensor("H", TensorProto.FLOAT16, [2, 4],
+                              [1.5, -2.25, 0.1, 65504, 0, -0.0, 6e-8, 3])
+    bf16 = TensorProto()
+    bf16.name, bf16.data_type = "B", TensorProto.BFLOAT16
+    bf16.dims.extend([2, 4])
+    # 1.5, -2.25, 0.099609375 (0.1 rounded), 7.51e37 (0x7E62), 0, 1.99e-38 (0x00D9), 7, -1
+    bf16.int32_data.extend([0x3FC0, 0xC010, 0x3DCC, 0x7E62, 0x0000, 0x00D9, 0x40E0, 0xBF80])
+    assert not half.raw_data and len(half.int32_data) == 8
+    write("half_int32_data.onnx", small_model(
+        [helper.make_node("Add", ["X", "H"], ["XH"], name="add_h"),
+         helper.make_node("Add", ["XH", "B"], ["Y"], name="add_b")], [half, bf16])
+        .SerializeToString())
+
 
 if __name__ == "__main__":
     main()
