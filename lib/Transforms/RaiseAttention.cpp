@@ -24,7 +24,9 @@
 #include "mlir/IR/Matchers.h"
 
 #include <cmath>
+#include <map>
 #include <mutex>
+#include <tuple>
 
 using namespace mlir;
 using namespace pipemesh;
@@ -202,11 +204,43 @@ bool isCausalMask(const IntTensor &mask, int64_t tq, int64_t tk, bool trueMeansV
 // The attention chain
 //===----------------------------------------------------------------------===//
 
+bool isMaskFill(const APFloat &v);
+
+/// An additive mask that is a constant (broadcast or not) of 0 on the visible
+/// keys and a mask fill on the hidden ones, as its 0/1 visibility at the
+/// constant's own shape; nullopt for any other value (which would shift the
+/// scores). PyTorch 2's exports of transformers' models mask this way.
+std::optional<IntTensor> additiveMaskVisibility(Value mask) {
+  while (auto broadcast = mask.getDefiningOp<BroadcastOp>())
+    mask = broadcast.getInput();
+  DenseFPElementsAttr attr;
+  if (!matchPattern(mask, m_Constant(&attr)) || attr.getNumElements() > kMaxMaskElements)
+    return std::nullopt;
+  IntTensor visible{shapes::Shape(attr.getType().getShape()), {}};
+  visible.data.reserve(attr.getNumElements());
+  for (const APFloat &value : attr.getValues<APFloat>()) {
+    if (value.isZero())
+      visible.data.push_back(1);
+    else if (isMaskFill(value))
+      visible.data.push_back(0);
+    else
+      return std::nullopt;
+  }
+  return visible;
+}
+
 /// The causal fill must lie so far below any real score that exp(fill - max)
 /// vanishes whatever the scores are: exporters write finfo.min, -inf or -1e9.
 /// A -1e4 fill (old HF, fp16 models) only hides keys while the scores stay
 /// well above it, so it is not raised.
 constexpr double kMaxMaskFill = -1e9;
+
+bool isMaskFill(const APFloat &v) {
+  bool lost = false;
+  APFloat d = v;
+  d.convert(APFloat::IEEEdouble(), APFloat::rmNearestTiesToEven, &lost);
+  return !d.isNaN() && d.convertToDouble() <= kMaxMaskFill;
+}
 
 /// What lies between the softmax and the q @ k^T matmul.
 struct ScoreChain {
@@ -331,6 +365,9 @@ struct RaiseAttention : OpRewritePattern<MatMulOp> {
   // One pattern set serves one context (--pmesh-raise builds it per run); the
   // lock keeps the cache sound if a pass ever applies it on several threads.
   mutable DecodedConstants decoded;
+  /// Whether an additive mask constant is causal for (tq, tk), by its
+  /// attribute: every layer adds the same one.
+  mutable std::map<std::tuple<const void *, int64_t, int64_t>, bool> causalMasks;
   mutable std::mutex decodedMutex;
 
   LogicalResult matchAndRewrite(MatMulOp pv, PatternRewriter &rewriter) const override {
@@ -365,6 +402,29 @@ struct RaiseAttention : OpRewritePattern<MatMulOp> {
         return rewriter.notifyMatchFailure(pv, "where mask is not causal");
     }
 
+    // An additive mask of 0 and the fill in the causal pattern is causal
+    // attention (which skips the hidden keys instead of adding to them).
+    Value additiveMask = chain.additiveMask;
+    bool causal = static_cast<bool>(chain.causalCond);
+    if (additiveMask && !causal && tq <= tk) {
+      Value root = additiveMask;
+      while (auto broadcast = root.getDefiningOp<BroadcastOp>())
+        root = broadcast.getInput();
+      Attribute key;
+      if (matchPattern(root, m_Constant(&key))) {
+        std::lock_guard<std::mutex> lock(decodedMutex);
+        auto [it, added] = causalMasks.try_emplace({key.getAsOpaquePointer(), tq, tk});
+        if (added) {
+          std::optional<IntTensor> visible = additiveMaskVisibility(additiveMask);
+          it->second = visible && isCausalMask(*visible, tq, tk, /*trueMeansVisible=*/true);
+        }
+        if (it->second) {
+          additiveMask = nullptr;
+          causal = true;
+        }
+      }
+    }
+
     PeeledOperand q = peelFactors(chain.qk.getA());
     PeeledOperand kT = peelFactors(chain.qk.getB());
     // The matmul reads k^T (or k itself with transpose_b); attention wants k.
@@ -384,8 +444,8 @@ struct RaiseAttention : OpRewritePattern<MatMulOp> {
     if (!qShape || !kShape)
       return rewriter.notifyMatchFailure(pv, why);
     std::optional<ArrayRef<int64_t>> maskShape;
-    if (chain.additiveMask) {
-      auto maskType = cast<RankedTensorType>(chain.additiveMask.getType());
+    if (additiveMask) {
+      auto maskType = cast<RankedTensorType>(additiveMask.getType());
       if (maskType.getElementType() != scoresType.getElementType())
         return rewriter.notifyMatchFailure(pv, "mask element type differs");
       maskShape = maskType.getShape();
@@ -403,9 +463,8 @@ struct RaiseAttention : OpRewritePattern<MatMulOp> {
     Value qValue = buildTranspose(rewriter, loc, q.base, q.perm);
     Value kValue = buildTranspose(rewriter, loc, kT.base, kPerm);
     rewriter.replaceOpWithNewOp<AttentionOp>(
-        pv, pv.getType(), qValue, kValue, pv.getB(), chain.additiveMask,
-        rewriter.getF32FloatAttr(static_cast<float>(scale)),
-        rewriter.getBoolAttr(static_cast<bool>(chain.causalCond)));
+        pv, pv.getType(), qValue, kValue, pv.getB(), additiveMask,
+        rewriter.getF32FloatAttr(static_cast<float>(scale)), rewriter.getBoolAttr(causal));
     return success();
   }
 };

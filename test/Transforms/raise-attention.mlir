@@ -433,3 +433,61 @@ func.func @broadcast_key(%q: tensor<1x2x4x8xf32>, %k: tensor<1x1x4x8xf32>,
   %o = pmesh.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
   return %o : tensor<1x2x4x8xf32>
 }
+
+// -----
+
+// An additive mask constant of 0 on the visible keys and finfo.min / -inf on
+// the hidden ones in the causal pattern (what PyTorch 2 exports of transformers'
+// models add), directly or broadcast over the batch: causal attention, no mask.
+
+// CHECK-LABEL: func.func @additive_causal_constant
+// CHECK-SAME: (%[[Q:[^:]*]]: tensor<2x2x4x8xf32>, %[[K:[^:]*]]: tensor<2x2x4x8xf32>, %[[V:[^:]*]]: tensor<2x2x4x8xf32>)
+// CHECK-NEXT: %[[O1:.*]] = pmesh.attention %[[Q]], %[[K]], %[[V]] {scale = 2.500000e-01 : f32} : (tensor<2x2x4x8xf32>, tensor<2x2x4x8xf32>, tensor<2x2x4x8xf32>) -> tensor<2x2x4x8xf32>
+// CHECK-NEXT: %[[O2:.*]] = pmesh.attention %[[Q]], %[[K]], %[[V]] {scale = 2.500000e-01 : f32} : (tensor<2x2x4x8xf32>, tensor<2x2x4x8xf32>, tensor<2x2x4x8xf32>) -> tensor<2x2x4x8xf32>
+// CHECK-NEXT: return %[[O1]], %[[O2]]
+func.func @additive_causal_constant(%q: tensor<2x2x4x8xf32>, %k: tensor<2x2x4x8xf32>,
+                                   %v: tensor<2x2x4x8xf32>) -> (tensor<2x2x4x8xf32>, tensor<2x2x4x8xf32>) {
+  %quarter = pmesh.constant dense<0.25> : tensor<f32>
+  %min = pmesh.constant dense<[[[[0.0, 0xFF7FFFFF, 0xFF7FFFFF, 0xFF7FFFFF], [0.0, 0.0, 0xFF7FFFFF, 0xFF7FFFFF], [0.0, 0.0, 0.0, 0xFF7FFFFF], [0.0, 0.0, 0.0, 0.0]]]]> : tensor<1x1x4x4xf32>
+  %ninf = pmesh.constant dense<[[[[0.0, 0xFF800000, 0xFF800000, 0xFF800000], [0.0, 0.0, 0xFF800000, 0xFF800000], [0.0, 0.0, 0.0, 0xFF800000], [-0.0, 0.0, 0.0, 0.0]]]]> : tensor<1x1x4x4xf32>
+  %wide = pmesh.broadcast %ninf : tensor<1x1x4x4xf32> -> tensor<2x1x4x4xf32>
+  %s = pmesh.matmul %q, %k {transpose_b = true} : (tensor<2x2x4x8xf32>, tensor<2x2x4x8xf32>) -> tensor<2x2x4x4xf32>
+  %s1 = pmesh.mul %s, %quarter : (tensor<2x2x4x4xf32>, tensor<f32>) -> tensor<2x2x4x4xf32>
+  %m1 = pmesh.add %s1, %min : (tensor<2x2x4x4xf32>, tensor<1x1x4x4xf32>) -> tensor<2x2x4x4xf32>
+  %p1 = pmesh.softmax %m1 {axis = -1 : i64} : tensor<2x2x4x4xf32>
+  %o1 = pmesh.matmul %p1, %v : (tensor<2x2x4x4xf32>, tensor<2x2x4x8xf32>) -> tensor<2x2x4x8xf32>
+  %t = pmesh.matmul %q, %k {transpose_b = true} : (tensor<2x2x4x8xf32>, tensor<2x2x4x8xf32>) -> tensor<2x2x4x4xf32>
+  %t1 = pmesh.mul %t, %quarter : (tensor<2x2x4x4xf32>, tensor<f32>) -> tensor<2x2x4x4xf32>
+  %m2 = pmesh.add %t1, %wide : (tensor<2x2x4x4xf32>, tensor<2x1x4x4xf32>) -> tensor<2x2x4x4xf32>
+  %p2 = pmesh.softmax %m2 {axis = -1 : i64} : tensor<2x2x4x4xf32>
+  %o2 = pmesh.matmul %p2, %v : (tensor<2x2x4x4xf32>, tensor<2x2x4x8xf32>) -> tensor<2x2x4x8xf32>
+  return %o1, %o2 : tensor<2x2x4x8xf32>, tensor<2x2x4x8xf32>
+}
+
+// -----
+
+// Additive constants that are not exactly causal stay masks: one more hidden
+// key, a -1e4 fill (too shallow to hide a key whatever the scores), a value
+// that shifts a visible key.
+
+// CHECK-LABEL: func.func @additive_not_causal
+// CHECK-COUNT-3: pmesh.attention {{.*}} mask
+func.func @additive_not_causal(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>, %v: tensor<1x2x4x8xf32>)
+    -> (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) {
+  %extra = pmesh.constant dense<[[0.0, 0xFF800000, 0xFF800000, 0xFF800000], [0xFF800000, 0.0, 0xFF800000, 0xFF800000], [0.0, 0.0, 0.0, 0xFF800000], [0.0, 0.0, 0.0, 0.0]]> : tensor<4x4xf32>
+  %shallow = pmesh.constant dense<[[0.0, -1.0e4, -1.0e4, -1.0e4], [0.0, 0.0, -1.0e4, -1.0e4], [0.0, 0.0, 0.0, -1.0e4], [0.0, 0.0, 0.0, 0.0]]> : tensor<4x4xf32>
+  %shift = pmesh.constant dense<[[0.0, 0xFF800000, 0xFF800000, 0xFF800000], [0.0, 0.5, 0xFF800000, 0xFF800000], [0.0, 0.0, 0.0, 0xFF800000], [0.0, 0.0, 0.0, 0.0]]> : tensor<4x4xf32>
+  %s = pmesh.matmul %q, %k {transpose_b = true} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x4xf32>
+  %a = pmesh.add %s, %extra : (tensor<1x2x4x4xf32>, tensor<4x4xf32>) -> tensor<1x2x4x4xf32>
+  %pa = pmesh.softmax %a {axis = -1 : i64} : tensor<1x2x4x4xf32>
+  %oa = pmesh.matmul %pa, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  %t = pmesh.matmul %q, %k {transpose_b = true} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x4xf32>
+  %b = pmesh.add %t, %shallow : (tensor<1x2x4x4xf32>, tensor<4x4xf32>) -> tensor<1x2x4x4xf32>
+  %pb = pmesh.softmax %b {axis = -1 : i64} : tensor<1x2x4x4xf32>
+  %ob = pmesh.matmul %pb, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  %u = pmesh.matmul %q, %k {transpose_b = true} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x4xf32>
+  %c = pmesh.add %u, %shift : (tensor<1x2x4x4xf32>, tensor<4x4xf32>) -> tensor<1x2x4x4xf32>
+  %pc = pmesh.softmax %c {axis = -1 : i64} : tensor<1x2x4x4xf32>
+  %oc = pmesh.matmul %pc, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %oa, %ob, %oc : tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>
+}
