@@ -502,4 +502,31 @@ std::optional<ConstTensor> foldGatherND(const ConstTensor &data, const ConstTens
   return out;
 }
 
+ConstTensor compressUniformDims(const ConstTensor &a) {
+  ConstTensor cur = a;
+  for (size_t d = 0; d < cur.shape.size(); ++d) {
+    int64_t dim = cur.shape[d];
+    if (dim <= 1)
+      continue;
+    int64_t inner = shapes::numElements(llvm::ArrayRef<int64_t>(cur.shape).drop_front(d + 1));
+    int64_t outer = shapes::numElements(llvm::ArrayRef<int64_t>(cur.shape).take_front(d));
+    bool uniform = true;
+    for (int64_t o = 0; o < outer && uniform; ++o)
+      for (int64_t j = 1; j < dim && uniform; ++j)
+        for (int64_t in = 0; in < inner && uniform; ++in) {
+          int64_t k = (o * dim + j) * inner + in, first = o * dim * inner + in;
+          uniform = cur.isFloat() ? (cur.f[k] == cur.f[first] ||
+                                     (std::isnan(cur.f[k]) && std::isnan(cur.f[first])))
+                                  : cur.i[k] == cur.i[first];
+        }
+    if (!uniform)
+      continue;
+    llvm::SmallVector<int64_t> lo(cur.shape.size(), 0), hi(cur.shape.begin(), cur.shape.end()),
+        st(cur.shape.size(), 1);
+    hi[d] = 1;
+    cur = foldSlice(cur, lo, hi, st);
+  }
+  return cur;
+}
+
 } // namespace pipemesh::onnximport

@@ -99,6 +99,10 @@ std::optional<ConstTensor> foldMatMul(const ConstTensor &a, const ConstTensor &b
                                       int64_t maxWork, std::string &why);
 ConstTensor foldReduce(const ConstTensor &a, llvm::ArrayRef<int64_t> axes, bool keepdims,
                        bool mean);
+/// `a` with every dim along which its values do not change cut to size 1: the
+/// smallest tensor that broadcasts back to it (a mask identical for every
+/// sequence of the batch keeps one).
+ConstTensor compressUniformDims(const ConstTensor &a);
 /// ONNX CumSum along `axis` (negative counts from the end), optionally
 /// exclusive (each sum leaves its own element out) and/or reversed.
 std::optional<ConstTensor> foldCumSum(const ConstTensor &a, int64_t axis, bool exclusive,

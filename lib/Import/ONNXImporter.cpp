@@ -68,6 +68,12 @@ struct Entry {
   const onnx::TensorProto *init = nullptr; // LazyConst / Param (initial values)
   std::string paramName;                 // Param: the symbol
   mlir::Value v;                         // Val (also the cached get_param / constant)
+  /// Const: the values with every dim along which they do not change cut to
+  /// 1 (compressUniformDims), broadcasting to `shape`. Alone (no `c`) for a
+  /// constant too large to hold whole, such as a [B, 1, T, T] mask of B equal
+  /// rows: elementwise folds compute on it, everything else sees it emitted as
+  /// a pmesh.constant broadcast to `shape` (kind Val, `reduced` kept).
+  std::shared_ptr<ConstTensor> reduced;
   std::string poison;                    // Poison: why it cannot be used
   shapes::Shape shape;
   DType dtype = DType::F32;
@@ -164,6 +170,12 @@ public:
   FailureOr<const ConstTensor *> constIn(const NodeCtx &n, int k, StringRef role);
   /// The input as a constant when it is one (no diagnostic otherwise).
   const ConstTensor *maybeConst(const NodeCtx &n, int k);
+  /// The input as a constant in its reduced form (see Entry::reduced) and its
+  /// full shape, or null when it is not a constant. Never emits anything.
+  std::pair<const ConstTensor *, shapes::Shape> reducedConst(const NodeCtx &n, int k);
+  /// Sets output k to the constant `reduced` broadcast to `shape`: held whole
+  /// when that is small enough to fold, else in reduced form only.
+  void setReducedConst(const NodeCtx &n, int k, ConstTensor reduced, ArrayRef<int64_t> shape);
   FailureOr<Value> valueIn(const NodeCtx &n, int k);
   Value materialize(Entry &e, Location loc);
   Value materializeConst(const ConstTensor &c, Location loc);
@@ -303,7 +315,41 @@ FailureOr<Entry *> Importer::entry(const NodeCtx &n, int k) {
     e.c = std::move(c);
     e.kind = Entry::Const;
   }
+  if (e.kind == Entry::Const && !e.c) {
+    // Too large to hold whole: every consumer but an elementwise fold reads
+    // it as the emitted value.
+    e.v = materialize(e, n.loc);
+    e.kind = Entry::Val;
+  }
   return &e;
+}
+
+std::pair<const ConstTensor *, shapes::Shape> Importer::reducedConst(const NodeCtx &n, int k) {
+  if (n.has(k)) {
+    auto it = values.find(n.node.input(k));
+    if (it != values.end() && it->second.reduced)
+      return {it->second.reduced.get(), it->second.shape};
+  }
+  const ConstTensor *c = maybeConst(n, k);
+  return {c, c ? c->shape : shapes::Shape()};
+}
+
+void Importer::setReducedConst(const NodeCtx &n, int k, ConstTensor reduced,
+                               ArrayRef<int64_t> shape) {
+  if (!n.hasOutput(k))
+    return;
+  if (foldable(shape)) {
+    setConst(n, k, reduced.shape == shapes::Shape(shape.begin(), shape.end())
+                       ? std::move(reduced)
+                       : foldBroadcast(reduced, shape));
+    return;
+  }
+  Entry e;
+  e.kind = Entry::Const;
+  e.dtype = reduced.dtype;
+  e.shape = shapes::Shape(shape.begin(), shape.end());
+  e.reduced = std::make_shared<ConstTensor>(compressUniformDims(reduced));
+  values[n.node.output(k)] = std::move(e);
 }
 
 const ConstTensor *Importer::maybeConst(const NodeCtx &n, int k) {
@@ -379,6 +425,13 @@ Value Importer::materializeConst(const ConstTensor &c, Location loc) {
 Value Importer::materialize(Entry &e, Location loc) {
   if (e.v)
     return e.v;
+  if (e.kind == Entry::Const && !e.c) {
+    Value small = materializeConst(*e.reduced, loc);
+    e.v = b.create<pm::BroadcastOp>(loc, tensorType(e.shape, cast<RankedTensorType>(
+                                                               small.getType()).getElementType()),
+                                    small);
+    return e.v;
+  }
   if (e.kind == Entry::Const) {
     e.v = materializeConst(*e.c, loc);
     return e.v;
@@ -407,6 +460,13 @@ Entry Importer::constEntry(ConstTensor c) {
   e.kind = Entry::Const;
   e.shape = c.shape;
   e.dtype = c.dtype;
+  // Keep the reduced form of a tensor of several dims too: a product of two
+  // such (a [B, 1, T, 1] and a [B, 1, 1, T] position table) stays small.
+  if (c.shape.size() >= 2 && c.numel() >= 64) {
+    ConstTensor reduced = compressUniformDims(c);
+    if (reduced.numel() < c.numel())
+      e.reduced = std::make_shared<ConstTensor>(std::move(reduced));
+  }
   e.c = std::make_shared<ConstTensor>(std::move(c));
   return e;
 }
@@ -472,22 +532,25 @@ FailureOr<Value> reshapeTo(Importer &imp, NodeCtx &n, Value v, ArrayRef<int64_t>
 /// folded; false when an input is computed or the result is too large to fold.
 FailureOr<bool> tryFoldBinary(Importer &imp, NodeCtx &n, BinaryFn ffn, BinaryIntFn ifn,
                               bool compare, bool mixedTypes) {
-  const ConstTensor *ca = imp.maybeConst(n, 0), *cb = imp.maybeConst(n, 1);
+  auto [ca, la] = imp.reducedConst(n, 0);
+  auto [cb, lb] = imp.reducedConst(n, 1);
   if (!ca || !cb)
     return false;
   std::string why;
-  auto shape = shapes::broadcast(ca->shape, cb->shape, why);
+  auto shape = shapes::broadcast(la, lb, why);
   if (!shape)
     return n.fail(why);
   if (ca->dtype != cb->dtype && !mixedTypes)
     return n.fail("operand element types differ");
-  if (!foldable(*shape))
+  // Computed on the reduced forms: their broadcast is the result's reduced form.
+  auto reducedShape = shapes::broadcast(ca->shape, cb->shape, why);
+  if (!reducedShape || !foldable(*reducedShape))
     return false;
   DType out = compare ? DType::Bool : ca->dtype;
   auto r = foldBinary(*ca, *cb, out, ffn, ifn, why);
   if (!r)
     return n.fail(why);
-  imp.setConst(n, 0, std::move(*r));
+  imp.setReducedConst(n, 0, std::move(*r), *shape);
   return true;
 }
 
@@ -1243,9 +1306,8 @@ LogicalResult importTile(Importer &imp, NodeCtx &n) {
 }
 
 LogicalResult importExpand(Importer &imp, NodeCtx &n) {
-  auto e = imp.entry(n, 0);
   auto s = imp.constIn(n, 1, "shape");
-  if (failed(e) || failed(s))
+  if (failed(s))
     return failure();
   std::string why;
   std::vector<int64_t> target = (*s)->ints();
@@ -1254,13 +1316,20 @@ LogicalResult importExpand(Importer &imp, NodeCtx &n) {
       return n.fail("shape " + shapes::str(target) + " has a negative dim");
   if (tooLarge(target))
     return n.fail("shape " + shapes::str(target) + " is too large");
+  // A constant is expanded in its reduced form: nothing is copied.
+  if (auto [c, logical] = imp.reducedConst(n, 0); c) {
+    auto shape = shapes::broadcast(logical, target, why);
+    if (!shape)
+      return n.fail(why);
+    imp.setReducedConst(n, 0, *c, *shape);
+    return success();
+  }
+  auto e = imp.entry(n, 0);
+  if (failed(e))
+    return failure();
   auto shape = shapes::broadcast((*e)->shape, target, why);
   if (!shape)
     return n.fail(why);
-  if ((*e)->kind == Entry::Const && foldable(*shape)) {
-    imp.setConst(n, 0, foldBroadcast(*(*e)->c, *shape));
-    return success();
-  }
   auto x = imp.valueIn(n, 0);
   if (failed(x))
     return failure();
@@ -1347,9 +1416,15 @@ bool softmaxRowsAlwaysDefined(Value scores, int64_t axis) {
   auto add = dyn_cast_or_null<pm::AddOp>(def);
   if (!add)
     return false;
-  auto mask = add.getRhs().getDefiningOp<pm::ConstantOp>();
+  // The mask, broadcast or not (a large one is held reduced: see Entry).
+  auto constantMask = [](Value v) {
+    while (auto broadcast = v.getDefiningOp<pm::BroadcastOp>())
+      v = broadcast.getInput();
+    return v.getDefiningOp<pm::ConstantOp>();
+  };
+  auto mask = constantMask(add.getRhs());
   if (!mask)
-    mask = add.getLhs().getDefiningOp<pm::ConstantOp>();
+    mask = constantMask(add.getLhs());
   auto values = mask ? dyn_cast<DenseElementsAttr>(mask.getValue()) : DenseElementsAttr();
   if (!values || !isa<FloatType>(values.getElementType()))
     return false;
@@ -1520,23 +1595,27 @@ LogicalResult importWhere(Importer &imp, NodeCtx &n) {
     if (guard != imp.nanTests.end())
       return importNaNGuard(imp, n, guard->second);
   }
-  const ConstTensor *c = imp.maybeConst(n, 0), *x = imp.maybeConst(n, 1),
-                    *y = imp.maybeConst(n, 2);
+  auto [c, lc] = imp.reducedConst(n, 0);
+  auto [x, lx] = imp.reducedConst(n, 1);
+  auto [y, ly] = imp.reducedConst(n, 2);
   std::string why;
   if (c && x && y) {
-    auto xy = shapes::broadcast(x->shape, y->shape, why);
-    auto shape = xy ? shapes::broadcast(c->shape, *xy, why) : xy;
+    auto xy = shapes::broadcast(lx, ly, why);
+    auto shape = xy ? shapes::broadcast(lc, *xy, why) : xy;
     if (!shape)
       return n.fail(why);
     if (x->dtype != y->dtype)
       return n.fail("X and Y differ in element type");
     if (c->dtype != DType::Bool)
       return n.fail("condition must be bool");
-    if (foldable(*shape)) {
+    // Computed on the reduced forms (see tryFoldBinary).
+    auto rxy = shapes::broadcast(x->shape, y->shape, why);
+    auto reducedShape = rxy ? shapes::broadcast(c->shape, *rxy, why) : rxy;
+    if (reducedShape && foldable(*reducedShape)) {
       auto r = foldWhere(*c, *x, *y, why);
       if (!r)
         return n.fail(why);
-      imp.setConst(n, 0, std::move(*r));
+      imp.setReducedConst(n, 0, std::move(*r), *shape);
       return success();
     }
   }
