@@ -56,6 +56,14 @@ FIXTURES = ["gpt2_tiny_op13.onnx", "gpt2_tiny_op13_loss.onnx", "gpt2_tiny_op17_l
             "torch_gpt2_tiny_op14_dyn_nofold.onnx",
             "torch_gpt2_tiny_op14_dyn_nofold_mask_loss.onnx",
             "torch_gpt2_tiny_op17_dyn_fold_loss.onnx", "torch_gpt2_tiny_op17_dyn_fold_mask.onnx"]
+# PyTorch 2 exports of transformers' models (models/export_hf.py), put in the place of a
+# drawn fixture by --hf-share with a generator of their own, so that seeds without it
+# draw what they drew.
+HF_FIXTURES = ["hf_gpt2_dynamo.onnx", "hf_gpt2_dynamo_mask.onnx", "hf_llama_dynamo.onnx",
+               "hf_llama_dynamo_optimized.onnx", "hf_qwen2_dynamo.onnx",
+               "hf_mistral_dynamo.onnx", "hf_gemma_dynamo.onnx", "hf_gemma2_dynamo.onnx",
+               "hf_phi3_dynamo.onnx", "hf_neox_dynamo.onnx", "hf_gptj_dynamo.onnx",
+               "hf_opt_dynamo.onnx", "hf_falcon_dynamo.onnx", "hf_bloom_dynamo.onnx"]
 
 
 def composition(rng, total, parts):
@@ -174,11 +182,15 @@ def main():
     ap.add_argument("--resume-share", type=float, default=0.25,
                     help="share of the trained samples also stopped after a drawn step and "
                     "resumed from its checkpoint (the log must be the same, bit for bit)")
+    ap.add_argument("--hf-share", type=float, default=0.0,
+                    help="share of the drawn fixtures replaced by a PyTorch 2 export of a "
+                    "transformers model (HF_FIXTURES)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     args = ap.parse_args()
     opt = os.environ.get("PIPEMESH_OPT", os.path.join(args.build, "bin", "pipemesh-opt"))
     run = os.environ.get("PIPEMESH_RUN", os.path.join(args.build, "bin", "pipemesh-run"))
     rng = random.Random(args.seed)
+    hf_rng = random.Random(args.seed * 7919 + 1)
     work = tempfile.mkdtemp(prefix="pipemesh-fuzz-parallel-")
     corpus = os.path.join(work, "corpus.bin")
     subprocess.run([run, "--write-default-corpus", corpus], check=True, capture_output=True)
@@ -251,6 +263,8 @@ def main():
         if t_end and time.monotonic() > t_end:
             break
         shape, o, bf16 = draw(rng)
+        if isinstance(shape, str) and args.hf_share and hf_rng.random() < args.hf_share:
+            shape = hf_rng.choice(HF_FIXTURES)
         name = shape if isinstance(shape, str) else "layers=%d embd=%d" % shape[:2] + (
             f" llama (rotary {llama_rotary(shape)})" if len(shape) > 2
             else f" ({gpt_export(shape)})")
