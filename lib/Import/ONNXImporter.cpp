@@ -331,7 +331,15 @@ std::pair<const ConstTensor *, shapes::Shape> Importer::reducedConst(const NodeC
       return {it->second.reduced.get(), it->second.shape};
   }
   const ConstTensor *c = maybeConst(n, k);
-  return {c, c ? c->shape : shapes::Shape()};
+  if (!c)
+    return {nullptr, {}};
+  // Reduced on first use by an elementwise fold, so that a product of two
+  // (a [B, 1, T, 1] and a [B, 1, 1, T] position table) stays small.
+  Entry &e = values.find(n.node.input(k))->second;
+  e.reduced = c->shape.size() >= 2 && c->numel() >= 64
+                  ? std::make_shared<ConstTensor>(compressUniformDims(*c))
+                  : e.c;
+  return {e.reduced.get(), e.shape};
 }
 
 void Importer::setReducedConst(const NodeCtx &n, int k, ConstTensor reduced,
@@ -460,13 +468,6 @@ Entry Importer::constEntry(ConstTensor c) {
   e.kind = Entry::Const;
   e.shape = c.shape;
   e.dtype = c.dtype;
-  // Keep the reduced form of a tensor of several dims too: a product of two
-  // such (a [B, 1, T, 1] and a [B, 1, 1, T] position table) stays small.
-  if (c.shape.size() >= 2 && c.numel() >= 64) {
-    ConstTensor reduced = compressUniformDims(c);
-    if (reduced.numel() < c.numel())
-      e.reduced = std::make_shared<ConstTensor>(std::move(reduced));
-  }
   e.c = std::make_shared<ConstTensor>(std::move(c));
   return e;
 }

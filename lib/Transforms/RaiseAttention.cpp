@@ -204,17 +204,26 @@ bool isCausalMask(const IntTensor &mask, int64_t tq, int64_t tk, bool trueMeansV
 // The attention chain
 //===----------------------------------------------------------------------===//
 
-bool isMaskFill(const APFloat &v);
+/// The causal fill must lie so far below any real score that exp(fill - max)
+/// vanishes whatever the scores are: exporters write finfo.min, -inf or -1e9.
+/// A -1e4 fill (old HF, fp16 models) only hides keys while the scores stay
+/// well above it, so it is not raised.
+constexpr double kMaxMaskFill = -1e9;
 
-/// An additive mask that is a constant (broadcast or not) of 0 on the visible
-/// keys and a mask fill on the hidden ones, as its 0/1 visibility at the
-/// constant's own shape; nullopt for any other value (which would shift the
-/// scores). PyTorch 2's exports of transformers' models mask this way.
-std::optional<IntTensor> additiveMaskVisibility(Value mask) {
-  while (auto broadcast = mask.getDefiningOp<BroadcastOp>())
-    mask = broadcast.getInput();
-  DenseFPElementsAttr attr;
-  if (!matchPattern(mask, m_Constant(&attr)) || attr.getNumElements() > kMaxMaskElements)
+bool isMaskFill(const APFloat &v) {
+  bool lost = false;
+  APFloat d = v;
+  d.convert(APFloat::IEEEdouble(), APFloat::rmNearestTiesToEven, &lost);
+  return !d.isNaN() && d.convertToDouble() <= kMaxMaskFill;
+}
+
+/// An additive mask constant of 0 on the visible keys and a mask fill on the
+/// hidden ones, as its 0/1 visibility; nullopt for any other value (which
+/// would shift the scores). PyTorch 2's exports of transformers' models mask
+/// this way.
+std::optional<IntTensor> additiveMaskVisibility(Attribute constant) {
+  auto attr = dyn_cast<DenseFPElementsAttr>(constant);
+  if (!attr || attr.getNumElements() > kMaxMaskElements)
     return std::nullopt;
   IntTensor visible{shapes::Shape(attr.getType().getShape()), {}};
   visible.data.reserve(attr.getNumElements());
@@ -227,19 +236,6 @@ std::optional<IntTensor> additiveMaskVisibility(Value mask) {
       return std::nullopt;
   }
   return visible;
-}
-
-/// The causal fill must lie so far below any real score that exp(fill - max)
-/// vanishes whatever the scores are: exporters write finfo.min, -inf or -1e9.
-/// A -1e4 fill (old HF, fp16 models) only hides keys while the scores stay
-/// well above it, so it is not raised.
-constexpr double kMaxMaskFill = -1e9;
-
-bool isMaskFill(const APFloat &v) {
-  bool lost = false;
-  APFloat d = v;
-  d.convert(APFloat::IEEEdouble(), APFloat::rmNearestTiesToEven, &lost);
-  return !d.isNaN() && d.convertToDouble() <= kMaxMaskFill;
 }
 
 /// What lies between the softmax and the q @ k^T matmul.
@@ -415,7 +411,7 @@ struct RaiseAttention : OpRewritePattern<MatMulOp> {
         std::lock_guard<std::mutex> lock(decodedMutex);
         auto [it, added] = causalMasks.try_emplace({key.getAsOpaquePointer(), tq, tk});
         if (added) {
-          std::optional<IntTensor> visible = additiveMaskVisibility(additiveMask);
+          std::optional<IntTensor> visible = additiveMaskVisibility(key);
           it->second = visible && isCausalMask(*visible, tq, tk, /*trueMeansVisible=*/true);
         }
         if (it->second) {
