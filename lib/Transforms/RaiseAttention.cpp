@@ -439,6 +439,23 @@ struct RaiseAttention : OpRewritePattern<MatMulOp> {
     auto vType = cast<RankedTensorType>(pv.getB().getType());
     if (!qShape || !kShape)
       return rewriter.notifyMatchFailure(pv, why);
+    // Multi-query and grouped-query attention written without repeat_kv
+    // (Falcon): k^T and v keep one head (or one per group) and the matmuls
+    // broadcast them over q's heads. pmesh.attention wants equal leading dims,
+    // so such an operand is broadcast first, which materializes what Llama's
+    // exports repeat themselves (Expand); its gradient sums over the copies.
+    ArrayRef<int64_t> leading = scoresType.getShape().drop_back(2);
+    auto broadcastShape = [&](ArrayRef<int64_t> shape) -> std::optional<SmallVector<int64_t>> {
+      SmallVector<int64_t> full(leading.begin(), leading.end());
+      full.append(shape.end() - std::min<size_t>(shape.size(), 2), shape.end());
+      if (shape.size() < 2 || !shapes::broadcastsTo(shape, full))
+        return std::nullopt;
+      return full;
+    };
+    auto qFull = broadcastShape(*qShape), kFull = broadcastShape(*kShape),
+         vFull = broadcastShape(vType.getShape());
+    if (!qFull || !kFull || !vFull)
+      return rewriter.notifyMatchFailure(pv, "q, k or v does not broadcast to the scores' leading dims");
     std::optional<ArrayRef<int64_t>> maskShape;
     if (additiveMask) {
       auto maskType = cast<RankedTensorType>(additiveMask.getType());
@@ -446,7 +463,7 @@ struct RaiseAttention : OpRewritePattern<MatMulOp> {
         return rewriter.notifyMatchFailure(pv, "mask element type differs");
       maskShape = maskType.getShape();
     }
-    auto outShape = shapes::attention(*qShape, *kShape, vType.getShape(), maskShape, why);
+    auto outShape = shapes::attention(*qFull, *kFull, *vFull, maskShape, why);
     if (!outShape || ArrayRef<int64_t>(*outShape) != pv.getType().getShape())
       return rewriter.notifyMatchFailure(pv, "q, k, v do not form an attention: " + why);
     Type elt = scoresType.getElementType();
@@ -456,10 +473,16 @@ struct RaiseAttention : OpRewritePattern<MatMulOp> {
       return rewriter.notifyMatchFailure(pv, "element types differ");
 
     Location loc = pv.getLoc();
-    Value qValue = buildTranspose(rewriter, loc, q.base, q.perm);
-    Value kValue = buildTranspose(rewriter, loc, kT.base, kPerm);
+    auto broadcastIfNeeded = [&](Value value, ArrayRef<int64_t> full) -> Value {
+      if (cast<RankedTensorType>(value.getType()).getShape() == full)
+        return value;
+      return rewriter.create<BroadcastOp>(loc, RankedTensorType::get(full, elt), value);
+    };
+    Value qValue = broadcastIfNeeded(buildTranspose(rewriter, loc, q.base, q.perm), *qFull);
+    Value kValue = broadcastIfNeeded(buildTranspose(rewriter, loc, kT.base, kPerm), *kFull);
+    Value vValue = broadcastIfNeeded(pv.getB(), *vFull);
     rewriter.replaceOpWithNewOp<AttentionOp>(
-        pv, pv.getType(), qValue, kValue, pv.getB(), additiveMask,
+        pv, pv.getType(), qValue, kValue, vValue, additiveMask,
         rewriter.getF32FloatAttr(static_cast<float>(scale)), rewriter.getBoolAttr(causal));
     return success();
   }

@@ -420,17 +420,64 @@ func.func @more_queries_than_keys(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x2x8xf3
 
 // -----
 
-// Negative: k shared by all heads (a broadcasting matmul) is not the
-// pmesh.attention contract (q, k, v with equal leading dims).
+// Multi-query attention without repeat_kv: k shared by all heads through a
+// broadcasting matmul is broadcast to q's heads (pmesh.attention wants equal
+// leading dims); v already has them.
 
 // CHECK-LABEL: func.func @broadcast_key
-// CHECK-NOT: pmesh.attention
-// CHECK: pmesh.softmax
+// CHECK-SAME: (%[[Q:[^:]*]]: tensor<1x2x4x8xf32>, %[[K:[^:]*]]: tensor<1x1x4x8xf32>, %[[V:[^:]*]]: tensor<1x2x4x8xf32>)
+// CHECK-NEXT: %[[KB:.*]] = pmesh.broadcast %[[K]] : tensor<1x1x4x8xf32> -> tensor<1x2x4x8xf32>
+// CHECK-NEXT: %[[O:.*]] = pmesh.attention %[[Q]], %[[KB]], %[[V]] {causal = false, scale = 1.000000e+00 : f32} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+// CHECK-NEXT: return %[[O]]
 func.func @broadcast_key(%q: tensor<1x2x4x8xf32>, %k: tensor<1x1x4x8xf32>,
                          %v: tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32> {
   %s = pmesh.matmul %q, %k {transpose_b = true} : (tensor<1x2x4x8xf32>, tensor<1x1x4x8xf32>) -> tensor<1x2x4x4xf32>
   %p = pmesh.softmax %s {axis = -1 : i64} : tensor<1x2x4x4xf32>
   %o = pmesh.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %o : tensor<1x2x4x8xf32>
+}
+
+// -----
+
+// Falcon's multi-query attention as PyTorch 2 exports it: one k head and one
+// v head of [B, 1, T, D], k^T written as reshape, swap, reshape, both
+// broadcast by the matmuls over 2 query heads, a causal additive mask.
+
+// CHECK-LABEL: func.func @falcon_multi_query
+// CHECK-SAME: (%[[Q:[^:]*]]: tensor<1x2x4x8xf32>, %[[K:[^:]*]]: tensor<1x1x4x8xf32>, %[[V:[^:]*]]: tensor<1x1x4x8xf32>)
+// CHECK-DAG: %[[KB:.*]] = pmesh.broadcast %{{.*}} : tensor<1x1x4x8xf32> -> tensor<1x2x4x8xf32>
+// CHECK-DAG: %[[VB:.*]] = pmesh.broadcast %[[V]] : tensor<1x1x4x8xf32> -> tensor<1x2x4x8xf32>
+// CHECK: pmesh.attention %[[Q]], %[[KB]], %[[VB]] {scale = 2.500000e-01 : f32} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+// CHECK-NOT: pmesh.softmax
+func.func @falcon_multi_query(%q: tensor<1x2x4x8xf32>, %k: tensor<1x1x4x8xf32>,
+                              %v: tensor<1x1x4x8xf32>) -> tensor<1x2x4x8xf32> {
+  %half = pmesh.constant dense<0.5> : tensor<1xf32>
+  %mask = pmesh.constant dense<[[[[0.0, -3.40282347E+38, -3.40282347E+38, -3.40282347E+38], [0.0, 0.0, -3.40282347E+38, -3.40282347E+38], [0.0, 0.0, 0.0, -3.40282347E+38], [0.0, 0.0, 0.0, 0.0]]]]> : tensor<1x1x4x4xf32>
+  %k3 = pmesh.reshape %k : tensor<1x1x4x8xf32> -> tensor<1x4x8xf32>
+  %kt3 = pmesh.transpose %k3 perm = [0, 2, 1] : tensor<1x4x8xf32> -> tensor<1x8x4xf32>
+  %kt = pmesh.reshape %kt3 : tensor<1x8x4xf32> -> tensor<1x1x8x4xf32>
+  %qs = pmesh.mul %q, %half : (tensor<1x2x4x8xf32>, tensor<1xf32>) -> tensor<1x2x4x8xf32>
+  %kts = pmesh.mul %kt, %half : (tensor<1x1x8x4xf32>, tensor<1xf32>) -> tensor<1x1x8x4xf32>
+  %s = pmesh.matmul %qs, %kts : (tensor<1x2x4x8xf32>, tensor<1x1x8x4xf32>) -> tensor<1x2x4x4xf32>
+  %sm = pmesh.add %s, %mask : (tensor<1x2x4x4xf32>, tensor<1x1x4x4xf32>) -> tensor<1x2x4x4xf32>
+  %p = pmesh.softmax %sm {axis = -1 : i64} : tensor<1x2x4x4xf32>
+  %o = pmesh.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x1x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %o : tensor<1x2x4x8xf32>
+}
+
+// -----
+
+// Negative: one head of probabilities broadcast over two heads of v: the
+// scores' leading dims are not the output's, no attention of q, k and v.
+
+// CHECK-LABEL: func.func @probabilities_broadcast_over_values
+// CHECK-NOT: pmesh.attention
+// CHECK: pmesh.softmax
+func.func @probabilities_broadcast_over_values(%q: tensor<1x1x4x8xf32>, %k: tensor<1x1x4x8xf32>,
+                                               %v: tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32> {
+  %s = pmesh.matmul %q, %k {transpose_b = true} : (tensor<1x1x4x8xf32>, tensor<1x1x4x8xf32>) -> tensor<1x1x4x4xf32>
+  %p = pmesh.softmax %s {axis = -1 : i64} : tensor<1x1x4x4xf32>
+  %o = pmesh.matmul %p, %v : (tensor<1x1x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
   return %o : tensor<1x2x4x8xf32>
 }
 
