@@ -68,6 +68,10 @@ FIXTURES = {
     "hf_falcon_dynamo": ("falcon", {"seed": 11, "train": True}),
     "hf_bloom_dynamo": ("bloom", {"seed": 12, "train": True}),
     "hf_gemma2_dynamo": ("gemma2", {"seed": 13}),
+    # Sliding-window attention (a band of 5 keys at 16 tokens) from transformers' mask;
+    # GPT-Neo's local layers (window 8) write their own band too.
+    "hf_mistral_sliding_dynamo": ("mistral", {"seed": 14, "sliding_window": 5, "train": True}),
+    "hf_gptneo_dynamo": ("gptneo", {"seed": 15, "train": True}),
 }
 # Families exported by --sweep (logits only, not committed): a compatibility check to run
 # when transformers or PyTorch change. Every one imported within 4e-7 of transformers
@@ -95,7 +99,8 @@ def build(family, options, seed):
                                                  num_key_value_heads=2))
     elif family == "mistral":
         model = T.MistralForCausalLM(T.MistralConfig(**common, intermediate_size=128,
-                                                     num_key_value_heads=2, sliding_window=None))
+                                                     num_key_value_heads=2,
+                                                     sliding_window=options.get("sliding_window")))
     elif family == "gemma":  # tanh GELU gate, scaled embedding, (1 + w) RMSNorm, MQA
         model = T.GemmaForCausalLM(T.GemmaConfig(**common, intermediate_size=128,
                                                  num_key_value_heads=1, head_dim=16))
@@ -123,7 +128,7 @@ def build(family, options, seed):
     elif family == "gemma3":
         model = T.Gemma3ForCausalLM(T.Gemma3TextConfig(**common, intermediate_size=128,
                                                        num_key_value_heads=2, head_dim=16,
-                                                       sliding_window=CTX))
+                                                       sliding_window=6))
     elif family == "phi":
         model = T.PhiForCausalLM(T.PhiConfig(**common, intermediate_size=128,
                                              partial_rotary_factor=0.5))

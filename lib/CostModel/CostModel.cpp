@@ -59,14 +59,15 @@ OpCost elementwise(Operation *op, double perElement) {
   return {perElement * n, moved(op)};
 }
 
-OpCost attentionCost(Value q, Value k, Value v, bool causal, bool grad, Operation *op) {
+OpCost attentionCost(Value q, Value k, Value v, bool causal, int64_t window, bool grad,
+                     Operation *op) {
   ArrayRef<int64_t> qs = shapeOf(q), ks = shapeOf(k), vs = shapeOf(v);
   int64_t tq = qs[qs.size() - 2], d = qs.back(), tk = ks[ks.size() - 2], dv = vs.back();
   int64_t bh = 1;
   for (size_t i = 0; i + 2 < qs.size(); ++i)
     bh *= qs[i];
-  double flops = grad ? attentionGradFlops(bh, tq, tk, d, dv, causal)
-                      : attentionFlops(bh, tq, tk, d, dv, causal);
+  double flops = grad ? attentionGradFlops(bh, tq, tk, d, dv, causal, window)
+                      : attentionFlops(bh, tq, tk, d, dv, causal, window);
   return {flops, moved(op)};
 }
 
@@ -147,10 +148,12 @@ OpCost cost::opCost(Operation *op) {
       .Case<pm::SoftmaxGradOp, pm::LogSoftmaxGradOp>(
           [](Operation *o) { return elementwise(o, 4.0); })
       .Case([](pm::AttentionOp o) {
-        return attentionCost(o.getQ(), o.getK(), o.getV(), o.getCausal(), false, o);
+        return attentionCost(o.getQ(), o.getK(), o.getV(), o.getCausal(), o.getWindow(), false,
+                             o);
       })
       .Case([](pm::AttentionGradOp o) {
-        return attentionCost(o.getQ(), o.getK(), o.getV(), o.getCausal(), true, o);
+        return attentionCost(o.getQ(), o.getK(), o.getV(), o.getCausal(), o.getWindow(), true,
+                             o);
       })
       .Case([](pm::EmbeddingOp o) {
         // Gathers one table row per id: reads the ids and the rows, writes them.

@@ -13,26 +13,29 @@
 using namespace pipemesh;
 using namespace pipemesh::cost;
 
-int64_t cost::attentionVisiblePairs(int64_t tq, int64_t tk, bool causal) {
+int64_t cost::attentionVisiblePairs(int64_t tq, int64_t tk, bool causal, int64_t window) {
   if (!causal)
     return tq * tk;
-  // Query i sees keys [0, min(i + off + 1, tk)), off = tk - tq.
+  // Query i sees keys [max(end - window, 0), end), end = min(i + off + 1, tk),
+  // off = tk - tq.
   int64_t off = tk - tq, total = 0;
-  for (int64_t i = 0; i < tq; ++i)
-    total += std::clamp<int64_t>(i + off + 1, 0, tk);
+  for (int64_t i = 0; i < tq; ++i) {
+    int64_t end = std::clamp<int64_t>(i + off + 1, 0, tk);
+    total += window > 0 ? std::min(end, window) : end;
+  }
   return total;
 }
 
 double cost::attentionFlops(int64_t bh, int64_t tq, int64_t tk, int64_t d, int64_t dv,
-                            bool causal) {
-  return 2.0 * bh * (double)attentionVisiblePairs(tq, tk, causal) * (d + dv);
+                            bool causal, int64_t window) {
+  return 2.0 * bh * (double)attentionVisiblePairs(tq, tk, causal, window) * (d + dv);
 }
 
 double cost::attentionGradFlops(int64_t bh, int64_t tq, int64_t tk, int64_t d, int64_t dv,
-                                bool causal) {
+                                bool causal, int64_t window) {
   // Pass 1: scores (d), dP = dO v^T (dv), dq = dS k (d); pass 2: scores (d),
   // dP (dv), dv = P^T dO (dv), dk = dS^T q (d).
-  return 2.0 * bh * (double)attentionVisiblePairs(tq, tk, causal) * (4.0 * d + 3.0 * dv);
+  return 2.0 * bh * (double)attentionVisiblePairs(tq, tk, causal, window) * (4.0 * d + 3.0 * dv);
 }
 
 double cost::matmulFlops(int64_t batch, int64_t m, int64_t n, int64_t k, bool bias) {

@@ -187,7 +187,8 @@ LogicalResult PlanBuilder::classifyInputs(func::FuncOp train) {
 
 /// The model FLOPs of one micro-batch's forward and backward, as MFU counts
 /// them (PaLM, appendix B): every GEMM once, attention's score matrix whole
-/// (a causal mask does not halve it), nothing that recomputation adds.
+/// (a causal mask does not halve it; a sliding window's band is window keys
+/// wide), nothing that recomputation adds.
 void PlanBuilder::countFlops(func::FuncOp train) {
   train.walk([&](Operation *op) {
     if (auto mm = dyn_cast<pm::MatMulOp>(op)) {
@@ -196,17 +197,20 @@ void PlanBuilder::countFlops(func::FuncOp train) {
       int64_t k = mm.getTransposeA() ? a[a.size() - 2] : a.back();
       sh.flopsPerMicrobatch += 2.0 * shapes::numElements(shape) * k;
     }
-    auto attentionFlops = [&](Value q, Value k, double matmuls) {
+    auto attentionFlops = [&](Value q, Value k, int64_t window, double matmuls) {
       auto qs = cast<RankedTensorType>(q.getType()).getShape();
       auto ks = cast<RankedTensorType>(k.getType()).getShape();
-      sh.flopsPerMicrobatch += matmuls * 2.0 * shapes::numElements(qs) * ks[ks.size() - 2];
+      int64_t keys = ks[ks.size() - 2];
+      if (window > 0)
+        keys = std::min(keys, window);
+      sh.flopsPerMicrobatch += matmuls * 2.0 * shapes::numElements(qs) * keys;
     };
     if (auto a = dyn_cast<pm::AttentionOp>(op))
-      attentionFlops(a.getQ(), a.getK(), 2);
+      attentionFlops(a.getQ(), a.getK(), a.getWindow(), 2);
     // Four: dP = dO V^T, dV = P^T dO, dQ = dS K, dK = dS^T Q. The kernel's
     // fifth, the probabilities recomputed from Q K^T, is hardware work.
     if (auto a = dyn_cast<pm::AttentionGradOp>(op))
-      attentionFlops(a.getQ(), a.getK(), 4);
+      attentionFlops(a.getQ(), a.getK(), a.getWindow(), 4);
     if (auto e = dyn_cast<pm::EmbeddingOp>(op)) {
       Value ids = e.getIds();
       while (auto r = ids.getDefiningOp<pm::ReshapeOp>())

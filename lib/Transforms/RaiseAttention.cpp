@@ -177,27 +177,49 @@ std::optional<IntTensor> evaluateIntTensor(Value v, DecodedConstants &decoded,
   return std::nullopt;
 }
 
-/// True when `mask`, broadcast to scores [..., tq, tk], allows exactly the
-/// keys j <= i + (tk - tq) for query i in every leading position (causal,
-/// aligned to the end as pmesh.attention defines it). `trueMeansVisible`
-/// says whether true entries are the visible keys (where(mask, s, -big)) or the
-/// hidden ones (where(mask, -big, s), e.g. masked_fill(triu(1), -inf)).
-bool isCausalMask(const IntTensor &mask, int64_t tq, int64_t tk, bool trueMeansVisible) {
+/// The attention window of `mask`, broadcast to scores [..., tq, tk], when it
+/// allows exactly the keys p - window < j <= p to the query at key position
+/// p = i + (tk - tq) in every leading position (causal, aligned to the end as
+/// pmesh.attention defines it): 0 for plain causal (no lower limit), the
+/// window for a sliding-window band; nullopt for any other pattern.
+/// `trueMeansVisible` says whether true entries are the visible keys
+/// (where(mask, s, -big)) or the hidden ones (where(mask, -big, s), e.g.
+/// masked_fill(triu(1), -inf)).
+std::optional<int64_t> causalWindow(const IntTensor &mask, int64_t tq, int64_t tk,
+                                    bool trueMeansVisible) {
   int64_t rank = mask.shape.size();
   int64_t mq = rank >= 2 ? mask.shape[rank - 2] : 1;
   int64_t mk = rank >= 1 ? mask.shape[rank - 1] : 1;
-  if ((mq != 1 && mq != tq) || (mk != 1 && mk != tk))
-    return false;
+  if ((mq != 1 && mq != tq) || (mk != 1 && mk != tk) || tq < 1 || tk < 1)
+    return std::nullopt;
+  auto visibleAt = [&](int64_t l, int64_t i, int64_t j) {
+    bool value = mask.data[l * mq * mk + (mq == 1 ? 0 : i) * mk + (mk == 1 ? 0 : j)] != 0;
+    return trueMeansVisible ? value : !value;
+  };
+  // The last query (position tk - 1) sees the window's width of keys, or
+  // every key when the band is at least as wide as the sequence.
+  int64_t lastRowKeys = 0;
+  for (int64_t j = 0; j < tk; ++j)
+    lastRowKeys += visibleAt(0, tq - 1, j);
+  int64_t window = lastRowKeys == tk ? 0 : lastRowKeys;
+  if (lastRowKeys == 0)
+    return std::nullopt;
   int64_t leading = (int64_t)mask.data.size() / (mq * mk);
   for (int64_t l = 0; l < leading; ++l)
-    for (int64_t i = 0; i < tq; ++i)
-      for (int64_t j = 0; j < tk; ++j) {
-        bool value = mask.data[l * mq * mk + (mq == 1 ? 0 : i) * mk + (mk == 1 ? 0 : j)] != 0;
-        bool visible = trueMeansVisible ? value : !value;
-        if (visible != (j <= i + (tk - tq)))
-          return false;
-      }
-  return true;
+    for (int64_t i = 0; i < tq; ++i) {
+      int64_t p = i + (tk - tq);
+      for (int64_t j = 0; j < tk; ++j)
+        if (visibleAt(l, i, j) != (j <= p && (window == 0 || j > p - window)))
+          return std::nullopt;
+    }
+  return window;
+}
+
+/// Both bands hide what either hides: the narrower window (0 is none).
+int64_t intersectWindows(int64_t a, int64_t b) {
+  if (a == 0 || b == 0)
+    return std::max(a, b);
+  return std::min(a, b);
 }
 
 //===----------------------------------------------------------------------===//
@@ -361,9 +383,10 @@ struct RaiseAttention : OpRewritePattern<MatMulOp> {
   // One pattern set serves one context (--pmesh-raise builds it per run); the
   // lock keeps the cache sound if a pass ever applies it on several threads.
   mutable DecodedConstants decoded;
-  /// Whether an additive mask constant is causal for (tq, tk), by its
-  /// attribute: every layer adds the same one.
-  mutable std::map<std::tuple<const void *, int64_t, int64_t>, bool> causalMasks;
+  /// The causal window of an additive mask constant for (tq, tk) (nullopt:
+  /// not a causal band), by its attribute: every layer adds the same one.
+  mutable std::map<std::tuple<const void *, int64_t, int64_t>, std::optional<int64_t>>
+      causalMasks;
   mutable std::mutex decodedMutex;
 
   LogicalResult matchAndRewrite(MatMulOp pv, PatternRewriter &rewriter) const override {
@@ -385,6 +408,7 @@ struct RaiseAttention : OpRewritePattern<MatMulOp> {
 
     // Causality, element by element.
     int64_t tq = scoresType.getDimSize(rank - 2), tk = scoresType.getDimSize(rank - 1);
+    int64_t window = 0;
     if (chain.causalCond) {
       std::optional<IntTensor> cond;
       {
@@ -394,15 +418,20 @@ struct RaiseAttention : OpRewritePattern<MatMulOp> {
       if (!cond)
         return rewriter.notifyMatchFailure(pv, "where condition is not a constant mask");
       // With tq > tk some rows would hide every key: no causal attention.
-      if (tq > tk || !isCausalMask(*cond, tq, tk, chain.condTrueMeansVisible))
+      std::optional<int64_t> condWindow;
+      if (tq <= tk)
+        condWindow = causalWindow(*cond, tq, tk, chain.condTrueMeansVisible);
+      if (!condWindow)
         return rewriter.notifyMatchFailure(pv, "where mask is not causal");
+      window = *condWindow;
     }
 
-    // An additive mask of 0 and the fill in the causal pattern is causal
-    // attention (which skips the hidden keys instead of adding to them).
+    // An additive mask of 0 and the fill in a causal band is causal attention
+    // (which skips the hidden keys instead of adding to them); after a causal
+    // where it narrows the band (GPT-Neo's local layers write both).
     Value additiveMask = chain.additiveMask;
     bool causal = static_cast<bool>(chain.causalCond);
-    if (additiveMask && !causal && tq <= tk) {
+    if (additiveMask && tq <= tk) {
       Value root = additiveMask;
       while (auto broadcast = root.getDefiningOp<BroadcastOp>())
         root = broadcast.getInput();
@@ -412,10 +441,12 @@ struct RaiseAttention : OpRewritePattern<MatMulOp> {
         auto [it, added] = causalMasks.try_emplace({key.getAsOpaquePointer(), tq, tk});
         if (added) {
           std::optional<IntTensor> visible = additiveMaskVisibility(key);
-          it->second = visible && isCausalMask(*visible, tq, tk, /*trueMeansVisible=*/true);
+          if (visible)
+            it->second = causalWindow(*visible, tq, tk, /*trueMeansVisible=*/true);
         }
         if (it->second) {
           additiveMask = nullptr;
+          window = causal ? intersectWindows(window, *it->second) : *it->second;
           causal = true;
         }
       }
@@ -483,7 +514,8 @@ struct RaiseAttention : OpRewritePattern<MatMulOp> {
     Value vValue = broadcastIfNeeded(pv.getB(), *vFull);
     rewriter.replaceOpWithNewOp<AttentionOp>(
         pv, pv.getType(), qValue, kValue, vValue, additiveMask,
-        rewriter.getF32FloatAttr(static_cast<float>(scale)), rewriter.getBoolAttr(causal));
+        rewriter.getF32FloatAttr(static_cast<float>(scale)), rewriter.getBoolAttr(causal),
+        rewriter.getI64IntegerAttr(window));
     return success();
   }
 };

@@ -1,7 +1,7 @@
 //===- AttentionTest.cpp - flash attention against the full-matrix formula --===//
 //
 // The reference here builds the whole [Tq, Tk] probability matrix per slice:
-//   S = scale q k^T + mask (-inf where causal hides), P = softmax(S) (rows
+//   S = scale q k^T + mask (-inf where causal or the window hides), P = softmax(S) (rows
 //   with no visible key are 0), o = P v;
 //   dP = dO v^T, dv = P^T dO, dS = P * (dP - rowsum(P * dP)),
 //   dq = scale dS k, dk = scale dS^T q.
@@ -24,6 +24,7 @@ struct AttnCase {
   int64_t BH, Tq, Tk, D, Dv;
   bool causal;
   MaskKind mask;
+  int64_t window = 0; ///< sliding window (with causal): keys visible to a query
 };
 
 struct AttnData {
@@ -86,6 +87,8 @@ Reference naiveAttention(const AttnData &a, const Vec *dO) {
           s[j] += a.mask[bh * a.mBH + i * a.mQ + j * a.mK];
         if (c.causal && j > i + off)
           s[j] = -INFINITY;
+        if (c.causal && c.window > 0 && j <= i + off - c.window)
+          s[j] = -INFINITY;
         mx = std::max(mx, s[j]);
       }
       if (mx == -INFINITY)
@@ -140,7 +143,7 @@ template <typename T> struct Kernel {
     const AttnCase &c = a.c;
     std::vector<T> o(c.BH * c.Tq * c.Dv, T(std::nan("")));
     attention<T>(q.data(), k.data(), v.data(), maskPtr(), a.mBH, a.mQ, a.mK, o.data(), c.BH, c.Tq,
-                 c.Tk, c.D, c.Dv, T(a.scale), c.causal);
+                 c.Tk, c.D, c.Dv, T(a.scale), c.causal, c.window);
     return o;
   }
   void backward(const std::vector<T> &dO, std::vector<T> &dq, std::vector<T> &dk,
@@ -151,7 +154,7 @@ template <typename T> struct Kernel {
     dv.assign(v.size(), T(std::nan("")));
     attentionGrad<T>(dO.data(), q.data(), k.data(), v.data(), maskPtr(), a.mBH, a.mQ, a.mK,
                      dq.data(), dk.data(), dv.data(), c.BH, c.Tq, c.Tk, c.D, c.Dv, T(a.scale),
-                     c.causal);
+                     c.causal, c.window);
   }
 };
 
@@ -161,6 +164,10 @@ const AttnCase kSmall[] = {
     {1, 5, 5, 2, 4, true, MaskKind::KeyPadding},
     {3, 4, 6, 3, 3, true, MaskKind::Shared},
     {1, 5, 3, 2, 2, true, MaskKind::None}, // Tq > Tk causal: first rows see nothing
+    // Sliding windows: a band of 2; Tq < Tk (key 0 is seen by no query); Tq > Tk.
+    {2, 6, 6, 3, 3, true, MaskKind::None, 2},
+    {1, 4, 7, 3, 2, true, MaskKind::KeyPadding, 3},
+    {1, 5, 3, 2, 2, true, MaskKind::Shared, 2},
 };
 
 const AttnCase kLarge[] = {
@@ -169,6 +176,11 @@ const AttnCase kLarge[] = {
     {3, 129, 129, 16, 16, true, MaskKind::KeyPadding},
     {2, 100, 65, 8, 8, true, MaskKind::Shared}, // Tq > Tk
     {1, 64, 200, 96, 80, false, MaskKind::None}, // head dim > 64: smaller key blocks
+    // Windows across query blocks: later blocks start past key 0; Tq < Tk with
+    // the first 70 keys seen by no query; a window of one key.
+    {2, 150, 150, 8, 8, true, MaskKind::None, 40},
+    {2, 70, 200, 8, 5, true, MaskKind::Shared, 64},
+    {1, 130, 130, 16, 16, true, MaskKind::Full, 1},
 };
 
 TEST(Attention, ForwardAndBackwardMatchFullMatrix) {
@@ -184,7 +196,8 @@ TEST(Attention, ForwardAndBackwardMatchFullMatrix) {
     Vec dq, dk, dv;
     kd.backward(dO, dq, dk, dv);
     const std::string what = "attention Tq=" + std::to_string(c.Tq) + " Tk=" + std::to_string(c.Tk) +
-                             (c.causal ? " causal" : "") + " mask " + std::to_string(int(c.mask));
+                             (c.causal ? " causal" : "") + " mask " + std::to_string(int(c.mask)) +
+                             " window " + std::to_string(c.window);
     expectClose(o, ref.o, 1e-12, 1e-13, what + " o");
     expectClose(dq, ref.dq, 1e-11, 1e-13, what + " dq");
     expectClose(dk, ref.dk, 1e-11, 1e-13, what + " dk");
@@ -223,7 +236,8 @@ TEST(Attention, Gradients) {
       return kd.forward();
     };
     const std::string what = "attention grad Tq=" + std::to_string(c.Tq) +
-                             " Tk=" + std::to_string(c.Tk) + (c.causal ? " causal" : "");
+                             " Tk=" + std::to_string(c.Tk) + (c.causal ? " causal" : "") +
+                             " window " + std::to_string(c.window);
     expectGradient(a.q, dq, loss, w, what + " dq", 1e-6, 1e-9, checks);
     expectGradient(a.k, dk, loss, w, what + " dk", 1e-6, 1e-9, checks);
     expectGradient(a.v, dv, loss, w, what + " dv", 1e-6, 1e-9, checks);

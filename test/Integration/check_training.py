@@ -74,6 +74,10 @@ CASES = [
     ("hf-opt-dynamo", "hf_opt_dynamo.onnx", 4, 2, 16, 2, 10, None),
     ("hf-falcon-dynamo", "hf_falcon_dynamo.onnx", 4, 2, 16, 2, 10, None),
     ("hf-bloom-dynamo", "hf_bloom_dynamo.onnx", 4, 2, 16, 2, 10, None),
+    # Sliding-window attention (raised with `window`): Mistral's band of 5 keys from
+    # transformers' mask, GPT-Neo's local layers (8 keys) after a global one.
+    ("hf-mistral-sliding-dynamo", "hf_mistral_sliding_dynamo.onnx", 4, 2, 16, 2, 10, None),
+    ("hf-gptneo-dynamo", "hf_gptneo_dynamo.onnx", 4, 2, 16, 2, 10, None),
 ]
 # Exported models: the exporter and its flags (the Llama ones also get --heads and --ctx).
 # The masks, the cached tables and inv_freq are buffers stored as initializers: the

@@ -44,13 +44,15 @@ def main():
                     "reference (2 for options whose numerics depend on the dp sum, e.g. "
                     "'grad-reduce=bf16')")
     ap.add_argument("--rtol", type=float, default=1e-5)
+    ap.add_argument("--seq", type=int, default=8, help="tokens per sequence (at most the "
+                    "model's context: 16 for the generated GPT)")
     ap.add_argument("--model", help="an ONNX model to train instead of the generated 8-layer "
                     "GPT (e.g. models/fixtures/hf_falcon_dynamo.onnx; pp at most its layers)")
     args = ap.parse_args()
     ints = lambda s: [int(x) for x in s.split(",")]
     work = tempfile.mkdtemp(prefix="pipemesh-grid-")
     model = os.path.abspath(args.model) if args.model else os.path.join(work, "gpt8.onnx")
-    # Width 64: a pipeline message (batch 2 x seq 8 x 64 floats, 4 KB) is past Open MPI's
+    # Width 64: a pipeline message (batch 2 x seq 8 x 64 floats, 4 KB or more) is past Open MPI's
     # shared-memory eager limit, so it is read from the sender's buffer only once matched:
     # a plan or runtime that reused a buffer still being sent would show here.
     if not args.model:
@@ -73,7 +75,7 @@ def main():
             fwd, bwd = groups.replace("+", ",").split("/")
             extra = f" fwd-groups={fwd} bwd-groups={bwd}"
         plan, log = os.path.join(work, name + ".plan"), os.path.join(work, name + ".jsonl")
-        r = subprocess.run([args.opt, model, f"--pipemesh-compile=batch=2 seq=8 "
+        r = subprocess.run([args.opt, model, f"--pipemesh-compile=batch=2 seq={args.seq} "
                             f"microbatches={m} pp={pp} dp={dp} vpp={vpp} schedule={sched} "
                             f"zero={zero}{extra} {extra_opts}", "-o", plan], capture_output=True, text=True)
         if r.returncode:

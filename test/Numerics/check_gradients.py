@@ -278,6 +278,10 @@ def nn_cases():
     qs, ks, vs = rnd(1, 2, 4, 3), rnd(1, 2, 4, 3), rnd(1, 2, 4, 3)
     case("attention-causal", {"qs": qs, "ks": ks, "vs": vs}, [("r", (1, 2, 4, 3))], f"""
   %r = pmesh.attention %qs, %ks, %vs {{scale = 0.25 : f32}} : ({T(qs.shape)}, {T(ks.shape)}, {T(vs.shape)}) -> {T((1, 2, 4, 3))}""")
+    # A sliding window of 2 keys, Tq < Tk (key 0 is seen by no query: zero gradients).
+    case("attention-sliding-window", {"q": q.copy(), "k": k.copy(), "v": v.copy()},
+         [("r", (2, 2, 3, 6))], f"""
+  %r = pmesh.attention %q, %k, %v {{scale = 0.5 : f32, window = 2}} : ({T(q.shape)}, {T(k.shape)}, {T(v.shape)}) -> {T((2, 2, 3, 6))}""")
     # One tensor as q, k and v (self-attention without projections): three summed grads.
     x = rnd(2, 4, 3)
     case("attention-shared-qkv", {"x": x}, [("r", (2, 4, 3))], f"""

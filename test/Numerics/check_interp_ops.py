@@ -66,14 +66,23 @@ def np_softmax(x, axis):
     return e / e.sum(axis, keepdims=True)
 
 
-def np_attention(q, k, v, mask, scale, causal):
+def attention_hidden(tq, tk, causal, window=0):
+    """[tq, tk] keys hidden from each query: query i sits at key position i + (tk - tq);
+    causal hides later keys, a sliding window also those `window` or more before it."""
+    j, p = np.arange(tk)[None, :], np.arange(tq)[:, None] + (tk - tq)
+    hidden = (j > p) if causal else np.zeros((tq, tk), bool)
+    if window > 0:
+        hidden = hidden | (j <= p - window)
+    return hidden
+
+
+def np_attention(q, k, v, mask, scale, causal, window=0):
     s = scale * f64(q) @ np.swapaxes(f64(k), -1, -2)
     if mask is not None:
         s = s + f64(mask)
     tq, tk = s.shape[-2:]
-    if causal:  # query i sits at key position i + (tk - tq): later keys are hidden
-        hidden = np.arange(tk)[None, :] > np.arange(tq)[:, None] + (tk - tq)
-        s = np.where(hidden, -np.inf, s)
+    if causal:
+        s = np.where(attention_hidden(tq, tk, causal, window), -np.inf, s)
     return np_softmax(s, -1) @ f64(v)
 
 
@@ -245,7 +254,8 @@ def nn_cases():
          {"axis1": np_softmax(f64(x), 1), "log_last": np.log(np_softmax(f64(x), -1))})
 
     # Attention: causal with Tq < Tk (end-aligned), a [B,1,1,Tk] padding mask; non-causal
-    # with a 2-D [Tq,Tk] mask broadcast over batch and heads; plain causal.
+    # with a 2-D [Tq,Tk] mask broadcast over batch and heads; plain causal; a sliding
+    # window of 2 keys with Tq < Tk.
     q, k, v = rand(2, 2, 3, 4), rand(2, 2, 5, 4), rand(2, 2, 5, 6)
     pad = np.zeros((2, 1, 1, 5), np.float32)
     pad[1, 0, 0, 3] = MIN32
@@ -254,14 +264,16 @@ def nn_cases():
     o, os_ = ttype((2, 2, 3, 6)), ttype((1, 2, 4, 3))
     case("attention", {"q": q, "k": k, "v": v, "pad": pad, "m2": m2,
                        "qs": qs, "ks": ks, "vs": vs},
-         [("causal_padmask", o), ("noncausal_2d_mask", o), ("causal", os_)], f"""
+         [("causal_padmask", o), ("noncausal_2d_mask", o), ("causal", os_), ("window", o)], f"""
   %a = pmesh.attention %q, %k, %v mask %pad {{scale = 0.3 : f32}} : ({t_of(q)}, {t_of(k)}, {t_of(v)}, {t_of(pad)}) -> {o}
   %b = pmesh.attention %q, %k, %v mask %m2 {{scale = 0.5 : f32, causal = false}} : ({t_of(q)}, {t_of(k)}, {t_of(v)}, {t_of(m2)}) -> {o}
   %c = pmesh.attention %qs, %ks, %vs {{scale = 0.25 : f32}} : ({t_of(qs)}, {t_of(ks)}, {t_of(vs)}) -> {os_}
-  return %a, %b, %c : {o}, {o}, {os_}""",
+  %d = pmesh.attention %q, %k, %v {{scale = 0.5 : f32, window = 2}} : ({t_of(q)}, {t_of(k)}, {t_of(v)}) -> {o}
+  return %a, %b, %c, %d : {o}, {o}, {os_}, {o}""",
          {"causal_padmask": np_attention(q, k, v, pad, float(np.float32(0.3)), True),
           "noncausal_2d_mask": np_attention(q, k, v, m2, 0.5, False),
-          "causal": np_attention(qs, ks, vs, None, 0.25, True)})
+          "causal": np_attention(qs, ks, vs, None, 0.25, True),
+          "window": np_attention(q, k, v, None, 0.5, True, window=2)})
 
     table = rand(5, 3)
     ids = np.array([[0, 4, 2], [1, 1, -1]], np.int64)
@@ -397,13 +409,12 @@ def grad_cases():
     do = rand(2, 2, 3, 6)
     pad = np.zeros((2, 1, 1, 5), np.float32)
     pad[1, 0, 0, 3] = MIN32
-    def att_grad(do, q, k, v, mask, scale, causal):
+    def att_grad(do, q, k, v, mask, scale, causal, window=0):
         q, k, v, do = f64(q), f64(k), f64(v), f64(do)
         s = scale * q @ np.swapaxes(k, -1, -2) + (0 if mask is None else f64(mask))
         tq, tk = s.shape[-2:]
         if causal:
-            hidden = np.arange(tk)[None, :] > np.arange(tq)[:, None] + (tk - tq)
-            s = np.where(hidden, -np.inf, s)
+            s = np.where(attention_hidden(tq, tk, causal, window), -np.inf, s)
         p = np_softmax_masked(s)
         dv = np.swapaxes(p, -1, -2) @ do
         dp = do @ np.swapaxes(v, -1, -2)
@@ -411,15 +422,19 @@ def grad_cases():
         return scale * ds @ k, scale * np.swapaxes(ds, -1, -2) @ q, dv
     a = att_grad(do, q, k, v, pad, float(np.float32(0.3)), True)
     b = att_grad(do, q, k, v, None, 0.5, False)
+    c = att_grad(do, q, k, v, None, 0.5, True, window=2)
     sig = f"({t_of(do)}, {t_of(q)}, {t_of(k)}, {t_of(v)}"
     res = f"({t_of(q)}, {t_of(k)}, {t_of(v)})"
     case("attention_grad", {"do": do, "q": q, "k": k, "v": v, "pad": pad},
          [("dq", t_of(q)), ("dk", t_of(k)), ("dv", t_of(v)),
-          ("dq2", t_of(q)), ("dk2", t_of(k)), ("dv2", t_of(v))], f"""
+          ("dq2", t_of(q)), ("dk2", t_of(k)), ("dv2", t_of(v)),
+          ("dq3", t_of(q)), ("dk3", t_of(k)), ("dv3", t_of(v))], f"""
   %dq, %dk, %dv = pmesh.attention_grad %do, %q, %k, %v mask %pad {{scale = 0.3 : f32}} : {sig}, {t_of(pad)}) -> {res}
   %dq2, %dk2, %dv2 = pmesh.attention_grad %do, %q, %k, %v {{scale = 0.5 : f32, causal = false}} : {sig}) -> {res}
-  return %dq, %dk, %dv, %dq2, %dk2, %dv2 : {t_of(q)}, {t_of(k)}, {t_of(v)}, {t_of(q)}, {t_of(k)}, {t_of(v)}""",
-         {"dq": a[0], "dk": a[1], "dv": a[2], "dq2": b[0], "dk2": b[1], "dv2": b[2]})
+  %dq3, %dk3, %dv3 = pmesh.attention_grad %do, %q, %k, %v {{scale = 0.5 : f32, window = 2}} : {sig}) -> {res}
+  return %dq, %dk, %dv, %dq2, %dk2, %dv2, %dq3, %dk3, %dv3 : {t_of(q)}, {t_of(k)}, {t_of(v)}, {t_of(q)}, {t_of(k)}, {t_of(v)}, {t_of(q)}, {t_of(k)}, {t_of(v)}""",
+         {"dq": a[0], "dk": a[1], "dv": a[2], "dq2": b[0], "dk2": b[1], "dv2": b[2],
+          "dq3": c[0], "dk3": c[1], "dv3": c[2]})
 
     dy = rand(2, 3, 4)
     ids = np.array([[0, 4, 2], [4, 4, -1]], np.int64)

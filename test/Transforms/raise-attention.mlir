@@ -467,6 +467,83 @@ func.func @falcon_multi_query(%q: tensor<1x2x4x8xf32>, %k: tensor<1x1x4x8xf32>,
 
 // -----
 
+// Sliding-window attention: a where band of 2 keys (each query sees itself
+// and the key before it) is causal attention with window = 2.
+
+// CHECK-LABEL: func.func @sliding_window_where
+// CHECK: pmesh.attention %{{.*}} {scale = 1.000000e+00 : f32, window = 2 : i64}
+// CHECK-NOT: pmesh.softmax
+func.func @sliding_window_where(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>,
+                                %v: tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32> {
+  %band = pmesh.constant dense<[[true, false, false, false], [true, true, false, false], [false, true, true, false], [false, false, true, true]]> : tensor<4x4xi1>
+  %neg = pmesh.constant dense<0xFF800000> : tensor<f32>
+  %s = pmesh.matmul %q, %k {transpose_b = true} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x4xf32>
+  %w = pmesh.where %band, %s, %neg : (tensor<4x4xi1>, tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  %p = pmesh.softmax %w {axis = -1 : i64} : tensor<1x2x4x4xf32>
+  %o = pmesh.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %o : tensor<1x2x4x8xf32>
+}
+
+// -----
+
+// transformers' sliding-window mask as an additive constant (Mistral), 3 keys
+// wide, 2 queries aligned to the end of 4 keys: query 0 is at position 2 and
+// sees keys 0..2, query 1 keys 1..3.
+
+// CHECK-LABEL: func.func @sliding_window_additive
+// CHECK: pmesh.attention %{{.*}} {scale = 1.000000e+00 : f32, window = 3 : i64} : (tensor<1x2x2x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x2x8xf32>
+func.func @sliding_window_additive(%q: tensor<1x2x2x8xf32>, %k: tensor<1x2x4x8xf32>,
+                                   %v: tensor<1x2x4x8xf32>) -> tensor<1x2x2x8xf32> {
+  %mask = pmesh.constant dense<[[[[0.0, 0.0, 0.0, -3.40282347E+38], [-3.40282347E+38, 0.0, 0.0, 0.0]]]]> : tensor<1x1x2x4xf32>
+  %s = pmesh.matmul %q, %k {transpose_b = true} : (tensor<1x2x2x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x2x4xf32>
+  %sm = pmesh.add %s, %mask : (tensor<1x2x2x4xf32>, tensor<1x1x2x4xf32>) -> tensor<1x2x2x4xf32>
+  %p = pmesh.softmax %sm {axis = -1 : i64} : tensor<1x2x2x4xf32>
+  %o = pmesh.matmul %p, %v : (tensor<1x2x2x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x2x8xf32>
+  return %o : tensor<1x2x2x8xf32>
+}
+
+// -----
+
+// GPT-Neo's local layers: their own causal where, then transformers' additive
+// band of 2 keys: the band is what both leave visible.
+
+// CHECK-LABEL: func.func @causal_where_then_additive_band
+// CHECK: pmesh.attention %{{.*}} {scale = 1.000000e+00 : f32, window = 2 : i64}
+// CHECK-NOT: pmesh.add
+func.func @causal_where_then_additive_band(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>,
+                                           %v: tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32> {
+  %tril = pmesh.constant dense<[[true, false, false, false], [true, true, false, false], [true, true, true, false], [true, true, true, true]]> : tensor<4x4xi1>
+  %neg = pmesh.constant dense<-3.40282347E+38> : tensor<f32>
+  %band = pmesh.constant dense<[[0.0, -3.40282347E+38, -3.40282347E+38, -3.40282347E+38], [0.0, 0.0, -3.40282347E+38, -3.40282347E+38], [-3.40282347E+38, 0.0, 0.0, -3.40282347E+38], [-3.40282347E+38, -3.40282347E+38, 0.0, 0.0]]> : tensor<4x4xf32>
+  %s = pmesh.matmul %q, %k {transpose_b = true} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x4xf32>
+  %w = pmesh.where %tril, %s, %neg : (tensor<4x4xi1>, tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  %wm = pmesh.add %w, %band : (tensor<1x2x4x4xf32>, tensor<4x4xf32>) -> tensor<1x2x4x4xf32>
+  %p = pmesh.softmax %wm {axis = -1 : i64} : tensor<1x2x4x4xf32>
+  %o = pmesh.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %o : tensor<1x2x4x8xf32>
+}
+
+// -----
+
+// Negative: a band with a hole (the last query skips key 1) is no window;
+// the mask stays a where.
+
+// CHECK-LABEL: func.func @band_with_hole
+// CHECK-NOT: pmesh.attention
+// CHECK: pmesh.softmax
+func.func @band_with_hole(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>,
+                          %v: tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32> {
+  %band = pmesh.constant dense<[[true, false, false, false], [true, true, false, false], [true, true, true, false], [true, false, true, true]]> : tensor<4x4xi1>
+  %neg = pmesh.constant dense<0xFF800000> : tensor<f32>
+  %s = pmesh.matmul %q, %k {transpose_b = true} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x4xf32>
+  %w = pmesh.where %band, %s, %neg : (tensor<4x4xi1>, tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  %p = pmesh.softmax %w {axis = -1 : i64} : tensor<1x2x4x4xf32>
+  %o = pmesh.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %o : tensor<1x2x4x8xf32>
+}
+
+// -----
+
 // Negative: one head of probabilities broadcast over two heads of v: the
 // scores' leading dims are not the output's, no attention of q, k and v.
 

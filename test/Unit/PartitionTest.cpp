@@ -573,6 +573,13 @@ TEST(CostModel, MatmulAndAttentionFlops) {
   EXPECT_EQ(cost::attentionVisiblePairs(8, 8, true), 36);
   EXPECT_EQ(cost::attentionVisiblePairs(2, 5, true), 9);
   EXPECT_EQ(cost::attentionVisiblePairs(5, 2, true), 0 + 0 + 0 + 1 + 2);
+  // A sliding window of 3: rows see 1, 2, then 3 keys.
+  EXPECT_EQ(cost::attentionVisiblePairs(8, 8, true, 3), 1 + 2 + 3 * 6);
+  // Aligned to the end (off = 3): both queries see 2 of their 4 and 5 keys.
+  EXPECT_EQ(cost::attentionVisiblePairs(2, 5, true, 2), 4);
+  EXPECT_EQ(cost::attentionVisiblePairs(8, 8, true, 8), 36);
+  EXPECT_DOUBLE_EQ(cost::attentionGradFlops(1, 8, 8, 4, 4, true, 3),
+                   2.0 * 21 * (4.0 * 4 + 3.0 * 4));
   EXPECT_DOUBLE_EQ(cost::matmulFlops(3, 4, 5, 6, false), 2.0 * 3 * 4 * 5 * 6);
 }
 

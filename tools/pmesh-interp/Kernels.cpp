@@ -500,7 +500,7 @@ std::optional<Tensor> softmax(const Tensor &x, int64_t axis, bool log, std::stri
 
 std::optional<Tensor> attention(const Tensor &q, const Tensor &k, const Tensor &v,
                                 const Tensor *mask, double scale, bool causal,
-                                std::string &why) {
+                                int64_t window, std::string &why) {
   size_t r = q.shape.size();
   if (r < 2 || k.shape.size() != r || v.shape.size() != r) {
     why = "attention q, k, v must have equal rank >= 2";
@@ -538,8 +538,10 @@ std::optional<Tensor> attention(const Tensor &q, const Tensor &k, const Tensor &
     for (int64_t i = 0; i < tq; ++i) {
       // Causal alignment to the end: query i sits at key position i + (tk - tq).
       int64_t lastVisible = causal ? i + (tk - tq) : tk - 1;
+      // A sliding window also hides the keys at or before lastVisible - window.
+      int64_t firstVisible = window > 0 ? std::max<int64_t>(lastVisible - window + 1, 0) : 0;
       double mx = -INFINITY;
-      for (int64_t j = 0; j <= lastVisible && j < tk; ++j) {
+      for (int64_t j = firstVisible; j <= lastVisible && j < tk; ++j) {
         double dot = 0;
         for (int64_t c = 0; c < d; ++c)
           dot += q.f[(b * tq + i) * d + c] * k.f[(b * tk + j) * d + c];
@@ -557,13 +559,13 @@ std::optional<Tensor> attention(const Tensor &q, const Tensor &k, const Tensor &
       // as softmax over all -inf is in PyTorch.
       double sum = 0;
       for (int64_t j = 0; j < tk; ++j) {
-        probs[j] = j <= lastVisible ? std::exp(scores[j] - mx) : 0.0;
+        probs[j] = j >= firstVisible && j <= lastVisible ? std::exp(scores[j] - mx) : 0.0;
         sum += probs[j];
       }
       for (int64_t c = 0; c < dv; ++c) {
         double acc = 0;
         for (int64_t j = 0; j < tk; ++j)
-          if (j <= lastVisible)
+          if (j >= firstVisible && j <= lastVisible)
             acc += probs[j] / sum * v.f[(b * tk + j) * dv + c];
         out.f[(b * tq + i) * dv + c] = lastVisible < 0 ? NAN : acc;
       }
@@ -926,9 +928,9 @@ std::optional<Tensor> softmaxGrad(const Tensor &dy, const Tensor &y, int64_t axi
 std::optional<std::vector<Tensor>> attentionGrad(const Tensor &dout, const Tensor &q,
                                                  const Tensor &k, const Tensor &v,
                                                  const Tensor *mask, double scale, bool causal,
-                                                 std::string &why) {
+                                                 int64_t window, std::string &why) {
   // The forward kernel checks the operands and gives the output's shape.
-  auto fwd = attention(q, k, v, mask, scale, causal, why);
+  auto fwd = attention(q, k, v, mask, scale, causal, window, why);
   if (!fwd)
     return std::nullopt;
   if (!sameShape(dout, *fwd)) {
@@ -950,6 +952,8 @@ std::optional<std::vector<Tensor>> attentionGrad(const Tensor &dout, const Tenso
   for (int64_t b = 0; b < batchCount; ++b) {
     for (int64_t i = 0; i < tq; ++i) {
       int64_t lastVisible = causal ? i + (tk - tq) : tk - 1;
+      // A sliding window also hides the keys at or before lastVisible - window.
+      int64_t firstVisible = window > 0 ? std::max<int64_t>(lastVisible - window + 1, 0) : 0;
       if (lastVisible < 0) { // no visible key: the forward row is NaN
         for (int64_t c = 0; c < d; ++c)
           dq.f[(b * tq + i) * d + c] = NAN;
@@ -957,7 +961,7 @@ std::optional<std::vector<Tensor>> attentionGrad(const Tensor &dout, const Tenso
       }
       // Recompute the probabilities exactly as the forward kernel does.
       double mx = -INFINITY;
-      for (int64_t j = 0; j <= lastVisible && j < tk; ++j) {
+      for (int64_t j = firstVisible; j <= lastVisible && j < tk; ++j) {
         double dot = 0;
         for (int64_t c = 0; c < d; ++c)
           dot += q.f[(b * tq + i) * d + c] * k.f[(b * tk + j) * d + c];
@@ -973,14 +977,14 @@ std::optional<std::vector<Tensor>> attentionGrad(const Tensor &dout, const Tenso
       }
       double sum = 0;
       for (int64_t j = 0; j < tk; ++j) {
-        probs[j] = j <= lastVisible ? std::exp(scores[j] - mx) : 0.0;
+        probs[j] = j >= firstVisible && j <= lastVisible ? std::exp(scores[j] - mx) : 0.0;
         sum += probs[j];
       }
       for (int64_t j = 0; j < tk; ++j)
         probs[j] /= sum;
       // out_i = sum_j p_j v_j: dv_j += p_j dout_i, dp_j = dout_i . v_j.
       double rowDot = 0;
-      for (int64_t j = 0; j <= lastVisible && j < tk; ++j) {
+      for (int64_t j = firstVisible; j <= lastVisible && j < tk; ++j) {
         double dp = 0;
         for (int64_t c = 0; c < dv; ++c) {
           double g = dout.f[(b * tq + i) * dv + c];
@@ -991,7 +995,7 @@ std::optional<std::vector<Tensor>> attentionGrad(const Tensor &dout, const Tenso
         rowDot += probs[j] * dp;
       }
       // Softmax backward: ds_j = p_j (dp_j - sum_l p_l dp_l); s_j = scale q_i . k_j.
-      for (int64_t j = 0; j <= lastVisible && j < tk; ++j) {
+      for (int64_t j = firstVisible; j <= lastVisible && j < tk; ++j) {
         double ds = probs[j] * (dprobs[j] - rowDot);
         for (int64_t c = 0; c < d; ++c) {
           dq.f[(b * tq + i) * d + c] += scale * ds * k.f[(b * tk + j) * d + c];

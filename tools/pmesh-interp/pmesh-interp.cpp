@@ -600,7 +600,7 @@ private:
           return set(op, 0,
                      attention(value(o.getQ()), value(o.getK()), value(o.getV()),
                                optional(o.getMask()), apfloatToDouble(o.getScale()),
-                               o.getCausal(), why),
+                               o.getCausal(), o.getWindow(), why),
                      why);
         })
         .Case([&](pm::EmbeddingOp o) {
@@ -681,7 +681,8 @@ private:
           return setAll(op,
                         attentionGrad(value(o.getDout()), value(o.getQ()), value(o.getK()),
                                       value(o.getV()), optional(o.getMask()),
-                                      apfloatToDouble(o.getScale()), o.getCausal(), why),
+                                      apfloatToDouble(o.getScale()), o.getCausal(),
+                                      o.getWindow(), why),
                         why);
         })
         .Case([&](pm::EmbeddingGradOp o) {

@@ -77,12 +77,15 @@ int64_t typeBytes(mlir::Type type);
 //===----------------------------------------------------------------------===//
 
 /// Visible (query, key) pairs of one attention slice; causal hides key j from
-/// query i when j > i + (Tk - Tq).
-int64_t attentionVisiblePairs(int64_t tq, int64_t tk, bool causal);
+/// query i when j > i + (Tk - Tq), a sliding window (window > 0) also when
+/// j <= i + (Tk - Tq) - window.
+int64_t attentionVisiblePairs(int64_t tq, int64_t tk, bool causal, int64_t window = 0);
 /// Attention forward flops: 2 * bh * visible * (d + dv).
-double attentionFlops(int64_t bh, int64_t tq, int64_t tk, int64_t d, int64_t dv, bool causal);
+double attentionFlops(int64_t bh, int64_t tq, int64_t tk, int64_t d, int64_t dv, bool causal,
+                      int64_t window = 0);
 /// Attention backward flops (the runtime's two-pass kernel): 2 * bh * visible * (4 d + 3 dv).
-double attentionGradFlops(int64_t bh, int64_t tq, int64_t tk, int64_t d, int64_t dv, bool causal);
+double attentionGradFlops(int64_t bh, int64_t tq, int64_t tk, int64_t d, int64_t dv, bool causal,
+                          int64_t window = 0);
 /// Matmul flops: 2 * m * n * k * batch, plus m * n * batch for a bias.
 double matmulFlops(int64_t batch, int64_t m, int64_t n, int64_t k, bool bias);
 /// cross_entropy over logits [rows, vocab] (elementBytes per logit), forward

@@ -210,12 +210,23 @@ LogicalResult LogSoftmaxOp::verify() {
   return verifySoftmaxAxis(*this, getAxis(), getInput());
 }
 
+LogicalResult pipemesh::pmesh::verifyAttentionWindow(Operation *op, int64_t window, bool causal) {
+  if (window < 0)
+    return op->emitOpError() << "window must be >= 0 (0: no limit), got " << window;
+  if (window > 0 && !causal)
+    return op->emitOpError() << "a sliding window (window = " << window
+                             << ") needs causal attention";
+  return success();
+}
+
 LogicalResult AttentionOp::verify() {
   if (failed(checkSameElementType(*this, {{"q", getQ()},
                                           {"k", getK()},
                                           {"v", getV()},
                                           {"mask", getMask()},
                                           {"result", getResult()}})))
+    return failure();
+  if (failed(verifyAttentionWindow(*this, getWindow(), getCausal())))
     return failure();
   std::string why;
   std::optional<ArrayRef<int64_t>> mask;

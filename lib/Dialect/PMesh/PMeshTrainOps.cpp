@@ -24,6 +24,8 @@ LogicalResult LayerNormGradOp::verify() {
 }
 
 LogicalResult AttentionGradOp::verify() {
+  if (failed(verifyAttentionWindow(*this, getWindow(), getCausal())))
+    return failure();
   std::string why;
   std::optional<ArrayRef<int64_t>> mask;
   if (getMask())

@@ -2,13 +2,15 @@
 //
 // o = softmax(scale * q k^T + mask, causal) v for each of the BH slices, with
 // q [BH, Tq, D], k [BH, Tk, D], v [BH, Tk, Dv]; with off = Tk - Tq, causal
-// hides key j from query i when j > i + off. A query that sees no key at all
-// gets o = 0 and no gradient.
+// hides key j from query i when j > i + off, and a sliding window W > 0 also
+// when j <= i + off - W. A query that sees no key at all gets o = 0 and no
+// gradient.
 //
-// The queries are taken in blocks of Bq rows; a block sees keys [0, kEnd)
-// (causal: up to the last row's horizon). Per block, whole score rows are held
-// (Bq x kEnd per thread: memory O(Bq * Tk), nothing of size Tq * Tk), so that
-// every product is one GEMM of useful size and the softmax needs no rescaling.
+// The queries are taken in blocks of Bq rows; a block sees keys [kBegin, kEnd)
+// (causal: up to the last row's horizon; windowed: from the first row's). Per
+// block, whole score rows are held (Bq x (kEnd - kBegin) per thread: memory
+// O(Bq * Tk), nothing of size Tq * Tk), so that every product is one GEMM of
+// useful size and the softmax needs no rescaling.
 //
 // Forward, one task per (bh, query block):
 //   S = scale * Q_blk K^T + mask;  P = exp(S - rowmax S);  l = rowsum P
@@ -21,7 +23,7 @@
 // The task owns its bh's dq, dk and dv, and adds the blocks in a fixed
 // order, so the results do not depend on the number of threads, with no
 // atomics. (The keys of a bh are first written by the block that first sees
-// them, so nothing is zeroed in advance.)
+// them, so only the keys no query sees are zeroed.)
 //
 // The products run on the calling OpenMP thread (gemmOnThisThread).
 //
@@ -48,26 +50,35 @@ template <typename T> struct Problem {
   int64_t Tq, Tk, D, Dv;
   T scale;
   bool causal;
+  int64_t window; ///< causal only: keys visible to a query, 0 for all before it
 
   int64_t offset() const { return Tk - Tq; }
   /// One past the last key that query i may see.
   int64_t keyEnd(int64_t i) const {
     return causal ? std::clamp<int64_t>(i + offset() + 1, 0, Tk) : Tk;
   }
+  /// The first key that query i may see.
+  int64_t keyBegin(int64_t i) const {
+    return causal && window > 0 ? std::clamp<int64_t>(i + offset() + 1 - window, 0, Tk) : 0;
+  }
 
-  /// S[nq x nk] (leading dim ldS) = scale * q[i0..] k[0..nk)^T + mask, -inf
-  /// where causal hides the key.
-  void scores(int64_t bh, int64_t i0, int64_t nq, int64_t nk, T *S, int64_t ldS) const {
-    gemmOnThisThread<T>(false, true, nq, nk, D, scale, q + (bh * Tq + i0) * D, D, k + bh * Tk * D,
-                        D, T(0), S, ldS);
+  /// S[nq x (j1 - j0)] (leading dim ldS) = scale * q[i0..] k[j0..j1)^T + mask,
+  /// -inf where causal or the window hides the key.
+  void scores(int64_t bh, int64_t i0, int64_t nq, int64_t j0, int64_t j1, T *S,
+              int64_t ldS) const {
+    const int64_t nk = j1 - j0;
+    gemmOnThisThread<T>(false, true, nq, nk, D, scale, q + (bh * Tq + i0) * D, D,
+                        k + (bh * Tk + j0) * D, D, T(0), S, ldS);
     for (int64_t r = 0; r < nq; ++r) {
       T *s = S + r * ldS;
       if (mask) {
-        const T *m = mask + bh * mBH + (i0 + r) * mQ;
+        const T *m = mask + bh * mBH + (i0 + r) * mQ + j0 * mK;
         for (int64_t c = 0; c < nk; ++c)
           s[c] += m[c * mK];
       }
-      for (int64_t c = std::max<int64_t>(keyEnd(i0 + r), 0); c < nk; ++c)
+      for (int64_t c = 0; c < std::min(keyBegin(i0 + r) - j0, nk); ++c)
+        s[c] = kNegInf<T>;
+      for (int64_t c = std::max<int64_t>(keyEnd(i0 + r) - j0, 0); c < nk; ++c)
         s[c] = kNegInf<T>;
     }
   }
@@ -123,9 +134,9 @@ template <typename T> void zero(T *dst, int64_t n) { std::fill(dst, dst + n, T(0
 template <typename T>
 void attention(const T *q, const T *k, const T *v, const T *mask, int64_t maskStrideBH,
                int64_t maskStrideQ, int64_t maskStrideK, T *o, int64_t BH, int64_t Tq, int64_t Tk,
-               int64_t D, int64_t Dv, T scale, bool causal) {
+               int64_t D, int64_t Dv, T scale, bool causal, int64_t window) {
   const Problem<T> P{q, k, v, mask, maskStrideBH, maskStrideQ, maskStrideK,
-                     Tq, Tk, D, Dv, scale, causal};
+                     Tq, Tk, D, Dv, scale, causal, window};
   const int64_t Bq = std::max<int64_t>(std::min(kBlockQ, Tq), 1);
   const int64_t qBlocks = (Tq + Bq - 1) / Bq;
 #pragma omp parallel if (BH * Tq * Tk * (D + Dv) > kParallelGrain)
@@ -135,17 +146,18 @@ void attention(const T *q, const T *k, const T *v, const T *mask, int64_t maskSt
     for (int64_t t = 0; t < BH * qBlocks; ++t) {
       const int64_t bh = t / qBlocks, i0 = t % qBlocks * Bq;
       const int64_t nq = std::min(Bq, Tq - i0);
-      const int64_t kEnd = P.keyEnd(i0 + nq - 1);
+      const int64_t kBegin = P.keyBegin(i0), kEnd = P.keyEnd(i0 + nq - 1);
+      const int64_t nk = kEnd - kBegin;
       T *oBlk = o + (bh * Tq + i0) * Dv;
       if (kEnd <= 0) {
         zero(oBlk, nq * Dv);
         continue;
       }
-      P.scores(bh, i0, nq, kEnd, S.data(), kEnd);
+      P.scores(bh, i0, nq, kBegin, kEnd, S.data(), nk);
       for (int64_t r = 0; r < nq; ++r)
-        inv[r] = expRow(S.data() + r * kEnd, kEnd);
-      gemmOnThisThread<T>(false, false, nq, Dv, kEnd, T(1), S.data(), kEnd, v + bh * Tk * Dv, Dv,
-                          T(0), oBlk, Dv);
+        inv[r] = expRow(S.data() + r * nk, nk);
+      gemmOnThisThread<T>(false, false, nq, Dv, nk, T(1), S.data(), nk,
+                          v + (bh * Tk + kBegin) * Dv, Dv, T(0), oBlk, Dv);
       for (int64_t r = 0; r < nq; ++r) {
         T *out = oBlk + r * Dv;
         const T f = inv[r];
@@ -160,9 +172,9 @@ template <typename T>
 void attentionGrad(const T *dO, const T *q, const T *k, const T *v, const T *mask,
                    int64_t maskStrideBH, int64_t maskStrideQ, int64_t maskStrideK, T *dq, T *dk,
                    T *dv, int64_t BH, int64_t Tq, int64_t Tk, int64_t D, int64_t Dv, T scale,
-                   bool causal) {
+                   bool causal, int64_t window) {
   const Problem<T> P{q, k, v, mask, maskStrideBH, maskStrideQ, maskStrideK,
-                     Tq, Tk, D, Dv, scale, causal};
+                     Tq, Tk, D, Dv, scale, causal, window};
   const int64_t Bq = std::max<int64_t>(std::min(kBlockQ, Tq), 1);
 #pragma omp parallel if (BH > 1 && BH * Tq * Tk * (D + Dv) > kParallelGrain)
   {
@@ -172,33 +184,39 @@ void attentionGrad(const T *dO, const T *q, const T *k, const T *v, const T *mas
       const T *qB = q + bh * Tq * D, *kB = k + bh * Tk * D, *vB = v + bh * Tk * Dv;
       const T *dOB = dO + bh * Tq * Dv;
       T *dqB = dq + bh * Tq * D, *dkB = dk + bh * Tk * D, *dvB = dv + bh * Tk * Dv;
-      int64_t touched = 0; // keys [0, touched) of dk, dv hold a partial sum
+      // Keys [0, touched) of dk, dv hold a partial sum (or zero): a window
+      // hides the first keys from every query when Tq < Tk.
+      int64_t touched = P.keyBegin(0);
+      zero(dkB, touched * D);
+      zero(dvB, touched * Dv);
       for (int64_t i0 = 0; i0 < Tq; i0 += Bq) {
         const int64_t nq = std::min(Bq, Tq - i0);
-        const int64_t kEnd = P.keyEnd(i0 + nq - 1); // non-decreasing in i0
+        // Both non-decreasing in i0, and kBegin <= touched once a block ran.
+        const int64_t kBegin = P.keyBegin(i0), kEnd = P.keyEnd(i0 + nq - 1);
+        const int64_t nk = kEnd - kBegin;
         if (kEnd <= 0) {
           zero(dqB + i0 * D, nq * D);
           continue;
         }
-        P.scores(bh, i0, nq, kEnd, S.data(), kEnd);
-        gemmOnThisThread<T>(false, true, nq, kEnd, Dv, T(1), dOB + i0 * Dv, Dv, vB, Dv, T(0),
-                            dP.data(), kEnd);
+        P.scores(bh, i0, nq, kBegin, kEnd, S.data(), nk);
+        gemmOnThisThread<T>(false, true, nq, nk, Dv, T(1), dOB + i0 * Dv, Dv, vB + kBegin * Dv,
+                            Dv, T(0), dP.data(), nk);
         for (int64_t r = 0; r < nq; ++r)
-          softmaxBackRow(S.data() + r * kEnd, dP.data() + r * kEnd, kEnd);
+          softmaxBackRow(S.data() + r * nk, dP.data() + r * nk, nk);
         // S now holds P, dP holds dS.
-        gemmOnThisThread<T>(false, false, nq, D, kEnd, scale, dP.data(), kEnd, kB, D, T(0),
-                            dqB + i0 * D, D);
+        gemmOnThisThread<T>(false, false, nq, D, nk, scale, dP.data(), nk, kB + kBegin * D, D,
+                            T(0), dqB + i0 * D, D);
         // Keys seen before add to their sums (beta 1); new keys start theirs.
-        const int64_t old = std::min(touched, kEnd);
+        const int64_t old = std::clamp(touched, kBegin, kEnd);
         for (int64_t part = 0; part < 2; ++part) {
-          const int64_t j0 = part == 0 ? 0 : old, nk = part == 0 ? old : kEnd - old;
-          if (nk <= 0)
+          const int64_t j0 = part == 0 ? kBegin : old, n = part == 0 ? old - kBegin : kEnd - old;
+          if (n <= 0)
             continue;
           const T beta = part == 0 ? T(1) : T(0);
-          gemmOnThisThread<T>(true, false, nk, Dv, nq, T(1), S.data() + j0, kEnd, dOB + i0 * Dv,
-                              Dv, beta, dvB + j0 * Dv, Dv);
-          gemmOnThisThread<T>(true, false, nk, D, nq, scale, dP.data() + j0, kEnd, qB + i0 * D, D,
-                              beta, dkB + j0 * D, D);
+          gemmOnThisThread<T>(true, false, n, Dv, nq, T(1), S.data() + (j0 - kBegin), nk,
+                              dOB + i0 * Dv, Dv, beta, dvB + j0 * Dv, Dv);
+          gemmOnThisThread<T>(true, false, n, D, nq, scale, dP.data() + (j0 - kBegin), nk,
+                              qB + i0 * D, D, beta, dkB + j0 * D, D);
         }
         touched = std::max(touched, kEnd);
       }
@@ -211,10 +229,11 @@ void attentionGrad(const T *dO, const T *q, const T *k, const T *v, const T *mas
 
 #define PIPEMESH_INSTANTIATE(T)                                                                    \
   template void attention<T>(const T *, const T *, const T *, const T *, int64_t, int64_t,        \
-                             int64_t, T *, int64_t, int64_t, int64_t, int64_t, int64_t, T, bool); \
+                             int64_t, T *, int64_t, int64_t, int64_t, int64_t, int64_t, T, bool,  \
+                             int64_t);                                                            \
   template void attentionGrad<T>(const T *, const T *, const T *, const T *, const T *, int64_t,  \
                                  int64_t, int64_t, T *, T *, T *, int64_t, int64_t, int64_t,       \
-                                 int64_t, int64_t, T, bool);
+                                 int64_t, int64_t, T, bool, int64_t);
 PIPEMESH_INSTANTIATE(float)
 PIPEMESH_INSTANTIATE(double)
 #undef PIPEMESH_INSTANTIATE

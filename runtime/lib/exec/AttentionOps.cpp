@@ -43,6 +43,14 @@ AttnShape attnShape(OpContext &c, const TensorRef &q, const TensorRef &k, const 
   return s;
 }
 
+/// The sliding window (0: none); it needs causal attention.
+int64_t attentionWindow(OpContext &c, bool causal) {
+  int64_t window = c.i64("window", 0);
+  if (window < 0 || (window > 0 && !causal))
+    c.error("window ", window, " must be 0, or positive with causal attention");
+  return window;
+}
+
 /// How the kernel reads the mask: directly through strides, or from an
 /// expanded copy refreshed before each call.
 struct MaskPlan {
@@ -118,11 +126,12 @@ Thunk bindAttention(OpContext &c) {
   c.expectShape(o, os, "the result");
   float scale = (float)c.f64("scale");
   bool causal = c.boolean("causal", true);
+  int64_t window = attentionWindow(c, causal);
   MaskPlan mp = maskPlan(c, s);
-  return [q, k, v, o, s, scale, causal, mp] {
+  return [q, k, v, o, s, scale, causal, window, mp] {
     const float *mask = mp.prepare();
     cpu::attention<float>(q.as<float>(), k.as<float>(), v.as<float>(), mask, mp.sBH, mp.sQ, mp.sK,
-                          o.as<float>(), s.BH, s.Tq, s.Tk, s.D, s.Dv, scale, causal);
+                          o.as<float>(), s.BH, s.Tq, s.Tk, s.D, s.Dv, scale, causal, window);
   };
 }
 
@@ -143,6 +152,7 @@ Thunk bindAttentionGrad(OpContext &c) {
   c.expectShape(dv, v.shape, "dv");
   float scale = (float)c.f64("scale");
   bool causal = c.boolean("causal", true);
+  int64_t window = attentionWindow(c, causal);
   // The mask is operand 4 here; maskPlan reads operand 3, so shift the view.
   MaskPlan mp;
   if (c.numIn() == 5) {
@@ -151,11 +161,11 @@ Thunk bindAttentionGrad(OpContext &c) {
     OpContext sc(c.env, shifted);
     mp = maskPlan(sc, s);
   }
-  return [dO, q, k, v, dq, dk, dv, s, scale, causal, mp] {
+  return [dO, q, k, v, dq, dk, dv, s, scale, causal, window, mp] {
     const float *mask = mp.prepare();
     cpu::attentionGrad<float>(dO.as<float>(), q.as<float>(), k.as<float>(), v.as<float>(), mask,
                               mp.sBH, mp.sQ, mp.sK, dq.as<float>(), dk.as<float>(), dv.as<float>(),
-                              s.BH, s.Tq, s.Tk, s.D, s.Dv, scale, causal);
+                              s.BH, s.Tq, s.Tk, s.D, s.Dv, scale, causal, window);
   };
 }
 

@@ -484,6 +484,30 @@ func.func @attention_kv_lengths(%q: tensor<2x8x16xf32>, %k: tensor<2x8x16xf32>, 
 
 // -----
 
+func.func @attention_negative_window(%q: tensor<2x8x16xf32>) {
+  // expected-error @+1 {{'pmesh.attention' op window must be >= 0 (0: no limit), got -1}}
+  %0 = pmesh.attention %q, %q, %q {scale = 1.0 : f32, window = -1} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  return
+}
+
+// -----
+
+func.func @attention_window_not_causal(%q: tensor<2x8x16xf32>) {
+  // expected-error @+1 {{'pmesh.attention' op a sliding window (window = 4) needs causal attention}}
+  %0 = pmesh.attention %q, %q, %q {scale = 1.0 : f32, causal = false, window = 4} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  return
+}
+
+// -----
+
+func.func @attention_grad_window_not_causal(%q: tensor<2x8x16xf32>) {
+  // expected-error @+1 {{'pmesh.attention_grad' op a sliding window (window = 2) needs causal attention}}
+  %0:3 = pmesh.attention_grad %q, %q, %q, %q {scale = 1.0 : f32, causal = false, window = 2} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>)
+  return
+}
+
+// -----
+
 func.func @attention_mask(%q: tensor<2x8x16xf32>, %m: tensor<8x9xf32>) {
   // expected-error @+1 {{'pmesh.attention' op attention mask 8x9 does not broadcast to the scores 2x8x8}}
   %0 = pmesh.attention %q, %q, %q mask %m {scale = 1.0 : f32} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<8x9xf32>) -> tensor<2x8x16xf32>

@@ -186,6 +186,11 @@ func.func @attention(%q: tensor<2x4x8x16xf32>, %k: tensor<2x4x10x16xf32>, %v: te
   %1 = pmesh.attention %q, %k, %v mask %mask {scale = 0.25 : f32, causal = false} : (tensor<2x4x8x16xf32>, tensor<2x4x10x16xf32>, tensor<2x4x10x32xf32>, tensor<8x10xf32>) -> tensor<2x4x8x32xf32>
   // CHECK: pmesh.attention %[[Q]], %[[K]], %[[V]] mask %[[MASK]] {scale = 1.000000e+00 : f32} : (tensor<2x4x8x16xf32>, tensor<2x4x10x16xf32>, tensor<2x4x10x32xf32>, tensor<8x10xf32>) -> tensor<2x4x8x32xf32>
   %2 = pmesh.attention %q, %k, %v mask %mask {scale = 1.0 : f32, causal = true} : (tensor<2x4x8x16xf32>, tensor<2x4x10x16xf32>, tensor<2x4x10x32xf32>, tensor<8x10xf32>) -> tensor<2x4x8x32xf32>
+  // A sliding window of 3 keys; window = 0 (no limit) is the default.
+  // CHECK: pmesh.attention %[[Q]], %[[K]], %[[V]] {scale = 1.000000e+00 : f32, window = 3 : i64}
+  %3 = pmesh.attention %q, %k, %v {scale = 1.0 : f32, window = 3} : (tensor<2x4x8x16xf32>, tensor<2x4x10x16xf32>, tensor<2x4x10x32xf32>) -> tensor<2x4x8x32xf32>
+  // CHECK: pmesh.attention %[[Q]], %[[K]], %[[V]] {scale = 1.000000e+00 : f32} :
+  %4 = pmesh.attention %q, %k, %v {scale = 1.0 : f32, window = 0} : (tensor<2x4x8x16xf32>, tensor<2x4x10x16xf32>, tensor<2x4x10x32xf32>) -> tensor<2x4x8x32xf32>
   return
 }
 

@@ -18,4 +18,10 @@
 #define GET_OP_CLASSES
 #include "pipemesh/Dialect/PMesh/PMeshOps.h.inc"
 
+namespace pipemesh::pmesh {
+/// attention and attention_grad: `window` is >= 0, and > 0 only with causal
+/// (a band below the diagonal).
+mlir::LogicalResult verifyAttentionWindow(mlir::Operation *op, int64_t window, bool causal);
+} // namespace pipemesh::pmesh
+
 #endif // PIPEMESH_DIALECT_PMESH_PMESH_H

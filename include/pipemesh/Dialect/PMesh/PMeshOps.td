@@ -219,14 +219,18 @@ def PMesh_AttentionOp : PMesh_Op<"attention", [Pure, DeclareOpInterfaceMethods<P
     q is [..., Tq, D], k is [..., Tk, D], v is [..., Tk, Dv]; the leading dims
     (batch, heads) must match. `mask` is additive and broadcasts to
     [..., Tq, Tk]. `causal` hides keys after the query position (aligned to the
-    end, so Tq < Tk attends to the last Tq positions). A query row whose every
-    visible key is masked (mask <= -1e30, e.g. left padding) has an
-    unspecified result, as it has in the exporters' decomposed form.
+    end, so Tq < Tk attends to the last Tq positions). `window` > 0 (with
+    `causal`) is sliding-window attention: the query at key position p sees
+    the keys p - window < j <= p only (Mistral, Gemma's and GPT-Neo's local
+    layers); 0 is no limit. A query row whose every visible key is masked
+    (mask <= -1e30, e.g. left padding) has an unspecified result, as it has
+    in the exporters' decomposed form.
   }];
   let arguments = (ins PMesh_FloatTensor:$q, PMesh_FloatTensor:$k,
                        PMesh_FloatTensor:$v, Optional<PMesh_FloatTensor>:$mask,
                        F32Attr:$scale,
-                       DefaultValuedAttr<BoolAttr, "true">:$causal);
+                       DefaultValuedAttr<BoolAttr, "true">:$causal,
+                       DefaultValuedAttr<I64Attr, "0">:$window);
   let results = (outs PMesh_FloatTensor:$result);
   let assemblyFormat = [{
     $q `,` $k `,` $v (`mask` $mask^)? attr-dict `:` functional-type(operands, results)

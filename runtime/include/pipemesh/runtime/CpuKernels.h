@@ -115,20 +115,22 @@ void logSoftmaxGrad(const T *dy, const T *y, T *dx, int64_t rows, int64_t cols);
 /// q [BH, Tq, D], k [BH, Tk, D], v [BH, Tk, Dv], o [BH, Tq, Dv]. `mask`
 /// (nullable) is additive, already broadcast to [BH, Tq, Tk] by the caller
 /// through the strides maskStrideBH / maskStrideQ / maskStrideK (0 to
-/// broadcast). causal hides key j > i + (Tk - Tq). Memory is O(Tq*Tk) per
+/// broadcast). causal hides key j > i + (Tk - Tq); window > 0 (with causal)
+/// also hides j <= i + (Tk - Tq) - window (sliding-window attention, only the
+/// band's keys are computed). Memory is O(Tq*Tk) per
 /// thread at most; nothing of size BH*Tq*Tk is allocated. A query row that sees
 /// no key (all masked with -inf, or causal with Tq > Tk) outputs 0.
 template <typename T>
 void attention(const T *q, const T *k, const T *v, const T *mask, int64_t maskStrideBH,
                int64_t maskStrideQ, int64_t maskStrideK, T *o, int64_t BH, int64_t Tq, int64_t Tk,
-               int64_t D, int64_t Dv, T scale, bool causal);
+               int64_t D, int64_t Dv, T scale, bool causal, int64_t window = 0);
 /// Gradients of attention (the mask is not trained). Recomputes the
 /// probabilities; dq, dk, dv are overwritten.
 template <typename T>
 void attentionGrad(const T *dO, const T *q, const T *k, const T *v, const T *mask,
                    int64_t maskStrideBH, int64_t maskStrideQ, int64_t maskStrideK, T *dq, T *dk,
                    T *dv, int64_t BH, int64_t Tq, int64_t Tk, int64_t D, int64_t Dv, T scale,
-                   bool causal);
+                   bool causal, int64_t window = 0);
 
 /// y[i, :] = table[ids[i], :]; ids out of [0, V) is an error (returns false).
 template <typename T>
