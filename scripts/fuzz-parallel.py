@@ -63,7 +63,8 @@ HF_FIXTURES = ["hf_gpt2_dynamo.onnx", "hf_gpt2_dynamo_mask.onnx", "hf_llama_dyna
                "hf_llama_dynamo_optimized.onnx", "hf_qwen2_dynamo.onnx",
                "hf_mistral_dynamo.onnx", "hf_gemma_dynamo.onnx", "hf_gemma2_dynamo.onnx",
                "hf_phi3_dynamo.onnx", "hf_neox_dynamo.onnx", "hf_gptj_dynamo.onnx",
-               "hf_opt_dynamo.onnx", "hf_falcon_dynamo.onnx", "hf_bloom_dynamo.onnx"]
+               "hf_opt_dynamo.onnx", "hf_falcon_dynamo.onnx", "hf_bloom_dynamo.onnx",
+               "hf_mistral_sliding_dynamo.onnx", "hf_gptneo_dynamo.onnx"]
 
 
 def composition(rng, total, parts):
