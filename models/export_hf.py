@@ -67,7 +67,9 @@ FIXTURES = {
     "hf_opt_dynamo": ("opt", {"seed": 10, "train": True}),
     "hf_falcon_dynamo": ("falcon", {"seed": 11, "train": True}),
     "hf_bloom_dynamo": ("bloom", {"seed": 12, "train": True}),
-    "hf_gemma2_dynamo": ("gemma2", {"seed": 13}),
+    # Soft-capped attention scores (a cap of 1, with q and k weights scaled up 20x so that
+    # the scores reach it) on local layers of 5 keys and global ones; soft-capped logits.
+    "hf_gemma2_dynamo": ("gemma2", {"seed": 13, "train": True, "qk_gain": 20.0}),
     # Sliding-window attention (a band of 5 keys at 16 tokens) from transformers' mask;
     # GPT-Neo's local layers (window 8) write their own band too.
     "hf_mistral_sliding_dynamo": ("mistral", {"seed": 14, "sliding_window": 5, "train": True}),
@@ -121,7 +123,8 @@ def build(family, options, seed):
     elif family == "gemma2":  # tanh soft-capped attention scores and logits
         model = T.Gemma2ForCausalLM(T.Gemma2Config(**common, intermediate_size=128,
                                                    num_key_value_heads=2, head_dim=16,
-                                                   sliding_window=CTX))
+                                                   sliding_window=5, attn_logit_softcapping=1.0,
+                                                   final_logit_softcapping=5.0))
     elif family == "qwen3":
         model = T.Qwen3ForCausalLM(T.Qwen3Config(**common, intermediate_size=128,
                                                  num_key_value_heads=2, head_dim=16))
@@ -185,6 +188,8 @@ def build(family, options, seed):
         for name, p in model.named_parameters():
             if p.dim() == 1:
                 p.add_(0.1 * torch.randn(p.shape, generator=g))
+            if name.endswith(("q_proj.weight", "k_proj.weight")):
+                p.mul_(options.get("qk_gain", 1.0))
     return model.eval()
 
 

@@ -2250,7 +2250,8 @@ LogicalResult importMSAttention(Importer &imp, NodeCtx &n) {
     scale = 1.0 / std::sqrt((double)D);
   Value att = imp.b.create<pm::AttentionOp>(
       n.loc, qkvHeads[0].getType(), qkvHeads[0], qkvHeads[1], qkvHeads[2], mask,
-      imp.b.getF32FloatAttr(scale), imp.b.getBoolAttr(n.attrInt("unidirectional", 0) != 0));
+      imp.b.getF32FloatAttr(scale), imp.b.getBoolAttr(n.attrInt("unidirectional", 0) != 0),
+      /*window=*/IntegerAttr(), /*softcap=*/FloatAttr());
   Value back = imp.b.create<pm::TransposeOp>(n.loc, imp.tensorType({B, S, heads, D}, eltOf(att)),
                                              att, SmallVector<int64_t>{0, 2, 1, 3});
   imp.setValue(n, 0, *reshapeTo(imp, n, back, {B, S, hidden}));

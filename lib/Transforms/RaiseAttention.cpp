@@ -267,12 +267,14 @@ struct ScoreChain {
   Value additiveMask;  // the `+ mask` operand, if any
   Value causalCond;    // the where condition, if any
   bool condTrueMeansVisible = true;
+  double softcap = 0.0; // softcap * tanh(scores / softcap) before the masks, if > 0
 };
 
 /// Matches the scores chain from the softmax input `v` down to the matmul.
 /// Masking (where, add) comes after the scaling: a factor applied after the
-/// mask would scale the mask too, which `scale` cannot express. Every value on
-/// the chain must feed only the next step.
+/// mask would scale the mask too, which `scale` cannot express. A soft cap,
+/// c * tanh(x) with the scaling inside x (Gemma 2), sits between the two.
+/// Every value on the chain must feed only the next step.
 bool matchScoreChain(Value v, ScoreChain &chain, bool maskingAllowed) {
   if (!v.hasOneUse())
     return false;
@@ -284,7 +286,7 @@ bool matchScoreChain(Value v, ScoreChain &chain, bool maskingAllowed) {
       // An additive mask of shape [Tk] looks like a bias and may already have
       // been folded into the matmul; it is a mask all the same, provided no
       // factor scaled it afterwards.
-      if (chain.additiveMask || chain.scale != 1.0)
+      if (chain.additiveMask || chain.scale != 1.0 || chain.softcap != 0.0)
         return false;
       chain.additiveMask = bias;
     }
@@ -292,6 +294,18 @@ bool matchScoreChain(Value v, ScoreChain &chain, bool maskingAllowed) {
     return true;
   }
   if (auto scaling = matchScaling(op)) {
+    // c * tanh(scale / c * q @ k^T): the cap c, and the scale inside it.
+    auto tanh = scaling->other.getDefiningOp<TanhOp>();
+    if (tanh && scaling->other.hasOneUse() && chain.scale == 1.0 && chain.softcap == 0.0 &&
+        scaling->value > 0.0) {
+      ScoreChain saved = chain;
+      chain.softcap = scaling->value;
+      if (matchScoreChain(tanh.getInput(), chain, /*maskingAllowed=*/false)) {
+        chain.scale *= chain.softcap;
+        return true;
+      }
+      chain = saved;
+    }
     chain.scale *= scaling->value;
     return matchScoreChain(scaling->other, chain, /*maskingAllowed=*/false);
   }
@@ -459,6 +473,8 @@ struct RaiseAttention : OpRewritePattern<MatMulOp> {
     double scale = chain.scale * q.factor * kT.factor;
     if (!std::isfinite(scale) || !std::isfinite((float)scale))
       return rewriter.notifyMatchFailure(pv, "scale is not a finite f32");
+    if (!std::isfinite((float)chain.softcap) || (chain.softcap > 0 && (float)chain.softcap == 0.0f))
+      return rewriter.notifyMatchFailure(pv, "soft cap is not a positive finite f32");
 
     // Check the shapes before building anything: a failed pattern must leave
     // the IR untouched.
@@ -515,7 +531,8 @@ struct RaiseAttention : OpRewritePattern<MatMulOp> {
     rewriter.replaceOpWithNewOp<AttentionOp>(
         pv, pv.getType(), qValue, kValue, vValue, additiveMask,
         rewriter.getF32FloatAttr(static_cast<float>(scale)), rewriter.getBoolAttr(causal),
-        rewriter.getI64IntegerAttr(window));
+        rewriter.getI64IntegerAttr(window),
+        rewriter.getF32FloatAttr(static_cast<float>(chain.softcap)));
     return success();
   }
 };

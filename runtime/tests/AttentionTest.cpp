@@ -1,10 +1,11 @@
 //===- AttentionTest.cpp - flash attention against the full-matrix formula --===//
 //
 // The reference here builds the whole [Tq, Tk] probability matrix per slice:
-//   S = scale q k^T + mask (-inf where causal or the window hides), P = softmax(S) (rows
+//   S = cap(scale q k^T) + mask (-inf where causal or the window hides), P = softmax(S) (rows
 //   with no visible key are 0), o = P v;
 //   dP = dO v^T, dv = P^T dO, dS = P * (dP - rowsum(P * dP)),
-//   dq = scale dS k, dk = scale dS^T q.
+//   dq = scale dS k, dk = scale dS^T q (dS times 1 - tanh^2 under a soft cap,
+//   cap(s) = C tanh(s / C)).
 // Sizes above 64 cross the kernel's query/key blocks.
 //
 //===----------------------------------------------------------------------===//
@@ -25,6 +26,7 @@ struct AttnCase {
   bool causal;
   MaskKind mask;
   int64_t window = 0; ///< sliding window (with causal): keys visible to a query
+  double softcap = 0;  ///< scores capped to softcap * tanh(s / softcap) when > 0
 };
 
 struct AttnData {
@@ -74,7 +76,7 @@ Reference naiveAttention(const AttnData &a, const Vec *dO) {
   r.dv.assign(c.BH * c.Tk * c.Dv, 0.0);
   const int64_t off = c.Tk - c.Tq;
   for (int64_t bh = 0; bh < c.BH; ++bh) {
-    Vec P(c.Tq * c.Tk, 0.0), dS(c.Tq * c.Tk, 0.0);
+    Vec P(c.Tq * c.Tk, 0.0), dS(c.Tq * c.Tk, 0.0), tanhS(c.Tq * c.Tk, 0.0);
     for (int64_t i = 0; i < c.Tq; ++i) {
       Vec s(c.Tk);
       double mx = -INFINITY;
@@ -83,6 +85,10 @@ Reference naiveAttention(const AttnData &a, const Vec *dO) {
         for (int64_t e = 0; e < c.D; ++e)
           d += a.q[(bh * c.Tq + i) * c.D + e] * a.k[(bh * c.Tk + j) * c.D + e];
         s[j] = a.scale * d;
+        if (c.softcap > 0) {
+          tanhS[i * c.Tk + j] = std::tanh(s[j] / c.softcap);
+          s[j] = c.softcap * tanhS[i * c.Tk + j];
+        }
         if (a.maskPtr())
           s[j] += a.mask[bh * a.mBH + i * a.mQ + j * a.mK];
         if (c.causal && j > i + off)
@@ -115,8 +121,11 @@ Reference naiveAttention(const AttnData &a, const Vec *dO) {
         dP[j] = d;
         rowD += P[i * c.Tk + j] * d;
       }
-      for (int64_t j = 0; j < c.Tk; ++j)
+      for (int64_t j = 0; j < c.Tk; ++j) {
         dS[i * c.Tk + j] = P[i * c.Tk + j] * (dP[j] - rowD);
+        if (c.softcap > 0)
+          dS[i * c.Tk + j] *= 1 - tanhS[i * c.Tk + j] * tanhS[i * c.Tk + j];
+      }
     }
     for (int64_t i = 0; i < c.Tq; ++i)
       for (int64_t j = 0; j < c.Tk; ++j) {
@@ -143,7 +152,7 @@ template <typename T> struct Kernel {
     const AttnCase &c = a.c;
     std::vector<T> o(c.BH * c.Tq * c.Dv, T(std::nan("")));
     attention<T>(q.data(), k.data(), v.data(), maskPtr(), a.mBH, a.mQ, a.mK, o.data(), c.BH, c.Tq,
-                 c.Tk, c.D, c.Dv, T(a.scale), c.causal, c.window);
+                 c.Tk, c.D, c.Dv, T(a.scale), c.causal, c.window, T(c.softcap));
     return o;
   }
   void backward(const std::vector<T> &dO, std::vector<T> &dq, std::vector<T> &dk,
@@ -154,7 +163,7 @@ template <typename T> struct Kernel {
     dv.assign(v.size(), T(std::nan("")));
     attentionGrad<T>(dO.data(), q.data(), k.data(), v.data(), maskPtr(), a.mBH, a.mQ, a.mK,
                      dq.data(), dk.data(), dv.data(), c.BH, c.Tq, c.Tk, c.D, c.Dv, T(a.scale),
-                     c.causal, c.window);
+                     c.causal, c.window, T(c.softcap));
   }
 };
 
@@ -168,6 +177,11 @@ const AttnCase kSmall[] = {
     {2, 6, 6, 3, 3, true, MaskKind::None, 2},
     {1, 4, 7, 3, 2, true, MaskKind::KeyPadding, 3},
     {1, 5, 3, 2, 2, true, MaskKind::Shared, 2},
+    // Soft caps the scores reach (the inputs are up to 1.5, scale 1/sqrt(D)): plain,
+    // with a full mask and not causal, with a window.
+    {2, 4, 4, 3, 2, true, MaskKind::None, 0, 0.5},
+    {2, 3, 6, 4, 3, false, MaskKind::Full, 0, 1.0},
+    {1, 6, 6, 3, 3, true, MaskKind::KeyPadding, 3, 0.7},
 };
 
 const AttnCase kLarge[] = {
@@ -181,6 +195,7 @@ const AttnCase kLarge[] = {
     {2, 150, 150, 8, 8, true, MaskKind::None, 40},
     {2, 70, 200, 8, 5, true, MaskKind::Shared, 64},
     {1, 130, 130, 16, 16, true, MaskKind::Full, 1},
+    {2, 100, 140, 8, 8, true, MaskKind::Shared, 50, 0.8}, // a cap and a window, across blocks
 };
 
 TEST(Attention, ForwardAndBackwardMatchFullMatrix) {
@@ -197,7 +212,8 @@ TEST(Attention, ForwardAndBackwardMatchFullMatrix) {
     kd.backward(dO, dq, dk, dv);
     const std::string what = "attention Tq=" + std::to_string(c.Tq) + " Tk=" + std::to_string(c.Tk) +
                              (c.causal ? " causal" : "") + " mask " + std::to_string(int(c.mask)) +
-                             " window " + std::to_string(c.window);
+                             " window " + std::to_string(c.window) +
+                             " softcap " + std::to_string(c.softcap);
     expectClose(o, ref.o, 1e-12, 1e-13, what + " o");
     expectClose(dq, ref.dq, 1e-11, 1e-13, what + " dq");
     expectClose(dk, ref.dk, 1e-11, 1e-13, what + " dk");
@@ -237,7 +253,8 @@ TEST(Attention, Gradients) {
     };
     const std::string what = "attention grad Tq=" + std::to_string(c.Tq) +
                              " Tk=" + std::to_string(c.Tk) + (c.causal ? " causal" : "") +
-                             " window " + std::to_string(c.window);
+                             " window " + std::to_string(c.window) +
+                             " softcap " + std::to_string(c.softcap);
     expectGradient(a.q, dq, loss, w, what + " dq", 1e-6, 1e-9, checks);
     expectGradient(a.k, dk, loss, w, what + " dk", 1e-6, 1e-9, checks);
     expectGradient(a.v, dv, loss, w, what + " dv", 1e-6, 1e-9, checks);

@@ -282,6 +282,11 @@ def nn_cases():
     case("attention-sliding-window", {"q": q.copy(), "k": k.copy(), "v": v.copy()},
          [("r", (2, 2, 3, 6))], f"""
   %r = pmesh.attention %q, %k, %v {{scale = 0.5 : f32, window = 2}} : ({T(q.shape)}, {T(k.shape)}, {T(v.shape)}) -> {T((2, 2, 3, 6))}""")
+    # Scores soft-capped at 0.3 (Gemma 2's cap(s) = C tanh(s / C)), causal, the padding mask.
+    case("attention-softcap", {"q": q.copy(), "k": k.copy(), "v": v.copy()},
+         [("r", (2, 2, 3, 6))], f"""
+  %r = pmesh.attention %q, %k, %v mask %pad {{scale = 0.5 : f32, softcap = 0.3 : f32}} : ({T(q.shape)}, {T(k.shape)}, {T(v.shape)}, {t_of(pad)}) -> {T((2, 2, 3, 6))}""",
+         inputs={"pad": pad})
     # One tensor as q, k and v (self-attention without projections): three summed grads.
     x = rnd(2, 4, 3)
     case("attention-shared-qkv", {"x": x}, [("r", (2, 4, 3))], f"""

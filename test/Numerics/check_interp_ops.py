@@ -76,8 +76,10 @@ def attention_hidden(tq, tk, causal, window=0):
     return hidden
 
 
-def np_attention(q, k, v, mask, scale, causal, window=0):
+def np_attention(q, k, v, mask, scale, causal, window=0, softcap=0.0):
     s = scale * f64(q) @ np.swapaxes(f64(k), -1, -2)
+    if softcap:
+        s = softcap * np.tanh(s / softcap)
     if mask is not None:
         s = s + f64(mask)
     tq, tk = s.shape[-2:]
@@ -255,7 +257,7 @@ def nn_cases():
 
     # Attention: causal with Tq < Tk (end-aligned), a [B,1,1,Tk] padding mask; non-causal
     # with a 2-D [Tq,Tk] mask broadcast over batch and heads; plain causal; a sliding
-    # window of 2 keys with Tq < Tk.
+    # window of 2 keys with Tq < Tk; scores soft-capped at 0.25 before the padding mask.
     q, k, v = rand(2, 2, 3, 4), rand(2, 2, 5, 4), rand(2, 2, 5, 6)
     pad = np.zeros((2, 1, 1, 5), np.float32)
     pad[1, 0, 0, 3] = MIN32
@@ -264,16 +266,19 @@ def nn_cases():
     o, os_ = ttype((2, 2, 3, 6)), ttype((1, 2, 4, 3))
     case("attention", {"q": q, "k": k, "v": v, "pad": pad, "m2": m2,
                        "qs": qs, "ks": ks, "vs": vs},
-         [("causal_padmask", o), ("noncausal_2d_mask", o), ("causal", os_), ("window", o)], f"""
+         [("causal_padmask", o), ("noncausal_2d_mask", o), ("causal", os_), ("window", o),
+          ("softcap", o)], f"""
   %a = pmesh.attention %q, %k, %v mask %pad {{scale = 0.3 : f32}} : ({t_of(q)}, {t_of(k)}, {t_of(v)}, {t_of(pad)}) -> {o}
   %b = pmesh.attention %q, %k, %v mask %m2 {{scale = 0.5 : f32, causal = false}} : ({t_of(q)}, {t_of(k)}, {t_of(v)}, {t_of(m2)}) -> {o}
   %c = pmesh.attention %qs, %ks, %vs {{scale = 0.25 : f32}} : ({t_of(qs)}, {t_of(ks)}, {t_of(vs)}) -> {os_}
   %d = pmesh.attention %q, %k, %v {{scale = 0.5 : f32, window = 2}} : ({t_of(q)}, {t_of(k)}, {t_of(v)}) -> {o}
-  return %a, %b, %c, %d : {o}, {o}, {os_}, {o}""",
+  %e = pmesh.attention %q, %k, %v mask %pad {{scale = 0.5 : f32, softcap = 0.25 : f32}} : ({t_of(q)}, {t_of(k)}, {t_of(v)}, {t_of(pad)}) -> {o}
+  return %a, %b, %c, %d, %e : {o}, {o}, {os_}, {o}, {o}""",
          {"causal_padmask": np_attention(q, k, v, pad, float(np.float32(0.3)), True),
           "noncausal_2d_mask": np_attention(q, k, v, m2, 0.5, False),
           "causal": np_attention(qs, ks, vs, None, 0.25, True),
-          "window": np_attention(q, k, v, None, 0.5, True, window=2)})
+          "window": np_attention(q, k, v, None, 0.5, True, window=2),
+          "softcap": np_attention(q, k, v, pad, 0.5, True, softcap=0.25)})
 
     table = rand(5, 3)
     ids = np.array([[0, 4, 2], [1, 1, -1]], np.int64)
@@ -409,9 +414,13 @@ def grad_cases():
     do = rand(2, 2, 3, 6)
     pad = np.zeros((2, 1, 1, 5), np.float32)
     pad[1, 0, 0, 3] = MIN32
-    def att_grad(do, q, k, v, mask, scale, causal, window=0):
+    def att_grad(do, q, k, v, mask, scale, causal, window=0, softcap=0.0):
         q, k, v, do = f64(q), f64(k), f64(v), f64(do)
-        s = scale * q @ np.swapaxes(k, -1, -2) + (0 if mask is None else f64(mask))
+        s = scale * q @ np.swapaxes(k, -1, -2)
+        t = np.tanh(s / softcap) if softcap else None
+        if softcap:
+            s = softcap * t
+        s = s + (0 if mask is None else f64(mask))
         tq, tk = s.shape[-2:]
         if causal:
             s = np.where(attention_hidden(tq, tk, causal, window), -np.inf, s)
@@ -419,22 +428,27 @@ def grad_cases():
         dv = np.swapaxes(p, -1, -2) @ do
         dp = do @ np.swapaxes(v, -1, -2)
         ds = p * (dp - (dp * p).sum(-1, keepdims=True))
+        if softcap:
+            ds = ds * (1 - t * t)
         return scale * ds @ k, scale * np.swapaxes(ds, -1, -2) @ q, dv
     a = att_grad(do, q, k, v, pad, float(np.float32(0.3)), True)
     b = att_grad(do, q, k, v, None, 0.5, False)
     c = att_grad(do, q, k, v, None, 0.5, True, window=2)
+    d = att_grad(do, q, k, v, pad, 0.5, True, softcap=0.25)
     sig = f"({t_of(do)}, {t_of(q)}, {t_of(k)}, {t_of(v)}"
     res = f"({t_of(q)}, {t_of(k)}, {t_of(v)})"
     case("attention_grad", {"do": do, "q": q, "k": k, "v": v, "pad": pad},
          [("dq", t_of(q)), ("dk", t_of(k)), ("dv", t_of(v)),
           ("dq2", t_of(q)), ("dk2", t_of(k)), ("dv2", t_of(v)),
-          ("dq3", t_of(q)), ("dk3", t_of(k)), ("dv3", t_of(v))], f"""
+          ("dq3", t_of(q)), ("dk3", t_of(k)), ("dv3", t_of(v)),
+          ("dq4", t_of(q)), ("dk4", t_of(k)), ("dv4", t_of(v))], f"""
   %dq, %dk, %dv = pmesh.attention_grad %do, %q, %k, %v mask %pad {{scale = 0.3 : f32}} : {sig}, {t_of(pad)}) -> {res}
   %dq2, %dk2, %dv2 = pmesh.attention_grad %do, %q, %k, %v {{scale = 0.5 : f32, causal = false}} : {sig}) -> {res}
   %dq3, %dk3, %dv3 = pmesh.attention_grad %do, %q, %k, %v {{scale = 0.5 : f32, window = 2}} : {sig}) -> {res}
-  return %dq, %dk, %dv, %dq2, %dk2, %dv2, %dq3, %dk3, %dv3 : {t_of(q)}, {t_of(k)}, {t_of(v)}, {t_of(q)}, {t_of(k)}, {t_of(v)}, {t_of(q)}, {t_of(k)}, {t_of(v)}""",
+  %dq4, %dk4, %dv4 = pmesh.attention_grad %do, %q, %k, %v mask %pad {{scale = 0.5 : f32, softcap = 0.25 : f32}} : {sig}, {t_of(pad)}) -> {res}
+  return %dq, %dk, %dv, %dq2, %dk2, %dv2, %dq3, %dk3, %dv3, %dq4, %dk4, %dv4 : {t_of(q)}, {t_of(k)}, {t_of(v)}, {t_of(q)}, {t_of(k)}, {t_of(v)}, {t_of(q)}, {t_of(k)}, {t_of(v)}, {t_of(q)}, {t_of(k)}, {t_of(v)}""",
          {"dq": a[0], "dk": a[1], "dv": a[2], "dq2": b[0], "dk2": b[1], "dv2": b[2],
-          "dq3": c[0], "dk3": c[1], "dv3": c[2]})
+          "dq3": c[0], "dk3": c[1], "dv3": c[2], "dq4": d[0], "dk4": d[1], "dv4": d[2]})
 
     dy = rand(2, 3, 4)
     ids = np.array([[0, 4, 2], [4, 4, -1]], np.int64)

@@ -544,6 +544,52 @@ func.func @band_with_hole(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>,
 
 // -----
 
+// Gemma 2's soft-capped scores: (q @ k^T) * scale / cap, tanh, * cap, then the
+// causal mask. The cap becomes `softcap`; the scale inside it stays `scale`.
+
+// CHECK-LABEL: func.func @gemma2_softcap
+// CHECK: pmesh.attention %{{.*}} {scale = 6.250000e-02 : f32, softcap = 5.000000e+01 : f32}
+// CHECK-NOT: pmesh.tanh
+func.func @gemma2_softcap(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>,
+                          %v: tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32> {
+  %scale = pmesh.constant dense<0.0625> : tensor<f32>
+  %cap = pmesh.constant dense<50.0> : tensor<f32>
+  %mask = pmesh.constant dense<[[0.0, 0xFF800000, 0xFF800000, 0xFF800000], [0.0, 0.0, 0xFF800000, 0xFF800000], [0.0, 0.0, 0.0, 0xFF800000], [0.0, 0.0, 0.0, 0.0]]> : tensor<4x4xf32>
+  %s = pmesh.matmul %q, %k {transpose_b = true} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x4xf32>
+  %ss = pmesh.mul %s, %scale : (tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  %sd = pmesh.div %ss, %cap : (tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  %t = pmesh.tanh %sd : tensor<1x2x4x4xf32>
+  %sc = pmesh.mul %t, %cap : (tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  %sm = pmesh.add %sc, %mask : (tensor<1x2x4x4xf32>, tensor<4x4xf32>) -> tensor<1x2x4x4xf32>
+  %p = pmesh.softmax %sm {axis = -1 : i64} : tensor<1x2x4x4xf32>
+  %o = pmesh.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %o : tensor<1x2x4x8xf32>
+}
+
+// -----
+
+// Negative: a factor between the cap and the mask (2 * 50 tanh(s / 50)) is no
+// soft cap of the scores' scale; the chain stays decomposed.
+
+// CHECK-LABEL: func.func @factor_after_softcap
+// CHECK-NOT: pmesh.attention
+// CHECK: pmesh.tanh
+func.func @factor_after_softcap(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>,
+                                %v: tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32> {
+  %two = pmesh.constant dense<2.0> : tensor<f32>
+  %cap = pmesh.constant dense<50.0> : tensor<f32>
+  %s = pmesh.matmul %q, %k {transpose_b = true} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x4xf32>
+  %sd = pmesh.div %s, %cap : (tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  %t = pmesh.tanh %sd : tensor<1x2x4x4xf32>
+  %sc = pmesh.mul %t, %cap : (tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  %s2 = pmesh.mul %sc, %two : (tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  %p = pmesh.softmax %s2 {axis = -1 : i64} : tensor<1x2x4x4xf32>
+  %o = pmesh.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %o : tensor<1x2x4x8xf32>
+}
+
+// -----
+
 // Negative: one head of probabilities broadcast over two heads of v: the
 // scores' leading dims are not the output's, no attention of q, k and v.
 

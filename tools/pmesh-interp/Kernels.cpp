@@ -500,7 +500,7 @@ std::optional<Tensor> softmax(const Tensor &x, int64_t axis, bool log, std::stri
 
 std::optional<Tensor> attention(const Tensor &q, const Tensor &k, const Tensor &v,
                                 const Tensor *mask, double scale, bool causal,
-                                int64_t window, std::string &why) {
+                                int64_t window, double softcap, std::string &why) {
   size_t r = q.shape.size();
   if (r < 2 || k.shape.size() != r || v.shape.size() != r) {
     why = "attention q, k, v must have equal rank >= 2";
@@ -533,7 +533,7 @@ std::optional<Tensor> attention(const Tensor &q, const Tensor &k, const Tensor &
   int64_t batchCount = 1;
   for (int64_t x : lead)
     batchCount *= x;
-  std::vector<double> scores(tk), probs(tk);
+  std::vector<double> scores(tk), probs(tk), tanhs(tk);
   for (int64_t b = 0; b < batchCount; ++b) {
     for (int64_t i = 0; i < tq; ++i) {
       // Causal alignment to the end: query i sits at key position i + (tk - tq).
@@ -546,6 +546,10 @@ std::optional<Tensor> attention(const Tensor &q, const Tensor &k, const Tensor &
         for (int64_t c = 0; c < d; ++c)
           dot += q.f[(b * tq + i) * d + c] * k.f[(b * tk + j) * d + c];
         double s = scale * dot;
+        if (softcap > 0) {
+          tanhs[j] = std::tanh(s / softcap);
+          s = softcap * tanhs[j];
+        }
         if (mask) {
           Shape idx = unravel(b, lead);
           idx.push_back(i);
@@ -928,9 +932,9 @@ std::optional<Tensor> softmaxGrad(const Tensor &dy, const Tensor &y, int64_t axi
 std::optional<std::vector<Tensor>> attentionGrad(const Tensor &dout, const Tensor &q,
                                                  const Tensor &k, const Tensor &v,
                                                  const Tensor *mask, double scale, bool causal,
-                                                 int64_t window, std::string &why) {
+                                                 int64_t window, double softcap, std::string &why) {
   // The forward kernel checks the operands and gives the output's shape.
-  auto fwd = attention(q, k, v, mask, scale, causal, window, why);
+  auto fwd = attention(q, k, v, mask, scale, causal, window, softcap, why);
   if (!fwd)
     return std::nullopt;
   if (!sameShape(dout, *fwd)) {
@@ -948,7 +952,7 @@ std::optional<std::vector<Tensor>> attentionGrad(const Tensor &dout, const Tenso
   Tensor dq = Tensor::zeros(q.elementType, q.shape);
   Tensor dk = Tensor::zeros(k.elementType, k.shape);
   Tensor dV = Tensor::zeros(v.elementType, v.shape);
-  std::vector<double> scores(tk), probs(tk), dprobs(tk);
+  std::vector<double> scores(tk), probs(tk), dprobs(tk), tanhs(tk);
   for (int64_t b = 0; b < batchCount; ++b) {
     for (int64_t i = 0; i < tq; ++i) {
       int64_t lastVisible = causal ? i + (tk - tq) : tk - 1;
@@ -966,6 +970,10 @@ std::optional<std::vector<Tensor>> attentionGrad(const Tensor &dout, const Tenso
         for (int64_t c = 0; c < d; ++c)
           dot += q.f[(b * tq + i) * d + c] * k.f[(b * tk + j) * d + c];
         double s = scale * dot;
+        if (softcap > 0) {
+          tanhs[j] = std::tanh(s / softcap);
+          s = softcap * tanhs[j];
+        }
         if (mask) {
           Shape idx = unravel(b, lead);
           idx.push_back(i);
@@ -997,6 +1005,8 @@ std::optional<std::vector<Tensor>> attentionGrad(const Tensor &dout, const Tenso
       // Softmax backward: ds_j = p_j (dp_j - sum_l p_l dp_l); s_j = scale q_i . k_j.
       for (int64_t j = firstVisible; j <= lastVisible && j < tk; ++j) {
         double ds = probs[j] * (dprobs[j] - rowDot);
+        if (softcap > 0) // through softcap * tanh(s / softcap)
+          ds *= 1.0 - tanhs[j] * tanhs[j];
         for (int64_t c = 0; c < d; ++c) {
           dq.f[(b * tq + i) * d + c] += scale * ds * k.f[(b * tk + j) * d + c];
           dk.f[(b * tk + j) * d + c] += scale * ds * q.f[(b * tq + i) * d + c];

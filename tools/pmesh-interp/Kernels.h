@@ -80,7 +80,7 @@ Tensor gelu(const Tensor &x, GeluKind kind);
 std::optional<Tensor> softmax(const Tensor &x, int64_t axis, bool log, std::string &why);
 std::optional<Tensor> attention(const Tensor &q, const Tensor &k, const Tensor &v,
                                 const Tensor *mask, double scale, bool causal,
-                                int64_t window, std::string &why);
+                                int64_t window, double softcap, std::string &why);
 std::optional<Tensor> embedding(const Tensor &table, const Tensor &ids, std::string &why);
 std::optional<Tensor> crossEntropy(const Tensor &logits, const Tensor &targets,
                                    int64_t ignoreIndex, llvm::StringRef reduction,
@@ -117,7 +117,7 @@ std::optional<Tensor> softmaxGrad(const Tensor &dy, const Tensor &y, int64_t axi
 std::optional<std::vector<Tensor>> attentionGrad(const Tensor &dout, const Tensor &q,
                                                  const Tensor &k, const Tensor &v,
                                                  const Tensor *mask, double scale, bool causal,
-                                                 int64_t window, std::string &why);
+                                                 int64_t window, double softcap, std::string &why);
 /// Scatter-add of the rows of dy into a zero table of `rows` rows.
 std::optional<Tensor> embeddingGrad(const Tensor &dy, const Tensor &ids, int64_t rows,
                                     std::string &why);

@@ -600,7 +600,8 @@ private:
           return set(op, 0,
                      attention(value(o.getQ()), value(o.getK()), value(o.getV()),
                                optional(o.getMask()), apfloatToDouble(o.getScale()),
-                               o.getCausal(), o.getWindow(), why),
+                               o.getCausal(), o.getWindow(), apfloatToDouble(o.getSoftcap()),
+                               why),
                      why);
         })
         .Case([&](pm::EmbeddingOp o) {
@@ -682,7 +683,7 @@ private:
                         attentionGrad(value(o.getDout()), value(o.getQ()), value(o.getK()),
                                       value(o.getV()), optional(o.getMask()),
                                       apfloatToDouble(o.getScale()), o.getCausal(),
-                                      o.getWindow(), why),
+                                      o.getWindow(), apfloatToDouble(o.getSoftcap()), why),
                         why);
         })
         .Case([&](pm::EmbeddingGradOp o) {

@@ -434,7 +434,8 @@ LogicalResult AttentionOp::buildGradients(OpBuilder &b, ArrayRef<Value> dys, Arr
     return emitOpError("gradient with respect to the attention mask is not supported");
   auto op = b.create<AttentionGradOp>(getLoc(), getQ().getType(), getK().getType(),
                                       getV().getType(), dys[0], getQ(), getK(), getV(), getMask(),
-                                      getScaleAttr(), getCausalAttr(), getWindowAttr());
+                                      getScaleAttr(), getCausalAttr(), getWindowAttr(),
+                                      getSoftcapAttr());
   if (need[0])
     grads[0] = op.getDq();
   if (need[1])

@@ -210,7 +210,10 @@ LogicalResult LogSoftmaxOp::verify() {
   return verifySoftmaxAxis(*this, getAxis(), getInput());
 }
 
-LogicalResult pipemesh::pmesh::verifyAttentionWindow(Operation *op, int64_t window, bool causal) {
+LogicalResult pipemesh::pmesh::verifyAttentionOptions(Operation *op, int64_t window, bool causal,
+                                                      float softcap) {
+  if (!(softcap >= 0.0f) || !std::isfinite(softcap))
+    return op->emitOpError() << "softcap must be finite and >= 0 (0: none), got " << softcap;
   if (window < 0)
     return op->emitOpError() << "window must be >= 0 (0: no limit), got " << window;
   if (window > 0 && !causal)
@@ -226,7 +229,8 @@ LogicalResult AttentionOp::verify() {
                                           {"mask", getMask()},
                                           {"result", getResult()}})))
     return failure();
-  if (failed(verifyAttentionWindow(*this, getWindow(), getCausal())))
+  if (failed(verifyAttentionOptions(*this, getWindow(), getCausal(),
+                                    getSoftcap().convertToFloat())))
     return failure();
   std::string why;
   std::optional<ArrayRef<int64_t>> mask;

@@ -24,7 +24,8 @@ LogicalResult LayerNormGradOp::verify() {
 }
 
 LogicalResult AttentionGradOp::verify() {
-  if (failed(verifyAttentionWindow(*this, getWindow(), getCausal())))
+  if (failed(verifyAttentionOptions(*this, getWindow(), getCausal(),
+                                    getSoftcap().convertToFloat())))
     return failure();
   std::string why;
   std::optional<ArrayRef<int64_t>> mask;

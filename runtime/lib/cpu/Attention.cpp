@@ -1,10 +1,10 @@
 //===- Attention.cpp - blocked scaled dot-product attention -----------------===//
 //
-// o = softmax(scale * q k^T + mask, causal) v for each of the BH slices, with
+// o = softmax(cap(scale * q k^T) + mask, causal) v for each of the BH slices, with
 // q [BH, Tq, D], k [BH, Tk, D], v [BH, Tk, Dv]; with off = Tk - Tq, causal
 // hides key j from query i when j > i + off, and a sliding window W > 0 also
-// when j <= i + off - W. A query that sees no key at all gets o = 0 and no
-// gradient.
+// when j <= i + off - W. A soft cap C > 0 is cap(s) = C tanh(s / C), else
+// cap(s) = s. A query that sees no key at all gets o = 0 and no gradient.
 //
 // The queries are taken in blocks of Bq rows; a block sees keys [kBegin, kEnd)
 // (causal: up to the last row's horizon; windowed: from the first row's). Per
@@ -18,7 +18,7 @@
 // Backward, one task per bh (nothing saved by the forward; P is recomputed
 // once), for each query block in order:
 //   S, P as above (normalized: P /= l);  dP = dO_blk V^T
-//   Dr = rowsum(P * dP);  dS = P * (dP - Dr)
+//   Dr = rowsum(P * dP);  dS = P * (dP - Dr)  [* (1 - tanh^2) under a cap]
 //   dq_blk = scale * dS K;  dv += P^T dO_blk;  dk += scale * dS^T Q_blk
 // The task owns its bh's dq, dk and dv, and adds the blocks in a fixed
 // order, so the results do not depend on the number of threads, with no
@@ -51,6 +51,7 @@ template <typename T> struct Problem {
   T scale;
   bool causal;
   int64_t window; ///< causal only: keys visible to a query, 0 for all before it
+  T softcap;      ///< scores capped to softcap * tanh(s / softcap) when > 0
 
   int64_t offset() const { return Tk - Tq; }
   /// One past the last key that query i may see.
@@ -62,15 +63,26 @@ template <typename T> struct Problem {
     return causal && window > 0 ? std::clamp<int64_t>(i + offset() + 1 - window, 0, Tk) : 0;
   }
 
-  /// S[nq x (j1 - j0)] (leading dim ldS) = scale * q[i0..] k[j0..j1)^T + mask,
-  /// -inf where causal or the window hides the key.
-  void scores(int64_t bh, int64_t i0, int64_t nq, int64_t j0, int64_t j1, T *S,
-              int64_t ldS) const {
+  /// S[nq x (j1 - j0)] (leading dim ldS) = cap(scale * q[i0..] k[j0..j1)^T)
+  /// + mask, -inf where causal or the window hides the key. Under a cap,
+  /// `tanhOut` (when given, leading dim ldS) receives the tanh values, whose
+  /// derivative the backward needs.
+  void scores(int64_t bh, int64_t i0, int64_t nq, int64_t j0, int64_t j1, T *S, int64_t ldS,
+              T *tanhOut = nullptr) const {
     const int64_t nk = j1 - j0;
     gemmOnThisThread<T>(false, true, nq, nk, D, scale, q + (bh * Tq + i0) * D, D,
                         k + (bh * Tk + j0) * D, D, T(0), S, ldS);
     for (int64_t r = 0; r < nq; ++r) {
       T *s = S + r * ldS;
+      if (softcap > T(0)) {
+        const T inv = T(1) / softcap;
+        for (int64_t c = 0; c < nk; ++c) {
+          const T t = std::tanh(s[c] * inv);
+          s[c] = softcap * t;
+          if (tanhOut)
+            tanhOut[r * ldS + c] = t;
+        }
+      }
       if (mask) {
         const T *m = mask + bh * mBH + (i0 + r) * mQ + j0 * mK;
         for (int64_t c = 0; c < nk; ++c)
@@ -134,9 +146,9 @@ template <typename T> void zero(T *dst, int64_t n) { std::fill(dst, dst + n, T(0
 template <typename T>
 void attention(const T *q, const T *k, const T *v, const T *mask, int64_t maskStrideBH,
                int64_t maskStrideQ, int64_t maskStrideK, T *o, int64_t BH, int64_t Tq, int64_t Tk,
-               int64_t D, int64_t Dv, T scale, bool causal, int64_t window) {
+               int64_t D, int64_t Dv, T scale, bool causal, int64_t window, T softcap) {
   const Problem<T> P{q, k, v, mask, maskStrideBH, maskStrideQ, maskStrideK,
-                     Tq, Tk, D, Dv, scale, causal, window};
+                     Tq, Tk, D, Dv, scale, causal, window, softcap};
   const int64_t Bq = std::max<int64_t>(std::min(kBlockQ, Tq), 1);
   const int64_t qBlocks = (Tq + Bq - 1) / Bq;
 #pragma omp parallel if (BH * Tq * Tk * (D + Dv) > kParallelGrain)
@@ -172,13 +184,14 @@ template <typename T>
 void attentionGrad(const T *dO, const T *q, const T *k, const T *v, const T *mask,
                    int64_t maskStrideBH, int64_t maskStrideQ, int64_t maskStrideK, T *dq, T *dk,
                    T *dv, int64_t BH, int64_t Tq, int64_t Tk, int64_t D, int64_t Dv, T scale,
-                   bool causal, int64_t window) {
+                   bool causal, int64_t window, T softcap) {
   const Problem<T> P{q, k, v, mask, maskStrideBH, maskStrideQ, maskStrideK,
-                     Tq, Tk, D, Dv, scale, causal, window};
+                     Tq, Tk, D, Dv, scale, causal, window, softcap};
   const int64_t Bq = std::max<int64_t>(std::min(kBlockQ, Tq), 1);
 #pragma omp parallel if (BH > 1 && BH * Tq * Tk * (D + Dv) > kParallelGrain)
   {
     std::vector<T> S(Bq * std::max<int64_t>(Tk, 1)), dP(Bq * std::max<int64_t>(Tk, 1));
+    std::vector<T> tanhS(softcap > T(0) ? Bq * std::max<int64_t>(Tk, 1) : 0);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bh = 0; bh < BH; ++bh) {
       const T *qB = q + bh * Tq * D, *kB = k + bh * Tk * D, *vB = v + bh * Tk * Dv;
@@ -198,11 +211,15 @@ void attentionGrad(const T *dO, const T *q, const T *k, const T *v, const T *mas
           zero(dqB + i0 * D, nq * D);
           continue;
         }
-        P.scores(bh, i0, nq, kBegin, kEnd, S.data(), nk);
+        P.scores(bh, i0, nq, kBegin, kEnd, S.data(), nk, tanhS.empty() ? nullptr : tanhS.data());
         gemmOnThisThread<T>(false, true, nq, nk, Dv, T(1), dOB + i0 * Dv, Dv, vB + kBegin * Dv,
                             Dv, T(0), dP.data(), nk);
         for (int64_t r = 0; r < nq; ++r)
           softmaxBackRow(S.data() + r * nk, dP.data() + r * nk, nk);
+        // Through the cap: d(C tanh(s / C)) / ds = 1 - tanh^2.
+        if (!tanhS.empty())
+          for (int64_t e = 0; e < nq * nk; ++e)
+            dP[e] *= T(1) - tanhS[e] * tanhS[e];
         // S now holds P, dP holds dS.
         gemmOnThisThread<T>(false, false, nq, D, nk, scale, dP.data(), nk, kB + kBegin * D, D,
                             T(0), dqB + i0 * D, D);
@@ -230,10 +247,10 @@ void attentionGrad(const T *dO, const T *q, const T *k, const T *v, const T *mas
 #define PIPEMESH_INSTANTIATE(T)                                                                    \
   template void attention<T>(const T *, const T *, const T *, const T *, int64_t, int64_t,        \
                              int64_t, T *, int64_t, int64_t, int64_t, int64_t, int64_t, T, bool,  \
-                             int64_t);                                                            \
+                             int64_t, T);                                                         \
   template void attentionGrad<T>(const T *, const T *, const T *, const T *, const T *, int64_t,  \
                                  int64_t, int64_t, T *, T *, T *, int64_t, int64_t, int64_t,       \
-                                 int64_t, int64_t, T, bool, int64_t);
+                                 int64_t, int64_t, T, bool, int64_t, T);
 PIPEMESH_INSTANTIATE(float)
 PIPEMESH_INSTANTIATE(double)
 #undef PIPEMESH_INSTANTIATE

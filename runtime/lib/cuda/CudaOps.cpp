@@ -609,8 +609,10 @@ Thunk bindAttention(OpContext &c, CudaBackend &b) {
   if (c.numIn() == 4)
     m = c.in(3);
   auto mv = maskView(m ? &*m : nullptr, s);
-  // The GPU kernels have no sliding window yet: the host's kernel runs it.
-  if (!mv || s.D > kMaxHeadDim || s.Dv > kMaxHeadDim || c.i64("window", 0) != 0)
+  // The GPU kernels have no sliding window or soft cap yet: the host's kernel
+  // runs them.
+  if (!mv || s.D > kMaxHeadDim || s.Dv > kMaxHeadDim || c.i64("window", 0) != 0 ||
+      c.f64("softcap", 0.0) != 0.0)
     return bindOnHost(c, b);
   float scale = (float)c.f64("scale");
   bool causal = c.boolean("causal", true);
@@ -646,8 +648,10 @@ Thunk bindAttentionGrad(OpContext &c, CudaBackend &b) {
   if (c.numIn() == 5)
     m = c.in(4);
   auto mv = maskView(m ? &*m : nullptr, s);
-  // The GPU kernels have no sliding window yet: the host's kernel runs it.
-  if (!mv || s.D > kMaxHeadDim || s.Dv > kMaxHeadDim || c.i64("window", 0) != 0)
+  // The GPU kernels have no sliding window or soft cap yet: the host's kernel
+  // runs them.
+  if (!mv || s.D > kMaxHeadDim || s.Dv > kMaxHeadDim || c.i64("window", 0) != 0 ||
+      c.f64("softcap", 0.0) != 0.0)
     return bindOnHost(c, b);
   float scale = (float)c.f64("scale");
   bool causal = c.boolean("causal", true);

@@ -13,6 +13,7 @@
 
 #include "pipemesh/runtime/CpuKernels.h"
 
+#include <cmath>
 #include <memory>
 
 namespace pipemesh::rt {
@@ -49,6 +50,14 @@ int64_t attentionWindow(OpContext &c, bool causal) {
   if (window < 0 || (window > 0 && !causal))
     c.error("window ", window, " must be 0, or positive with causal attention");
   return window;
+}
+
+/// The soft cap of the scores (0: none).
+float attentionSoftcap(OpContext &c) {
+  double softcap = c.f64("softcap", 0.0);
+  if (!(softcap >= 0.0) || !std::isfinite(softcap))
+    c.error("softcap ", softcap, " must be finite and >= 0");
+  return (float)softcap;
 }
 
 /// How the kernel reads the mask: directly through strides, or from an
@@ -127,11 +136,13 @@ Thunk bindAttention(OpContext &c) {
   float scale = (float)c.f64("scale");
   bool causal = c.boolean("causal", true);
   int64_t window = attentionWindow(c, causal);
+  float softcap = attentionSoftcap(c);
   MaskPlan mp = maskPlan(c, s);
-  return [q, k, v, o, s, scale, causal, window, mp] {
+  return [q, k, v, o, s, scale, causal, window, softcap, mp] {
     const float *mask = mp.prepare();
     cpu::attention<float>(q.as<float>(), k.as<float>(), v.as<float>(), mask, mp.sBH, mp.sQ, mp.sK,
-                          o.as<float>(), s.BH, s.Tq, s.Tk, s.D, s.Dv, scale, causal, window);
+                          o.as<float>(), s.BH, s.Tq, s.Tk, s.D, s.Dv, scale, causal, window,
+                          softcap);
   };
 }
 
@@ -153,6 +164,7 @@ Thunk bindAttentionGrad(OpContext &c) {
   float scale = (float)c.f64("scale");
   bool causal = c.boolean("causal", true);
   int64_t window = attentionWindow(c, causal);
+  float softcap = attentionSoftcap(c);
   // The mask is operand 4 here; maskPlan reads operand 3, so shift the view.
   MaskPlan mp;
   if (c.numIn() == 5) {
@@ -161,11 +173,11 @@ Thunk bindAttentionGrad(OpContext &c) {
     OpContext sc(c.env, shifted);
     mp = maskPlan(sc, s);
   }
-  return [dO, q, k, v, dq, dk, dv, s, scale, causal, window, mp] {
+  return [dO, q, k, v, dq, dk, dv, s, scale, causal, window, softcap, mp] {
     const float *mask = mp.prepare();
     cpu::attentionGrad<float>(dO.as<float>(), q.as<float>(), k.as<float>(), v.as<float>(), mask,
                               mp.sBH, mp.sQ, mp.sK, dq.as<float>(), dk.as<float>(), dv.as<float>(),
-                              s.BH, s.Tq, s.Tk, s.D, s.Dv, scale, causal, window);
+                              s.BH, s.Tq, s.Tk, s.D, s.Dv, scale, causal, window, softcap);
   };
 }
 

@@ -492,6 +492,14 @@ func.func @attention_negative_window(%q: tensor<2x8x16xf32>) {
 
 // -----
 
+func.func @attention_negative_softcap(%q: tensor<2x8x16xf32>) {
+  // expected-error @+1 {{'pmesh.attention' op softcap must be finite and >= 0 (0: none), got -5}}
+  %0 = pmesh.attention %q, %q, %q {scale = 1.0 : f32, softcap = -5.0 : f32} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  return
+}
+
+// -----
+
 func.func @attention_window_not_causal(%q: tensor<2x8x16xf32>) {
   // expected-error @+1 {{'pmesh.attention' op a sliding window (window = 4) needs causal attention}}
   %0 = pmesh.attention %q, %q, %q {scale = 1.0 : f32, causal = false, window = 4} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>

@@ -191,6 +191,9 @@ func.func @attention(%q: tensor<2x4x8x16xf32>, %k: tensor<2x4x10x16xf32>, %v: te
   %3 = pmesh.attention %q, %k, %v {scale = 1.0 : f32, window = 3} : (tensor<2x4x8x16xf32>, tensor<2x4x10x16xf32>, tensor<2x4x10x32xf32>) -> tensor<2x4x8x32xf32>
   // CHECK: pmesh.attention %[[Q]], %[[K]], %[[V]] {scale = 1.000000e+00 : f32} :
   %4 = pmesh.attention %q, %k, %v {scale = 1.0 : f32, window = 0} : (tensor<2x4x8x16xf32>, tensor<2x4x10x16xf32>, tensor<2x4x10x32xf32>) -> tensor<2x4x8x32xf32>
+  // Soft-capped scores (Gemma 2); softcap = 0 (none) is the default.
+  // CHECK: pmesh.attention %[[Q]], %[[K]], %[[V]] {scale = 1.000000e+00 : f32, softcap = 5.000000e+01 : f32} :
+  %5 = pmesh.attention %q, %k, %v {scale = 1.0 : f32, softcap = 50.0 : f32} : (tensor<2x4x8x16xf32>, tensor<2x4x10x16xf32>, tensor<2x4x10x32xf32>) -> tensor<2x4x8x32xf32>
   return
 }
 

@@ -20,8 +20,9 @@
 
 namespace pipemesh::pmesh {
 /// attention and attention_grad: `window` is >= 0, and > 0 only with causal
-/// (a band below the diagonal).
-mlir::LogicalResult verifyAttentionWindow(mlir::Operation *op, int64_t window, bool causal);
+/// (a band below the diagonal); `softcap` is finite and >= 0.
+mlir::LogicalResult verifyAttentionOptions(mlir::Operation *op, int64_t window, bool causal,
+                                           float softcap);
 } // namespace pipemesh::pmesh
 
 #endif // PIPEMESH_DIALECT_PMESH_PMESH_H

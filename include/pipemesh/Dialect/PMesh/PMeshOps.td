@@ -215,14 +215,16 @@ def PMesh_LogSoftmaxOp : PMesh_Op<"log_softmax", [Pure, SameOperandsAndResultTyp
 def PMesh_AttentionOp : PMesh_Op<"attention", [Pure, DeclareOpInterfaceMethods<PMesh_DifferentiableOpInterface>]> {
   let summary = "scaled dot-product attention, optionally causal and masked";
   let description = [{
-    `softmax(scale * q @ k^T [+ mask], causal) @ v` over the last two dims:
+    `softmax(cap(scale * q @ k^T) [+ mask], causal) @ v` over the last two dims:
     q is [..., Tq, D], k is [..., Tk, D], v is [..., Tk, Dv]; the leading dims
     (batch, heads) must match. `mask` is additive and broadcasts to
     [..., Tq, Tk]. `causal` hides keys after the query position (aligned to the
     end, so Tq < Tk attends to the last Tq positions). `window` > 0 (with
     `causal`) is sliding-window attention: the query at key position p sees
     the keys p - window < j <= p only (Mistral, Gemma's and GPT-Neo's local
-    layers); 0 is no limit. A query row whose every visible key is masked
+    layers); 0 is no limit. `softcap` > 0 caps the scores before the mask,
+    cap(s) = softcap * tanh(s / softcap) (Gemma 2); 0 leaves them as they
+    are. A query row whose every visible key is masked
     (mask <= -1e30, e.g. left padding) has an unspecified result, as it has
     in the exporters' decomposed form.
   }];
@@ -230,7 +232,8 @@ def PMesh_AttentionOp : PMesh_Op<"attention", [Pure, DeclareOpInterfaceMethods<P
                        PMesh_FloatTensor:$v, Optional<PMesh_FloatTensor>:$mask,
                        F32Attr:$scale,
                        DefaultValuedAttr<BoolAttr, "true">:$causal,
-                       DefaultValuedAttr<I64Attr, "0">:$window);
+                       DefaultValuedAttr<I64Attr, "0">:$window,
+                       DefaultValuedAttr<F32Attr, "0.0f">:$softcap);
   let results = (outs PMesh_FloatTensor:$result);
   let assemblyFormat = [{
     $q `,` $k `,` $v (`mask` $mask^)? attr-dict `:` functional-type(operands, results)

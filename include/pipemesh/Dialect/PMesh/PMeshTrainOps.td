@@ -57,7 +57,8 @@ def PMesh_AttentionGradOp : PMesh_Op<"attention_grad", [Pure]> {
   let arguments = (ins PMesh_FloatTensor:$dout, PMesh_FloatTensor:$q, PMesh_FloatTensor:$k,
                        PMesh_FloatTensor:$v, Optional<PMesh_FloatTensor>:$mask,
                        F32Attr:$scale, DefaultValuedAttr<BoolAttr, "true">:$causal,
-                       DefaultValuedAttr<I64Attr, "0">:$window);
+                       DefaultValuedAttr<I64Attr, "0">:$window,
+                       DefaultValuedAttr<F32Attr, "0.0f">:$softcap);
   let results = (outs PMesh_FloatTensor:$dq, PMesh_FloatTensor:$dk, PMesh_FloatTensor:$dv);
   let assemblyFormat = [{
     $dout `,` $q `,` $k `,` $v (`mask` $mask^)? attr-dict `:` functional-type(operands, results)

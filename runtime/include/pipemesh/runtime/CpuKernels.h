@@ -111,7 +111,8 @@ template <typename T> void logSoftmax(const T *x, T *y, int64_t rows, int64_t co
 template <typename T>
 void logSoftmaxGrad(const T *dy, const T *y, T *dx, int64_t rows, int64_t cols);
 
-/// o = softmax(scale * q @ k^T + mask, causal) @ v per (batch*heads) slice.
+/// o = softmax(cap(scale * q @ k^T) + mask, causal) @ v per (batch*heads) slice,
+/// cap(s) = softcap * tanh(s / softcap) when softcap > 0 (Gemma 2), else s.
 /// q [BH, Tq, D], k [BH, Tk, D], v [BH, Tk, Dv], o [BH, Tq, Dv]. `mask`
 /// (nullable) is additive, already broadcast to [BH, Tq, Tk] by the caller
 /// through the strides maskStrideBH / maskStrideQ / maskStrideK (0 to
@@ -123,14 +124,15 @@ void logSoftmaxGrad(const T *dy, const T *y, T *dx, int64_t rows, int64_t cols);
 template <typename T>
 void attention(const T *q, const T *k, const T *v, const T *mask, int64_t maskStrideBH,
                int64_t maskStrideQ, int64_t maskStrideK, T *o, int64_t BH, int64_t Tq, int64_t Tk,
-               int64_t D, int64_t Dv, T scale, bool causal, int64_t window = 0);
+               int64_t D, int64_t Dv, T scale, bool causal, int64_t window = 0,
+               T softcap = T(0));
 /// Gradients of attention (the mask is not trained). Recomputes the
 /// probabilities; dq, dk, dv are overwritten.
 template <typename T>
 void attentionGrad(const T *dO, const T *q, const T *k, const T *v, const T *mask,
                    int64_t maskStrideBH, int64_t maskStrideQ, int64_t maskStrideK, T *dq, T *dk,
                    T *dv, int64_t BH, int64_t Tq, int64_t Tk, int64_t D, int64_t Dv, T scale,
-                   bool causal, int64_t window = 0);
+                   bool causal, int64_t window = 0, T softcap = T(0));
 
 /// y[i, :] = table[ids[i], :]; ids out of [0, V) is an error (returns false).
 template <typename T>
