@@ -156,17 +156,21 @@ def _gelu_tanh(x):
     return 0.5 * x * (1.0 + np.tanh(np.float32(math.sqrt(2.0 / math.pi)) * (x + 0.044715 * x ** 3)))
 
 
-def numpy_forward(cfg, weights, input_ids, labels=None, attention_mask=None, shift_labels=False):
+def numpy_forward(cfg, weights, input_ids, labels=None, attention_mask=None, shift_labels=False,
+                  sliding_window=0):
     """Returns (logits [B,T,V] float32, loss or None).
 
     shift_labels=True is HF's convention (labels are the inputs, position t predicts t+1,
     the last position has no target); False means labels are already the next tokens.
+    sliding_window > 0: each position attends to itself and the sliding_window - 1 before.
     """
     w = weights
     B, T = input_ids.shape
     C, H, D = cfg.n_embd, cfg.n_head, cfg.head_dim
     x = w["transformer.wte.weight"][input_ids] + w["transformer.wpe.weight"][:T]
     causal = np.tril(np.ones((T, T), bool))
+    if sliding_window:
+        causal &= np.triu(np.ones((T, T), bool), -(sliding_window - 1))
     add_mask = None
     if attention_mask is not None:
         add_mask = ((1.0 - attention_mask.astype(np.float32)) * np.float32(MASK_VALUE))[:, None, None, :]
@@ -275,7 +279,8 @@ def _gelu_tanh_nodes(g, x):
     return g.op("Mul", [g.op("Mul", [x, g.f32(0.5, "half")]), g.op("Add", [t, g.f32(1.0, "one")])])
 
 
-def _make_graph_body(g, cfg, with_loss, keep_logits, decompose_ln, causal_mask, shift_labels):
+def _make_graph_body(g, cfg, with_loss, keep_logits, decompose_ln, causal_mask, shift_labels,
+                     sliding_window=0):
     C, H, D = cfg.n_embd, cfg.n_head, cfg.head_dim
 
     # The sequence length is read off the input at run time (Shape -> Gather), so position
@@ -292,6 +297,8 @@ def _make_graph_body(g, cfg, with_loss, keep_logits, decompose_ln, causal_mask, 
     if causal_mask == "constant":
         # Like HF's registered `bias` buffer: a [1,1,ctx,ctx] tril, sliced to the length.
         tril = np.tril(np.ones((cfg.n_ctx, cfg.n_ctx), bool))[None, None]
+        if sliding_window:  # Mistral-style band: the last sliding_window keys
+            tril &= np.triu(np.ones((cfg.n_ctx, cfg.n_ctx), bool), -(sliding_window - 1))
         g.inits.append(numpy_helper.from_array(tril, "causal_mask"))
         ends = g.op("Concat", [seq_1d, seq_1d], axis=0)
         mask = g.op("Slice", ["causal_mask", g.i64([0, 0], "starts"), ends, g.i64([2, 3], "axes")],
@@ -301,7 +308,12 @@ def _make_graph_body(g, cfg, with_loss, keep_logits, decompose_ln, causal_mask, 
         # allowed(i, j) = not (i < j).
         rows = g.unsqueeze(pos, [1])
         cols = g.unsqueeze(pos, [0])
-        mask = g.unsqueeze(g.op("Not", [g.op("Less", [rows, cols])]), [0, 1])
+        allowed = g.op("Not", [g.op("Less", [rows, cols])])
+        if sliding_window:  # and i - j < sliding_window
+            near = g.op("Less", [g.op("Sub", [rows, cols]),
+                                 g.i64(sliding_window, "sliding_window")])
+            allowed = g.op("And", [allowed, near])
+        mask = g.unsqueeze(allowed, [0, 1])
 
     scale = g.f32(1.0 / math.sqrt(D), "attn_scale")
     mask_value = g.f32(MASK_VALUE, "mask_value")
@@ -373,7 +385,7 @@ _ALIGN = 64  # external tensors start on 64-byte boundaries so a loader can mmap
 
 def build_model(cfg, seed=0, opset=17, with_loss=False, keep_logits=True, weights="inline",
                 external_path=None, decompose_layernorm=False, causal_mask="constant",
-                shift_labels=False):
+                shift_labels=False, sliding_window=0):
     """Builds the GPT-2 ModelProto.
 
     weights: 'inline'      - raw data inside the proto (< 2 GB only);
@@ -384,8 +396,12 @@ def build_model(cfg, seed=0, opset=17, with_loss=False, keep_logits=True, weight
     shift_labels=False means labels[b, t] is the target of position t (the llm.c / PipeMesh
     data convention: targets are the inputs shifted by one already); True is HF's
     convention (labels = input_ids, shifted inside the graph).
+    sliding_window > 0 limits each position's attention to itself and the
+    sliding_window - 1 positions before it (Mistral's local attention).
     """
     cfg.validate()
+    if sliding_window < 0:
+        raise ValueError(f"sliding_window must be >= 0, got {sliding_window}")
     if not MIN_OPSET <= opset <= MAX_OPSET:
         raise ValueError(f"opset {opset} not supported (use {MIN_OPSET}..{MAX_OPSET})")
     if not (with_loss or keep_logits):
@@ -399,7 +415,7 @@ def build_model(cfg, seed=0, opset=17, with_loss=False, keep_logits=True, weight
 
     g = _Graph(opset)
     outputs = _make_graph_body(g, cfg, with_loss, keep_logits, decompose_layernorm,
-                               causal_mask, shift_labels)
+                               causal_mask, shift_labels, sliding_window)
 
     specs = param_specs(cfg)
     if weights == "inline":
@@ -515,6 +531,9 @@ def main(argv=None):
     ap.add_argument("--causal-mask", choices=["constant", "computed"], default="constant",
                     help="constant: sliced [1,1,ctx,ctx] tril initializer (HF style); "
                          "computed: from Range/Less/Not (no ctx^2 bytes in the file)")
+    ap.add_argument("--sliding-window", type=int, default=0, metavar="W",
+                    help="each position attends to itself and the W - 1 before it (0: all "
+                         "before it)")
     ap.add_argument("--save-reference", metavar="NPZ",
                     help="also save NumPy reference logits (and loss) on the fixed reference batch")
     args = ap.parse_args(argv)
@@ -538,7 +557,8 @@ def main(argv=None):
                             keep_logits=not args.loss_only, weights=weights,
                             external_path=external_path,
                             decompose_layernorm=args.decompose_layernorm,
-                            causal_mask=args.causal_mask, shift_labels=args.shift_labels)
+                            causal_mask=args.causal_mask, shift_labels=args.shift_labels,
+                            sliding_window=args.sliding_window)
     except ValueError as e:
         ap.error(str(e))
     onnx.save(model, args.output)
@@ -552,7 +572,8 @@ def main(argv=None):
         batch = reference_batch(cfg, args.seed)
         logits, loss = numpy_forward(cfg, wts, batch["input_ids"],
                                      labels=batch["labels"] if args.with_loss else None,
-                                     shift_labels=args.shift_labels)
+                                     shift_labels=args.shift_labels,
+                                     sliding_window=args.sliding_window)
         ref = {"input_ids": batch["input_ids"], "logits": logits}
         if args.with_loss:
             ref["labels"], ref["loss"] = batch["labels"], np.asarray(loss, np.float32)
