@@ -268,7 +268,20 @@ struct ScoreChain {
   Value causalCond;    // the where condition, if any
   bool condTrueMeansVisible = true;
   double softcap = 0.0; // softcap * tanh(scores / softcap) before the masks, if > 0
+  /// Masking may cross one reshape of the leading dims (Bloom adds its ALiBi
+  /// bias to [B * H, T, T] scores, then its causal mask to [B, H, T, T]): the
+  /// additive mask found before it (nearer the softmax), which must be a
+  /// constant causal band to be dropped.
+  bool crossedReshape = false;
+  Value outerMask;
 };
+
+/// A reshape that keeps the last two dims (splits or merges leading ones).
+bool reshapesLeadingDimsOnly(ReshapeOp reshape) {
+  ArrayRef<int64_t> in = cast<RankedTensorType>(reshape.getInput().getType()).getShape();
+  ArrayRef<int64_t> out = cast<RankedTensorType>(reshape.getType()).getShape();
+  return in.size() >= 2 && out.size() >= 2 && in.take_back(2) == out.take_back(2);
+}
 
 /// Matches the scores chain from the softmax input `v` down to the matmul.
 /// Masking (where, add) comes after the scaling: a factor applied after the
@@ -312,6 +325,18 @@ bool matchScoreChain(Value v, ScoreChain &chain, bool maskingAllowed) {
   if (!maskingAllowed)
     return false;
 
+  if (auto reshape = dyn_cast_or_null<ReshapeOp>(op)) {
+    if (chain.crossedReshape || !reshapesLeadingDimsOnly(reshape))
+      return false;
+    ScoreChain saved = chain;
+    chain.crossedReshape = true;
+    chain.outerMask = chain.additiveMask;
+    chain.additiveMask = nullptr;
+    if (matchScoreChain(reshape.getInput(), chain, /*maskingAllowed=*/true))
+      return true;
+    chain = saved;
+    return false;
+  }
   if (auto where = dyn_cast_or_null<WhereOp>(op)) {
     if (chain.causalCond)
       return false;
@@ -406,7 +431,11 @@ struct RaiseAttention : OpRewritePattern<MatMulOp> {
   LogicalResult matchAndRewrite(MatMulOp pv, PatternRewriter &rewriter) const override {
     if (pv.getBias() || pv.getTransposeA() || pv.getTransposeB())
       return rewriter.notifyMatchFailure(pv, "not a plain p @ v");
+    // The probabilities, possibly reshaped in their leading dims (Bloom).
     auto softmax = pv.getA().getDefiningOp<SoftmaxOp>();
+    if (auto reshape = pv.getA().getDefiningOp<ReshapeOp>();
+        reshape && reshape->hasOneUse() && reshapesLeadingDimsOnly(reshape))
+      softmax = reshape.getInput().getDefiningOp<SoftmaxOp>();
     if (!softmax || !softmax->hasOneUse())
       return rewriter.notifyMatchFailure(pv, "not softmax(...) @ v");
     auto scoresType = cast<RankedTensorType>(softmax.getType());
@@ -417,7 +446,10 @@ struct RaiseAttention : OpRewritePattern<MatMulOp> {
     ScoreChain chain;
     if (!matchScoreChain(softmax.getInput(), chain, /*maskingAllowed=*/true))
       return rewriter.notifyMatchFailure(pv, "softmax input is not masked, scaled q @ k^T");
-    if (chain.qk.getType() != scoresType)
+    // The attention is built in the layout of the scores' matmul, which must be
+    // that of the probabilities pv reads (a reshape on one side needs one on
+    // the other).
+    if (chain.qk.getType() != pv.getA().getType())
       return rewriter.notifyMatchFailure(pv, "scores are broadcast after the matmul");
 
     // Causality, element by element.
@@ -443,28 +475,36 @@ struct RaiseAttention : OpRewritePattern<MatMulOp> {
     // An additive mask of 0 and the fill in a causal band is causal attention
     // (which skips the hidden keys instead of adding to them); after a causal
     // where it narrows the band (GPT-Neo's local layers write both).
-    Value additiveMask = chain.additiveMask;
     bool causal = static_cast<bool>(chain.causalCond);
-    if (additiveMask && tq <= tk) {
-      Value root = additiveMask;
+    auto dropIfCausalBand = [&](Value mask) {
+      if (!mask || tq > tk)
+        return false;
+      Value root = mask;
       while (auto broadcast = root.getDefiningOp<BroadcastOp>())
         root = broadcast.getInput();
       Attribute key;
-      if (matchPattern(root, m_Constant(&key))) {
-        std::lock_guard<std::mutex> lock(decodedMutex);
-        auto [it, added] = causalMasks.try_emplace({key.getAsOpaquePointer(), tq, tk});
-        if (added) {
-          std::optional<IntTensor> visible = additiveMaskVisibility(key);
-          if (visible)
-            it->second = causalWindow(*visible, tq, tk, /*trueMeansVisible=*/true);
-        }
-        if (it->second) {
-          additiveMask = nullptr;
-          window = causal ? intersectWindows(window, *it->second) : *it->second;
-          causal = true;
-        }
+      if (!matchPattern(root, m_Constant(&key)))
+        return false;
+      std::lock_guard<std::mutex> lock(decodedMutex);
+      auto [it, added] = causalMasks.try_emplace({key.getAsOpaquePointer(), tq, tk});
+      if (added) {
+        std::optional<IntTensor> visible = additiveMaskVisibility(key);
+        if (visible)
+          it->second = causalWindow(*visible, tq, tk, /*trueMeansVisible=*/true);
       }
-    }
+      if (!it->second)
+        return false;
+      window = causal ? intersectWindows(window, *it->second) : *it->second;
+      causal = true;
+      return true;
+    };
+    // A mask in the probabilities' layout cannot be an operand of the
+    // attention, built in the scores' layout.
+    if (chain.outerMask && !dropIfCausalBand(chain.outerMask))
+      return rewriter.notifyMatchFailure(pv, "mask after the reshape is no causal band");
+    Value additiveMask = chain.additiveMask;
+    if (dropIfCausalBand(additiveMask))
+      additiveMask = nullptr;
 
     PeeledOperand q = peelFactors(chain.qk.getA());
     PeeledOperand kT = peelFactors(chain.qk.getB());
@@ -491,7 +531,7 @@ struct RaiseAttention : OpRewritePattern<MatMulOp> {
     // broadcast them over q's heads. pmesh.attention wants equal leading dims,
     // so such an operand is broadcast first, which materializes what Llama's
     // exports repeat themselves (Expand); its gradient sums over the copies.
-    ArrayRef<int64_t> leading = scoresType.getShape().drop_back(2);
+    ArrayRef<int64_t> leading = chain.qk.getType().getShape().drop_back(2);
     auto broadcastShape = [&](ArrayRef<int64_t> shape) -> std::optional<SmallVector<int64_t>> {
       SmallVector<int64_t> full(leading.begin(), leading.end());
       full.append(shape.end() - std::min<size_t>(shape.size(), 2), shape.end());

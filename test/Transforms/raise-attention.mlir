@@ -590,6 +590,72 @@ func.func @factor_after_softcap(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>
 
 // -----
 
+// Bloom: the scores in [B * H, T, T] with the ALiBi bias added there, reshaped
+// to [B, H, T, T] for the causal mask and the softmax, reshaped back for @ v.
+// The attention is built in the scores' layout: the causal mask is dropped,
+// the bias stays its mask.
+
+// CHECK-LABEL: func.func @bloom_alibi_across_reshapes
+// CHECK-SAME: (%[[Q:[^:]*]]: tensor<2x4x8xf32>, %[[K:[^:]*]]: tensor<2x4x8xf32>, %[[V:[^:]*]]: tensor<2x4x8xf32>)
+// CHECK: %[[ALIBI:.*]] = pmesh.constant
+// CHECK-NEXT: %[[O:.*]] = pmesh.attention %[[Q]], %[[K]], %[[V]] mask %[[ALIBI]] {scale = 2.500000e-01 : f32} : (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x1x4xf32>) -> tensor<2x4x8xf32>
+// CHECK-NEXT: return %[[O]]
+func.func @bloom_alibi_across_reshapes(%q: tensor<2x4x8xf32>, %k: tensor<2x4x8xf32>,
+                                       %v: tensor<2x4x8xf32>) -> tensor<2x4x8xf32> {
+  %scale = pmesh.constant dense<0.25> : tensor<f32>
+  %alibi = pmesh.constant dense<[[[0.0, 0.5, 1.0, 1.5]], [[0.0, 0.25, 0.5, 0.75]]]> : tensor<2x1x4xf32>
+  %causal = pmesh.constant dense<[[[[0.0, -3.40282347E+38, -3.40282347E+38, -3.40282347E+38], [0.0, 0.0, -3.40282347E+38, -3.40282347E+38], [0.0, 0.0, 0.0, -3.40282347E+38], [0.0, 0.0, 0.0, 0.0]]]]> : tensor<1x1x4x4xf32>
+  %s = pmesh.matmul %q, %k {transpose_b = true} : (tensor<2x4x8xf32>, tensor<2x4x8xf32>) -> tensor<2x4x4xf32>
+  %ss = pmesh.mul %s, %scale : (tensor<2x4x4xf32>, tensor<f32>) -> tensor<2x4x4xf32>
+  %sb = pmesh.add %ss, %alibi : (tensor<2x4x4xf32>, tensor<2x1x4xf32>) -> tensor<2x4x4xf32>
+  %s4 = pmesh.reshape %sb : tensor<2x4x4xf32> -> tensor<1x2x4x4xf32>
+  %sm = pmesh.add %s4, %causal : (tensor<1x2x4x4xf32>, tensor<1x1x4x4xf32>) -> tensor<1x2x4x4xf32>
+  %p4 = pmesh.softmax %sm {axis = -1 : i64} : tensor<1x2x4x4xf32>
+  %p = pmesh.reshape %p4 : tensor<1x2x4x4xf32> -> tensor<2x4x4xf32>
+  %o = pmesh.matmul %p, %v : (tensor<2x4x4xf32>, tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+  return %o : tensor<2x4x8xf32>
+}
+
+// -----
+
+// Negative: the mask after the reshape is no causal band (a key padding mask):
+// it cannot be an operand in the scores' layout, so nothing is raised.
+
+// CHECK-LABEL: func.func @mask_after_reshape_not_causal
+// CHECK-NOT: pmesh.attention
+// CHECK: pmesh.softmax
+func.func @mask_after_reshape_not_causal(%q: tensor<2x4x8xf32>, %k: tensor<2x4x8xf32>,
+                                         %v: tensor<2x4x8xf32>) -> tensor<2x4x8xf32> {
+  %pad = pmesh.constant dense<[0.0, 0.0, -3.40282347E+38, 0.0]> : tensor<4xf32>
+  %s = pmesh.matmul %q, %k {transpose_b = true} : (tensor<2x4x8xf32>, tensor<2x4x8xf32>) -> tensor<2x4x4xf32>
+  %s4 = pmesh.reshape %s : tensor<2x4x4xf32> -> tensor<1x2x4x4xf32>
+  %sm = pmesh.add %s4, %pad : (tensor<1x2x4x4xf32>, tensor<4xf32>) -> tensor<1x2x4x4xf32>
+  %p4 = pmesh.softmax %sm {axis = -1 : i64} : tensor<1x2x4x4xf32>
+  %p = pmesh.reshape %p4 : tensor<1x2x4x4xf32> -> tensor<2x4x4xf32>
+  %o = pmesh.matmul %p, %v : (tensor<2x4x4xf32>, tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+  return %o : tensor<2x4x8xf32>
+}
+
+// -----
+
+// Negative: the probabilities are reshaped for @ v but the scores never were:
+// the layouts differ (pmesh.reshape of [1, 2, 4, 4] to [2, 4, 4] here merges
+// leading dims, but the scores' matmul ran in [1, 2, 4, 4]).
+
+// CHECK-LABEL: func.func @probabilities_reshaped_alone
+// CHECK-NOT: pmesh.attention
+// CHECK: pmesh.softmax
+func.func @probabilities_reshaped_alone(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>,
+                                        %v: tensor<2x4x8xf32>) -> tensor<2x4x8xf32> {
+  %s = pmesh.matmul %q, %k {transpose_b = true} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x4xf32>
+  %p4 = pmesh.softmax %s {axis = -1 : i64} : tensor<1x2x4x4xf32>
+  %p = pmesh.reshape %p4 : tensor<1x2x4x4xf32> -> tensor<2x4x4xf32>
+  %o = pmesh.matmul %p, %v : (tensor<2x4x4xf32>, tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+  return %o : tensor<2x4x8xf32>
+}
+
+// -----
+
 // Negative: one head of probabilities broadcast over two heads of v: the
 // scores' leading dims are not the output's, no attention of q, k and v.
 
