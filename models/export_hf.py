@@ -80,7 +80,15 @@ FIXTURES = {
 # with torch 2.15 / transformers 5.24 (Mixtral's export fails in the exporter itself).
 SWEEP = ["gpt2", "llama", "qwen2", "qwen3", "mistral", "gemma", "gemma2", "gemma3", "phi",
          "phi3", "neox", "gptj", "opt", "falcon", "bloom", "mpt", "bigcode", "codegen",
-         "stablelm", "olmo", "olmo2", "cohere", "granite", "llama3", "gptneo", "starcoder2"]
+         "stablelm", "olmo", "olmo2", "cohere", "granite", "llama3", "gptneo", "starcoder2",
+         "xglm"]
+# Llama-like families whose configs take the common names: built by AutoConfig (their
+# extra options below), swept too.
+GENERIC = {"nemotron": {}, "cohere2": {"sliding_window": 5}, "biogpt": {}, "persimmon": {},
+           "exaone4": {"sliding_window": 5}, "apertus": {}, "arcee": {}, "olmo3": {},
+           "seed_oss": {}, "ernie4_5": {}, "glm": {}, "glm4": {}, "smollm3": {},
+           "ministral": {}, "hunyuan_v1_dense": {}, "helium": {}}
+SWEEP += sorted(GENERIC)
 # The recorded training run (check_training.py's recorded cases use the same).
 TRAIN = dict(batch=2, seq=16, microbatches=2, steps=10)
 
@@ -172,6 +180,15 @@ def build(family, options, seed):
     elif family == "starcoder2":
         model = T.Starcoder2ForCausalLM(T.Starcoder2Config(**common, intermediate_size=128,
                                                            num_key_value_heads=2))
+    elif family == "xglm":  # BART-style attention: [B * H, T, T] scores, masked in 4-D, clamped
+        model = T.XGLMForCausalLM(T.XGLMConfig(vocab_size=VOCAB, max_position_embeddings=CTX,
+                                               d_model=EMBD, num_layers=LAYERS,
+                                               attention_heads=HEADS, ffn_dim=128))
+    elif family in GENERIC:
+        config = T.AutoConfig.for_model(family, **common, intermediate_size=128,
+                                        num_key_value_heads=2, head_dim=16, pad_token_id=0,
+                                        **GENERIC[family])
+        model = T.AutoModelForCausalLM.from_config(config)
     elif family == "falcon":  # multi-query heads picked from a fused projection
         model = T.FalconForCausalLM(T.FalconConfig(vocab_size=VOCAB, hidden_size=EMBD,
                                                    num_hidden_layers=LAYERS,

@@ -173,7 +173,8 @@ class Evaluator:
         unary = {"Not": np.logical_not, "Sqrt": np.sqrt, "Tanh": np.tanh, "Neg": np.negative,
                  "Exp": np.exp, "Log": np.log, "Abs": np.abs, "Reciprocal": np.reciprocal,
                  "Sigmoid": lambda v: 1 / (1 + np.exp(-v)), "Relu": lambda v: np.maximum(v, 0),
-                 "Cos": np.cos, "Sin": np.sin}
+                 "Cos": np.cos, "Sin": np.sin,
+                 "Softplus": lambda v: np.logaddexp(0, v)}
         if t in unary:
             return unary[t](x).astype(x.dtype)
         if t == "IsNaN":

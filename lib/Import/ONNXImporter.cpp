@@ -2279,13 +2279,67 @@ LogicalResult importRelu(Importer &imp, NodeCtx &n) {
   return success();
 }
 
-/// Max of two inputs (elementwise, broadcast), or of any number of constants
-/// (GPT-J's and Falcon's exports take the max of three shape values).
-LogicalResult importMax(Importer &imp, NodeCtx &n) {
+/// Softplus, log(1 + exp(x)) (Apertus' xIELU activation), written without
+/// overflow as max(x, 0) + log(1 + exp(-|x|)), |x| = max(x, -x). Both maxes
+/// give a tie's gradient to x, so the derivative at 0 is 1 - 1/2 = 1/2.
+LogicalResult importSoftplus(Importer &imp, NodeCtx &n) {
+  if (const ConstTensor *c = imp.maybeConst(n, 0)) {
+    imp.setConst(n, 0, foldUnary(*c, [](double x) {
+      return std::max(x, 0.0) + std::log1p(std::exp(-std::fabs(x)));
+    }));
+    return success();
+  }
+  auto x = imp.valueIn(n, 0);
+  if (failed(x))
+    return failure();
+  if (!isa<FloatType>(eltOf(*x)))
+    return n.fail("expects a floating-point input");
+  Type t = x->getType();
+  Value zero = scalarConst(imp, n.loc, 0.0, eltOf(*x));
+  Value one = scalarConst(imp, n.loc, 1.0, eltOf(*x));
+  Value absX = create<pm::MaxOp>(imp, n, t, *x, create<pm::NegOp>(imp, n, t, *x));
+  Value tail = create<pm::LogOp>(
+      imp, n, t,
+      create<pm::AddOp>(imp, n, t, one,
+                        create<pm::ExpOp>(imp, n, t, create<pm::NegOp>(imp, n, t, absX))));
+  imp.setValue(n, 0, create<pm::AddOp>(imp, n, t, create<pm::MaxOp>(imp, n, t, *x, zero), tail));
+  return success();
+}
+
+/// Max or Min of two inputs (elementwise, broadcast), or of any number of
+/// constants (GPT-J's and Falcon's exports take the max of three shape
+/// values). Min on activations is -max(-a, -b) (Apertus clamps with it); a
+/// tie's gradient goes to a, as pmesh.max gives it to its left operand.
+LogicalResult importMinMax(Importer &imp, NodeCtx &n, bool isMin) {
   auto fmax = [](double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); };
   auto imax = [](int64_t a, int64_t b) { return std::max(a, b); };
-  if (n.numInputs() == 2)
-    return binary<pm::MaxOp>(imp, n, fmax, imax);
+  auto fmin = [](double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b); };
+  auto imin = [](int64_t a, int64_t b) { return std::min(a, b); };
+  BinaryFn ffn = isMin ? BinaryFn(fmin) : BinaryFn(fmax);
+  BinaryIntFn ifn = isMin ? BinaryIntFn(imin) : BinaryIntFn(imax);
+  if (n.numInputs() == 2 && !isMin)
+    return binary<pm::MaxOp>(imp, n, ffn, ifn);
+  if (n.numInputs() == 2) {
+    auto folded = tryFoldBinary(imp, n, ffn, ifn, /*compare=*/false, /*mixedTypes=*/false);
+    if (failed(folded))
+      return failure();
+    if (*folded)
+      return success();
+    auto a = imp.valueIn(n, 0), b = imp.valueIn(n, 1);
+    if (failed(a) || failed(b))
+      return failure();
+    if (eltOf(*a) != eltOf(*b))
+      return n.fail("operand element types differ");
+    std::string why;
+    auto shape = shapes::broadcast(Importer::shapeOf(*a), Importer::shapeOf(*b), why);
+    if (!shape)
+      return n.fail(why);
+    Type t = imp.tensorType(*shape, eltOf(*a));
+    Value negMax = create<pm::MaxOp>(imp, n, t, create<pm::NegOp>(imp, n, a->getType(), *a),
+                                     create<pm::NegOp>(imp, n, b->getType(), *b));
+    imp.setValue(n, 0, create<pm::NegOp>(imp, n, t, negMax));
+    return success();
+  }
   if (n.numInputs() < 1)
     return n.fail("needs at least one input");
   std::optional<ConstTensor> acc;
@@ -2305,7 +2359,7 @@ LogicalResult importMax(Importer &imp, NodeCtx &n) {
         return n.fail(why);
       if (!foldable(*shape))
         return n.fail("result is too large to fold");
-      acc = foldBinary(*acc, *c, acc->dtype, fmax, imax, why);
+      acc = foldBinary(*acc, *c, acc->dtype, ffn, ifn, why);
       if (!acc)
         return n.fail(why);
     }
@@ -2391,8 +2445,10 @@ const std::map<std::string, Handler> &onnxHandlers() {
                                  return saturateToInt64(std::pow((double)a, (double)b));
                                });
        }},
-      {"Max", importMax},
+      {"Max", [](Importer &i, NodeCtx &n) { return importMinMax(i, n, /*isMin=*/false); }},
+      {"Min", [](Importer &i, NodeCtx &n) { return importMinMax(i, n, /*isMin=*/true); }},
       {"Relu", importRelu},
+      {"Softplus", importSoftplus},
       {"Sqrt", [](Importer &i, NodeCtx &n) { return unary<pm::SqrtOp>(i, n, [](double x) { return std::sqrt(x); }); }},
       {"Tanh", [](Importer &i, NodeCtx &n) { return unary<pm::TanhOp>(i, n, [](double x) { return std::tanh(x); }); }},
       {"Erf", [](Importer &i, NodeCtx &n) { return unary<pm::ErfOp>(i, n, [](double x) { return std::erf(x); }); }},

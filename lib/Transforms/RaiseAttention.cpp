@@ -268,13 +268,17 @@ struct ScoreChain {
   Value causalCond;    // the where condition, if any
   bool condTrueMeansVisible = true;
   double softcap = 0.0; // softcap * tanh(scores / softcap) before the masks, if > 0
-  /// Masking may cross one reshape of the leading dims (Bloom adds its ALiBi
-  /// bias to [B * H, T, T] scores, then its causal mask to [B, H, T, T]): the
-  /// additive mask found before it (nearer the softmax), which must be a
-  /// constant causal band to be dropped.
-  bool crossedReshape = false;
-  Value outerMask;
+  /// Masking may cross reshapes of the leading dims (Bloom adds its ALiBi
+  /// bias to [B * H, T, T] scores, then its causal mask to [B, H, T, T]; XGLM
+  /// masks in [B, H, T, T] between two reshapes): the additive masks found
+  /// before the last one (nearer the softmax) are in another layout than the
+  /// scores' and must be constant causal bands, to be dropped.
+  int reshapes = 0;
+  SmallVector<Value, 2> outerMasks;
 };
+
+/// Reshapes the masking may cross (Bloom needs one, XGLM two).
+constexpr int kMaxMaskReshapes = 2;
 
 /// A reshape that keeps the last two dims (splits or merges leading ones).
 bool reshapesLeadingDimsOnly(ReshapeOp reshape) {
@@ -326,15 +330,31 @@ bool matchScoreChain(Value v, ScoreChain &chain, bool maskingAllowed) {
     return false;
 
   if (auto reshape = dyn_cast_or_null<ReshapeOp>(op)) {
-    if (chain.crossedReshape || !reshapesLeadingDimsOnly(reshape))
+    if (chain.reshapes == kMaxMaskReshapes || !reshapesLeadingDimsOnly(reshape))
       return false;
     ScoreChain saved = chain;
-    chain.crossedReshape = true;
-    chain.outerMask = chain.additiveMask;
+    ++chain.reshapes;
+    if (chain.additiveMask)
+      chain.outerMasks.push_back(chain.additiveMask);
     chain.additiveMask = nullptr;
     if (matchScoreChain(reshape.getInput(), chain, /*maskingAllowed=*/true))
       return true;
     chain = saved;
+    return false;
+  }
+  if (auto max = dyn_cast_or_null<MaxOp>(op)) {
+    // max(masked scores, finfo.min) (XGLM, BART-style code) keeps the hidden
+    // keys hidden and the real scores as they are: a no-op for the attention.
+    for (auto [scores, floor] :
+         {std::pair(max.getLhs(), max.getRhs()), std::pair(max.getRhs(), max.getLhs())}) {
+      std::optional<double> floorValue = getSplatFloat(floor);
+      if (!floorValue || !(*floorValue <= kMaxMaskFill) || scores.getType() != max.getType())
+        continue;
+      ScoreChain saved = chain;
+      if (matchScoreChain(scores, chain, /*maskingAllowed=*/true))
+        return true;
+      chain = saved;
+    }
     return false;
   }
   if (auto where = dyn_cast_or_null<WhereOp>(op)) {
@@ -500,8 +520,9 @@ struct RaiseAttention : OpRewritePattern<MatMulOp> {
     };
     // A mask in the probabilities' layout cannot be an operand of the
     // attention, built in the scores' layout.
-    if (chain.outerMask && !dropIfCausalBand(chain.outerMask))
-      return rewriter.notifyMatchFailure(pv, "mask after the reshape is no causal band");
+    for (Value outer : chain.outerMasks)
+      if (!dropIfCausalBand(outer))
+        return rewriter.notifyMatchFailure(pv, "mask after a reshape is no causal band");
     Value additiveMask = chain.additiveMask;
     if (dropIfCausalBand(additiveMask))
       additiveMask = nullptr;
