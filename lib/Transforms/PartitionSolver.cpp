@@ -235,7 +235,10 @@ std::optional<std::vector<int64_t>> interleavedLayout(const Problem &p, double b
   constexpr int64_t kMaxSteps = 4'000'000;
   int64_t steps = 0;
   for (int64_t r = 0; r < R; ++r) {
-    for (const auto &[key, from] : states[r]) {
+    for (const auto &state : states[r]) {
+      // Named, not a structured binding: the lambda below captures it, which
+      // clang before 16 refuses (scripts/fuzz-import.sh builds with clang 14).
+      const auto &key = state.first;
       std::vector<int64_t> counts(V, 0);
       // Every split of this rank's total over its rounds.
       std::function<bool(int64_t, int64_t)> split = [&](int64_t k, int64_t total) {

@@ -1,16 +1,20 @@
 //===- fuzz_import.cpp - libFuzzer target for the ONNX importer ------------===//
 //
 // Feeds arbitrary bytes to the importer as a binary ONNX model (or, when the
-// input starts with '<', as ONNX text). Any outcome but a clean import or a
+// input starts with '<', as ONNX text), and what imports to pmesh-raise, as
+// pipemesh-opt does (the raise decodes constant masks and rewrites attention
+// chains the fuzzer can shape). Any outcome but a clean import or a
 // diagnostic - a crash, an assertion, a sanitizer report - is a bug.
 //
 //===----------------------------------------------------------------------===//
 #include "pipemesh/Dialect/PMesh/PMesh.h"
 #include "pipemesh/Import/ONNXImporter.h"
+#include "pipemesh/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -35,6 +39,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   // fuzzed locations can only ever name missing files.
   auto module = pipemesh::importONNXBuffer(bytes, isText, "fuzz.onnx", "/nonexistent-fuzz-dir",
                                            options, context);
-  (void)module;
+  if (module) {
+    mlir::PassManager pm(context);
+    pm.addPass(pipemesh::createPMeshRaise());
+    (void)pm.run(*module);
+  }
   return 0;
 }
