@@ -38,7 +38,7 @@ import sys
 import numpy as np
 
 MAGIC = b"PMPLAN\0\0"
-VERSION = 2
+VERSION = 3
 ALIGN = 64
 
 _DTYPES = {  # plan dtype -> (numpy dtype, safetensors dtype)

@@ -12,8 +12,9 @@
 
 namespace pipemesh::plan {
 
-/// 2: the checksum is XXH3-64 (was FNV-1a 64).
-constexpr uint32_t kPlanFormatVersion = 2;
+/// 2: the checksum is XXH3-64 (was FNV-1a 64). 3: attention may carry
+/// `window` and `softcap`, which a version-2 runtime would ignore.
+constexpr uint32_t kPlanFormatVersion = 3;
 constexpr char kPlanMagic[8] = {'P', 'M', 'P', 'L', 'A', 'N', 0, 0};
 /// magic, version, reserved, manifest and weight lengths, checksum.
 constexpr uint64_t kPlanHeaderBytes = 40;

@@ -55,7 +55,7 @@ class PlanErrors(common.TempDirTest):
 
     def test_wrong_version(self):
         self.check_fails(common.run([self.write("v.plan", "version"), "--steps", 1]),
-                         "plan format version 3, this runtime reads 2")
+                         "plan format version 4, this runtime reads 3")
 
     def test_truncated(self):
         self.check_fails(common.run([self.write("t.plan", "truncate"), "--steps", 1]), "truncated")

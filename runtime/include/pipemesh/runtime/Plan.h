@@ -26,7 +26,9 @@
 namespace pipemesh::rt {
 
 constexpr char kPlanMagic[8] = {'P', 'M', 'P', 'L', 'A', 'N', 0, 0};
-constexpr uint32_t kPlanVersion = 2; // 2: the checksum is XXH3-64, was FNV-1a
+// 2: the checksum is XXH3-64, was FNV-1a. 3: attention's window and softcap
+// (a version-2 runtime would ignore them and compute another attention).
+constexpr uint32_t kPlanVersion = 3;
 constexpr uint64_t kPlanHeaderBytes = 40;
 constexpr uint64_t kArenaAlignment = 64;
 
