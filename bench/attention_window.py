@@ -20,7 +20,7 @@ import struct
 import subprocess
 import sys
 
-import numpy as np
+import cpu_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORK = os.path.join(ROOT, "bench", "out", "attention_window")
@@ -72,14 +72,7 @@ def main():
                         "-o", plan], check=True)
         plans[name] = plan
 
-    # Random tokens below the vocabulary, as an llm.c shard.
-    tokens = np.random.default_rng(0).integers(0, args.vocab, 200_000).astype(np.uint16)
-    shard = os.path.join(WORK, "tokens.bin")
-    header = np.zeros(256, np.int32)
-    header[:3] = [20240520, 1, len(tokens)]
-    with open(shard, "wb") as f:
-        f.write(header.tobytes())
-        f.write(tokens.tobytes())
+    shard = cpu_model.random_token_shard(os.path.join(WORK, "tokens.bin"), args.vocab)
 
     times = {name: [] for name in plans}
     losses = {}

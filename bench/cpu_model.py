@@ -5,6 +5,8 @@ import argparse
 import os
 import subprocess
 
+import numpy as np
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORK = os.path.join(ROOT, "bench", "out")
 MODEL = os.path.join(WORK, "gpt_L6_C384_V8192.onnx")
@@ -38,3 +40,14 @@ def setup(args):
     """(pipemesh-opt, pipemesh-run, work folder, model) for parsed options."""
     opt, run = tools(args.build)
     return opt, run, WORK, ensure_model()
+
+
+def random_token_shard(path, vocab, count=200_000, seed=0):
+    """Writes `count` random tokens below `vocab` as an llm.c shard (uint16) at `path`."""
+    tokens = np.random.default_rng(seed).integers(0, vocab, count).astype(np.uint16)
+    header = np.zeros(256, np.int32)
+    header[:3] = [20240520, 1, len(tokens)]
+    with open(path, "wb") as f:
+        f.write(header.tobytes())
+        f.write(tokens.tobytes())
+    return path

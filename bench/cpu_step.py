@@ -130,14 +130,7 @@ def main():
                           check=True).stdout
     arena = int(re.search(r"arena (\d+) bytes", info).group(1))
     # Data: random tokens below the vocabulary, as an llm.c shard both sides read.
-    rng = np.random.default_rng(0)
-    tokens = rng.integers(0, CFG["vocab"], 200_000).astype(np.uint16)
-    shard = os.path.join(work, "bench_tokens.bin")
-    header = np.zeros(256, np.int32)
-    header[:3] = [20240520, 1, len(tokens)]
-    with open(shard, "wb") as f:
-        f.write(header.tobytes())
-        f.write(tokens.tobytes())
+    shard = cpu_model.random_token_shard(os.path.join(work, "bench_tokens.bin"), CFG["vocab"])
     flops = json.loads(subprocess.run(
         ["/usr/bin/python3", "-c", "import sys,json,struct;d=open(sys.argv[1],'rb').read();"
          "L=struct.unpack('<Q',d[16:24])[0];print(json.dumps(json.loads(d[40:40+L])['model']))",

@@ -618,6 +618,17 @@ LogicalResult foldOnlyUnary(Importer &imp, NodeCtx &n, double (*fn)(double)) {
 
 /// 1 / x: folded on a constant, else a pmesh.div of a scalar 1 (torch.rsqrt
 /// exports as Reciprocal(Sqrt(x))).
+/// Input 0 of an elementwise node written as a composition of pmesh ops:
+/// a floating-point activation, or a failure naming the node.
+FailureOr<Value> floatActivationIn(Importer &imp, NodeCtx &n) {
+  auto x = imp.valueIn(n, 0);
+  if (failed(x))
+    return failure();
+  if (!isa<FloatType>(eltOf(*x)))
+    return n.fail("expects a floating-point input");
+  return *x;
+}
+
 LogicalResult importReciprocal(Importer &imp, NodeCtx &n) {
   if (const ConstTensor *c = imp.maybeConst(n, 0)) {
     if (!c->isFloat())
@@ -625,11 +636,9 @@ LogicalResult importReciprocal(Importer &imp, NodeCtx &n) {
     imp.setConst(n, 0, foldUnary(*c, [](double x) { return 1.0 / x; }));
     return success();
   }
-  auto x = imp.valueIn(n, 0);
+  auto x = floatActivationIn(imp, n);
   if (failed(x))
     return failure();
-  if (!isa<FloatType>(eltOf(*x)))
-    return n.fail("expects a floating-point input");
   ConstTensor one = ConstTensor::zeros(DType::F32, {});
   one.set(0, 1.0);
   Value oneV = imp.materializeConst(one, n.loc);
@@ -2269,11 +2278,9 @@ LogicalResult importRelu(Importer &imp, NodeCtx &n) {
     imp.setConst(n, 0, foldUnary(*c, [](double x) { return x > 0 ? x : (std::isnan(x) ? x : 0.0); }));
     return success();
   }
-  auto x = imp.valueIn(n, 0);
+  auto x = floatActivationIn(imp, n);
   if (failed(x))
     return failure();
-  if (!isa<FloatType>(eltOf(*x)))
-    return n.fail("expects a floating-point input");
   Value zero = scalarConst(imp, n.loc, 0.0, eltOf(*x));
   imp.setValue(n, 0, create<pm::MaxOp>(imp, n, x->getType(), zero, *x));
   return success();
@@ -2289,11 +2296,9 @@ LogicalResult importSoftplus(Importer &imp, NodeCtx &n) {
     }));
     return success();
   }
-  auto x = imp.valueIn(n, 0);
+  auto x = floatActivationIn(imp, n);
   if (failed(x))
     return failure();
-  if (!isa<FloatType>(eltOf(*x)))
-    return n.fail("expects a floating-point input");
   Type t = x->getType();
   Value zero = scalarConst(imp, n.loc, 0.0, eltOf(*x));
   Value one = scalarConst(imp, n.loc, 1.0, eltOf(*x));

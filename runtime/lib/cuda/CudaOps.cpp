@@ -601,6 +601,14 @@ FlashSaved savedSlot(CudaBackend &b, size_t from, size_t to, int64_t BH, int64_t
   return saved;
 }
 
+/// Whether the GPU kernels compute this attention (or attention_grad): head
+/// dims they tile, and neither a sliding window nor a soft cap, which they do
+/// not have yet (the host's kernel runs those).
+bool attentionOnDevice(const OpContext &c, const AttnDims &s) {
+  return s.D <= kMaxHeadDim && s.Dv <= kMaxHeadDim && c.i64("window", 0) == 0 &&
+         c.f64("softcap", 0.0) == 0.0;
+}
+
 Thunk bindAttention(OpContext &c, CudaBackend &b) {
   validate(c);
   TensorRef q = c.in(0), k = c.in(1), v = c.in(2), o = c.out(0);
@@ -609,10 +617,7 @@ Thunk bindAttention(OpContext &c, CudaBackend &b) {
   if (c.numIn() == 4)
     m = c.in(3);
   auto mv = maskView(m ? &*m : nullptr, s);
-  // The GPU kernels have no sliding window or soft cap yet: the host's kernel
-  // runs them.
-  if (!mv || s.D > kMaxHeadDim || s.Dv > kMaxHeadDim || c.i64("window", 0) != 0 ||
-      c.f64("softcap", 0.0) != 0.0)
+  if (!mv || !attentionOnDevice(c, s))
     return bindOnHost(c, b);
   float scale = (float)c.f64("scale");
   bool causal = c.boolean("causal", true);
@@ -648,10 +653,7 @@ Thunk bindAttentionGrad(OpContext &c, CudaBackend &b) {
   if (c.numIn() == 5)
     m = c.in(4);
   auto mv = maskView(m ? &*m : nullptr, s);
-  // The GPU kernels have no sliding window or soft cap yet: the host's kernel
-  // runs them.
-  if (!mv || s.D > kMaxHeadDim || s.Dv > kMaxHeadDim || c.i64("window", 0) != 0 ||
-      c.f64("softcap", 0.0) != 0.0)
+  if (!mv || !attentionOnDevice(c, s))
     return bindOnHost(c, b);
   float scale = (float)c.f64("scale");
   bool causal = c.boolean("causal", true);
