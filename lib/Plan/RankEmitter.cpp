@@ -288,9 +288,15 @@ json::Object Instr::toJson() && {
   for (json::Object::KV &kv : fields)
     o.try_emplace(std::move(kv.K), std::move(kv.V));
   if (attrsFrom) {
+    // Only the op's own (ODS) attributes: the runtime refuses attributes it
+    // does not know, and discardable ones (pmesh.stage, or any a user's input
+    // carried) say nothing about what the op computes.
     json::Object attrs;
+    ArrayRef<StringAttr> inherent;
+    if (auto info = attrsFrom->getName().getRegisteredInfo())
+      inherent = info->getAttributeNames();
     for (NamedAttribute a : attrsFrom->getAttrs())
-      if (a.getName().getValue() != "pmesh.stage")
+      if (llvm::is_contained(inherent, a.getName()))
         attrs[a.getName().getValue()] = detail::attrToJson(a.getValue());
     // Defaults are not stored on the op but the runtime needs them spelled out.
     if (auto mm = dyn_cast<pm::MatMulOp>(attrsFrom)) {

@@ -98,6 +98,7 @@ Thunk bindOnHost(OpContext &c, CudaBackend &b) {
   OpContext hc(*b.hostEnv, c.inst);
   const OpTable &cpu = opTable();
   Thunk cpuThunk = cpu.at(c.inst.op)(hc);
+  c.noteAttributesAsked(hc);
   c.cls = hc.cls;
   c.activity = hc.activity;
   b.hostOps.insert(c.inst.op);

@@ -49,6 +49,14 @@ void OpContext::expectShape(const TensorRef &t, const Dims &want, const std::str
     error(role, " ", describe(t), " must have shape ", shapeStr(want));
 }
 
+std::vector<std::string> OpContext::unaskedAttributes() const {
+  std::vector<std::string> out;
+  for (const auto &kv : inst.attrs.items())
+    if (!attrsAsked.count(kv.key()))
+      out.push_back(kv.key());
+  return out;
+}
+
 const nlohmann::json &OpContext::attr(const char *name) const { return inst.attrs.at(name); }
 
 double OpContext::f64(const char *name, std::optional<double> dflt) const {

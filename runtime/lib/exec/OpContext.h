@@ -15,7 +15,9 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
+#include <vector>
 
 namespace pipemesh::rt {
 
@@ -48,7 +50,12 @@ public:
   void expectIndex(const TensorRef &t, const std::string &role) const;
   void expectShape(const TensorRef &t, const Dims &want, const std::string &role) const;
 
-  bool has(const char *name) const { return inst.attrs.contains(name); }
+  /// Every attribute accessor goes through has(), which records the name: an
+  /// attribute no binder asked about is one this runtime does not know.
+  bool has(const char *name) const {
+    attrsAsked.insert(name);
+    return inst.attrs.contains(name);
+  }
   double f64(const char *name, std::optional<double> dflt = std::nullopt) const;
   int64_t i64(const char *name, std::optional<int64_t> dflt = std::nullopt) const;
   bool boolean(const char *name, std::optional<bool> dflt = std::nullopt) const;
@@ -66,7 +73,17 @@ public:
     fail(std::forward<Args>(args)...);
   }
 
+  /// Counts the attributes `other` (a context for the same instruction, such
+  /// as a host fallback's) asked about as asked here.
+  void noteAttributesAsked(const OpContext &other) const {
+    attrsAsked.insert(other.attrsAsked.begin(), other.attrsAsked.end());
+  }
+  /// The instruction's attributes its binder never asked about, by name.
+  std::vector<std::string> unaskedAttributes() const;
+
 private:
+  mutable std::set<std::string, std::less<>> attrsAsked;
+
   const nlohmann::json &attr(const char *name) const;
 };
 

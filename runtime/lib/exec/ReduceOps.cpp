@@ -20,12 +20,19 @@ template <bool MEAN> Thunk bindReduce(OpContext &c) {
   std::sort(axes.begin(), axes.end());
   if (std::adjacent_find(axes.begin(), axes.end()) != axes.end())
     c.error("reduction axes name a dim twice");
-  int64_t kept = x.numel;
-  for (int64_t a : axes)
-    kept = x.shape[a] ? kept / x.shape[a] : 0;
-  if (y.numel != kept)
+  // keepdims changes the result's shape, not its elements' order.
+  const bool keepdims = c.boolean("keepdims", true);
+  Dims want;
+  for (int64_t d = 0; d < x.rank(); ++d) {
+    bool reduced = std::binary_search(axes.begin(), axes.end(), d);
+    if (!reduced)
+      want.push_back(x.shape[d]);
+    else if (keepdims)
+      want.push_back(1);
+  }
+  if (y.shape != want)
     c.error("result ", shapeStr(y.shape), " does not match ", shapeStr(x.shape),
-            " reduced over the axes");
+            " reduced over the axes", keepdims ? " keeping them" : "", " (", shapeStr(want), ")");
   return [x, y, axes] { cpu::reduce<float>(x.as<float>(), x.shape, axes, MEAN, y.as<float>()); };
 }
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Bad inputs give one clear error line and a non-zero exit, never a crash or a
 hang: damaged plans (magic, version, truncation, checksum, manifest fields,
-buffer tables, unknown ops, malformed instructions), bad data (missing file,
-bad header, short file, tokens outside the vocabulary), a world size that
+buffer tables, unknown ops and attributes, malformed instructions), bad data
+(missing file, bad header, short file, tokens outside the vocabulary), a world size that
 does not match the plan, an elided plan (one program per pipeline rank) that
 lacks one or whose listed programs name another replica (a peer, a tied-group
 member, a dp group) or would put a replica's shard past the padding, token ids
@@ -147,6 +147,20 @@ class PlanErrors(common.TempDirTest):
         m["ranks"][0]["program"].insert(3, {"op": "frobnicate", "in": [0], "out": [1]})
         self.check_fails(common.run([self.write("u.plan", manifest=m, builder=b), "--steps", 1]),
                          "instruction 3 (frobnicate): unknown op 'frobnicate'")
+
+    def test_unknown_attribute(self):
+        # An attribute no binder asks about may change what the op computes
+        # (attention's window did): the runtime refuses it by name instead of
+        # computing the op without it.
+        b = tiny()
+        m = b.manifest()
+        prog = m["ranks"][0]["program"]
+        i = next(k for k, x in enumerate(prog) if x["op"] == "attention")
+        prog[i].setdefault("attrs", {})["sink_tokens"] = 4
+        r = self.check_fails(common.run([self.write("a.plan", manifest=m, builder=b), "--steps", 1]),
+                             f"instruction {i} (attention): attribute 'sink_tokens' is unknown "
+                             "to this runtime's 'attention'")
+        self.assertNotIn("step 1/", r.stdout, "the error must come before any step runs")
 
     def test_bad_wait_keep(self):
         for op in ("wait_sends", "wait_collectives"):
