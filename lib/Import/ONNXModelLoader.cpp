@@ -1,6 +1,8 @@
 //===- ONNXModelLoader.cpp - reading ONNX files and tensor data -------------===//
 #include "ONNXModelLoader.h"
 
+#include "pipemesh/runtime/Half.h"
+
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MathExtras.h"
 #include "llvm/Support/Path.h"
@@ -163,28 +165,6 @@ static bool rawBytes(const onnx::TensorProto &t, llvm::StringRef baseDir, int64_
   return true;
 }
 
-static float halfToFloat(uint16_t h) {
-  uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
-  if (exp == 0) {
-    if (mant == 0)
-      bits = sign;
-    else { // subnormal: renormalize
-      exp = 127 - 15 + 1;
-      while (!(mant & 0x400)) {
-        mant <<= 1;
-        --exp;
-      }
-      bits = sign | (exp << 23) | ((mant & 0x3ff) << 13);
-    }
-  } else if (exp == 31)
-    bits = sign | 0x7f800000u | (mant << 13);
-  else
-    bits = sign | ((exp - 15 + 127) << 23) | (mant << 13);
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
 static float bf16ToFloat(uint16_t h) {
   uint32_t bits = (uint32_t)h << 16;
   float f;
@@ -197,7 +177,7 @@ static double decodeFloat(DType dt, const char *p) {
   switch (dt) {
   case DType::F32: { float v; std::memcpy(&v, p, 4); return v; }
   case DType::F64: { double v; std::memcpy(&v, p, 8); return v; }
-  case DType::F16: { uint16_t v; std::memcpy(&v, p, 2); return halfToFloat(v); }
+  case DType::F16: { uint16_t v; std::memcpy(&v, p, 2); return rt::halfToFloat(v); }
   case DType::BF16: { uint16_t v; std::memcpy(&v, p, 2); return bf16ToFloat(v); }
   default: return 0;
   }
@@ -291,7 +271,7 @@ bool readTensor(const onnx::TensorProto &t, llvm::StringRef baseDir, ConstTensor
     for (int64_t k = 0; k < n; ++k) {
       int32_t v = t.int32_data(k);
       if (dt == DType::F16)
-        out.f[k] = halfToFloat((uint16_t)v);
+        out.f[k] = rt::halfToFloat((uint16_t)v);
       else if (dt == DType::BF16)
         out.f[k] = bf16ToFloat((uint16_t)v);
       else
@@ -337,7 +317,7 @@ bool readFloat32(const onnx::TensorProto &t, llvm::StringRef baseDir, std::vecto
   for (int64_t k = 0; k < n; ++k)
     out[k] = dt == DType::F32   ? t.float_data(k)
              : dt == DType::F64 ? (float)t.double_data(k)
-             : dt == DType::F16 ? halfToFloat((uint16_t)t.int32_data(k))
+             : dt == DType::F16 ? rt::halfToFloat((uint16_t)t.int32_data(k))
                                 : bf16ToFloat((uint16_t)t.int32_data(k));
   return true;
 }
