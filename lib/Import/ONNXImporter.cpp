@@ -562,11 +562,15 @@ LogicalResult foldOnlyError(NodeCtx &n) {
                 "NAME keeps it a constant)");
 }
 
-/// Inserts a broadcast-free elementwise binary op, folding constants.
-template <typename OpT>
-LogicalResult binary(Importer &imp, NodeCtx &n, BinaryFn ffn, BinaryIntFn ifn,
-                     bool compare = false) {
-  auto folded = tryFoldBinary(imp, n, ffn, ifn, compare, std::is_same_v<OpT, pm::PowOp>);
+/// Builds an elementwise binary result of type `t` from operands of one
+/// element type (broadcast by the ops themselves).
+using BinaryEmitter = function_ref<Value(Importer &, NodeCtx &, Type t, Value lhs, Value rhs)>;
+
+/// An elementwise binary node: folded on constants, else `emit`ted on its
+/// operands (a Pow exponent of another type cast to the base's first).
+LogicalResult binaryWith(Importer &imp, NodeCtx &n, BinaryFn ffn, BinaryIntFn ifn, bool compare,
+                         bool isPow, BinaryEmitter emit) {
+  auto folded = tryFoldBinary(imp, n, ffn, ifn, compare, isPow);
   if (failed(folded))
     return failure();
   if (*folded)
@@ -578,7 +582,7 @@ LogicalResult binary(Importer &imp, NodeCtx &n, BinaryFn ffn, BinaryIntFn ifn,
   Value lhs = *a, rhs = *bv;
   if (eltOf(lhs) != eltOf(rhs)) {
     // Pow allows an exponent of another type; everything else must agree.
-    if (!std::is_same_v<OpT, pm::PowOp>)
+    if (!isPow)
       return n.fail("operand element types differ");
     rhs = create<pm::CastOp>(imp, n, imp.tensorType(Importer::shapeOf(rhs), eltOf(lhs)), rhs);
   }
@@ -586,8 +590,18 @@ LogicalResult binary(Importer &imp, NodeCtx &n, BinaryFn ffn, BinaryIntFn ifn,
   if (!shape)
     return n.fail(why);
   Type elt = compare ? imp.b.getI1Type() : eltOf(lhs);
-  imp.setValue(n, 0, create<OpT>(imp, n, imp.tensorType(*shape, elt), lhs, rhs));
+  imp.setValue(n, 0, emit(imp, n, imp.tensorType(*shape, elt), lhs, rhs));
   return success();
+}
+
+/// Inserts a broadcast-free elementwise binary op, folding constants.
+template <typename OpT>
+LogicalResult binary(Importer &imp, NodeCtx &n, BinaryFn ffn, BinaryIntFn ifn,
+                     bool compare = false) {
+  return binaryWith(imp, n, ffn, ifn, compare, std::is_same_v<OpT, pm::PowOp>,
+                    [](Importer &imp, NodeCtx &n, Type t, Value lhs, Value rhs) -> Value {
+                      return create<OpT>(imp, n, t, lhs, rhs);
+                    });
 }
 
 template <typename OpT>
@@ -2324,27 +2338,14 @@ LogicalResult importMinMax(Importer &imp, NodeCtx &n, bool isMin) {
   BinaryIntFn ifn = isMin ? BinaryIntFn(imin) : BinaryIntFn(imax);
   if (n.numInputs() == 2 && !isMin)
     return binary<pm::MaxOp>(imp, n, ffn, ifn);
-  if (n.numInputs() == 2) {
-    auto folded = tryFoldBinary(imp, n, ffn, ifn, /*compare=*/false, /*mixedTypes=*/false);
-    if (failed(folded))
-      return failure();
-    if (*folded)
-      return success();
-    auto a = imp.valueIn(n, 0), b = imp.valueIn(n, 1);
-    if (failed(a) || failed(b))
-      return failure();
-    if (eltOf(*a) != eltOf(*b))
-      return n.fail("operand element types differ");
-    std::string why;
-    auto shape = shapes::broadcast(Importer::shapeOf(*a), Importer::shapeOf(*b), why);
-    if (!shape)
-      return n.fail(why);
-    Type t = imp.tensorType(*shape, eltOf(*a));
-    Value negMax = create<pm::MaxOp>(imp, n, t, create<pm::NegOp>(imp, n, a->getType(), *a),
-                                     create<pm::NegOp>(imp, n, b->getType(), *b));
-    imp.setValue(n, 0, create<pm::NegOp>(imp, n, t, negMax));
-    return success();
-  }
+  if (n.numInputs() == 2)
+    return binaryWith(imp, n, ffn, ifn, /*compare=*/false, /*isPow=*/false,
+                      [](Importer &imp, NodeCtx &n, Type t, Value a, Value b) -> Value {
+                        Value negMax =
+                            create<pm::MaxOp>(imp, n, t, create<pm::NegOp>(imp, n, a.getType(), a),
+                                              create<pm::NegOp>(imp, n, b.getType(), b));
+                        return create<pm::NegOp>(imp, n, t, negMax);
+                      });
   if (n.numInputs() < 1)
     return n.fail("needs at least one input");
   std::optional<ConstTensor> acc;
