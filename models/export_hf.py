@@ -74,6 +74,9 @@ FIXTURES = {
     # GPT-Neo's local layers (window 8) write their own band too.
     "hf_mistral_sliding_dynamo": ("mistral", {"seed": 14, "sliding_window": 5, "train": True}),
     "hf_gptneo_dynamo": ("gptneo", {"seed": 15, "train": True}),
+    # Scores computed as [B * H, T, T] (baddbmm from zeros), masked and normalized as
+    # [B, H, T, T]: the attention is raised in the probabilities' layout.
+    "hf_neox_japanese_dynamo": ("gpt_neox_japanese", {"seed": 16, "train": True}),
 }
 # Families exported by --sweep (logits only, not committed): a compatibility check to run
 # when transformers or PyTorch change. Every one imported within 6e-7 of transformers
@@ -82,12 +85,13 @@ SWEEP = ["gpt2", "llama", "qwen2", "qwen3", "mistral", "gemma", "gemma2", "gemma
          "phi3", "neox", "gptj", "opt", "falcon", "bloom", "mpt", "bigcode", "codegen",
          "stablelm", "olmo", "olmo2", "cohere", "granite", "llama3", "gptneo", "starcoder2",
          "xglm"]
-# Llama-like families whose configs take the common names: built by AutoConfig (their
-# extra options below), swept too.
+# Families whose configs take the common names (Llama-like ones, and older ones through
+# their attribute maps): built by AutoConfig (their extra options below), swept too.
 GENERIC = {"nemotron": {}, "cohere2": {"sliding_window": 5}, "biogpt": {}, "persimmon": {},
            "exaone4": {"sliding_window": 5}, "apertus": {}, "arcee": {}, "olmo3": {},
            "seed_oss": {}, "ernie4_5": {}, "glm": {}, "glm4": {}, "smollm3": {},
-           "ministral": {}, "hunyuan_v1_dense": {}, "helium": {}}
+           "ministral": {}, "hunyuan_v1_dense": {}, "helium": {}, "openai-gpt": {}, "ctrl": {},
+           "gpt_neox_japanese": {}, "diffllama": {}, "vaultgemma": {}, "bitnet": {}, "cwm": {}}
 SWEEP += sorted(GENERIC)
 # The recorded training run (check_training.py's recorded cases use the same).
 TRAIN = dict(batch=2, seq=16, microbatches=2, steps=10)

@@ -64,7 +64,8 @@ HF_FIXTURES = ["hf_gpt2_dynamo.onnx", "hf_gpt2_dynamo_mask.onnx", "hf_llama_dyna
                "hf_mistral_dynamo.onnx", "hf_gemma_dynamo.onnx", "hf_gemma2_dynamo.onnx",
                "hf_phi3_dynamo.onnx", "hf_neox_dynamo.onnx", "hf_gptj_dynamo.onnx",
                "hf_opt_dynamo.onnx", "hf_falcon_dynamo.onnx", "hf_bloom_dynamo.onnx",
-               "hf_mistral_sliding_dynamo.onnx", "hf_gptneo_dynamo.onnx"]
+               "hf_mistral_sliding_dynamo.onnx", "hf_gptneo_dynamo.onnx",
+               "hf_neox_japanese_dynamo.onnx"]
 
 
 def composition(rng, total, parts):

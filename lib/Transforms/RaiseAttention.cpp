@@ -376,6 +376,18 @@ bool matchScoreChain(Value v, ScoreChain &chain, bool maskingAllowed) {
     return false;
   }
   if (auto add = dyn_cast_or_null<AddOp>(op)) {
+    // A zero constant added to the scores (the zeros GPT-NeoX-Japanese's
+    // baddbmm starts from) changes no probability: looked through.
+    for (auto [scores, zero] :
+         {std::pair(add.getLhs(), add.getRhs()), std::pair(add.getRhs(), add.getLhs())}) {
+      std::optional<double> value = getSplatFloat(zero);
+      if (!value || *value != 0.0 || scores.getType() != add.getType())
+        continue;
+      ScoreChain saved = chain;
+      if (matchScoreChain(scores, chain, /*maskingAllowed=*/true))
+        return true;
+      chain = saved;
+    }
     // Known divergence: where(tril, s, finfo.min) + mask with a mask that
     // hides every visible key of a query row (left padding) gives that row
     // finite ties with the hidden keys, so the decomposed graph attends to
@@ -466,10 +478,21 @@ struct RaiseAttention : OpRewritePattern<MatMulOp> {
     ScoreChain chain;
     if (!matchScoreChain(softmax.getInput(), chain, /*maskingAllowed=*/true))
       return rewriter.notifyMatchFailure(pv, "softmax input is not masked, scaled q @ k^T");
-    // The attention is built in the layout of the scores' matmul, which must be
-    // that of the probabilities pv reads (a reshape on one side needs one on
-    // the other).
-    if (chain.qk.getType() != pv.getA().getType())
+    // The attention is built in the layout of the probabilities pv reads. That
+    // is the scores' matmul's, or, when the masking crossed reshapes of the
+    // leading dims (GPT-NeoX-Japanese computes the scores as [B * H, T, T] and
+    // masks and normalizes them as [B, H, T, T]), another split of the same
+    // leading dims: q and k are then reshaped to it, which leaves every
+    // (query, key) pair where it was. Without a reshape, differing types
+    // mean the scores were broadcast after the matmul.
+    ArrayRef<int64_t> scoresLeading = chain.qk.getType().getShape().drop_back(2);
+    ArrayRef<int64_t> attnLeading =
+        cast<RankedTensorType>(pv.getA().getType()).getShape().drop_back(2);
+    const bool relayout = chain.qk.getType() != pv.getA().getType();
+    if (relayout && (chain.reshapes == 0 ||
+                     cast<RankedTensorType>(pv.getA().getType()).getShape().take_back(2) !=
+                         chain.qk.getType().getShape().take_back(2) ||
+                     shapes::numElements(scoresLeading) != shapes::numElements(attnLeading)))
       return rewriter.notifyMatchFailure(pv, "scores are broadcast after the matmul");
 
     // Causality, element by element.
@@ -518,14 +541,17 @@ struct RaiseAttention : OpRewritePattern<MatMulOp> {
       causal = true;
       return true;
     };
-    // A mask in the probabilities' layout cannot be an operand of the
-    // attention, built in the scores' layout.
+    // Masks on both sides of a reshape must be causal bands (dropped), but for
+    // the last one found, in the scores' layout, when that is the attention's.
     for (Value outer : chain.outerMasks)
       if (!dropIfCausalBand(outer))
         return rewriter.notifyMatchFailure(pv, "mask after a reshape is no causal band");
     Value additiveMask = chain.additiveMask;
     if (dropIfCausalBand(additiveMask))
       additiveMask = nullptr;
+    if (relayout && additiveMask)
+      return rewriter.notifyMatchFailure(pv, "mask in the scores' layout, which is not the "
+                                             "probabilities'");
 
     PeeledOperand q = peelFactors(chain.qk.getA());
     PeeledOperand kT = peelFactors(chain.qk.getB());
@@ -552,18 +578,27 @@ struct RaiseAttention : OpRewritePattern<MatMulOp> {
     // broadcast them over q's heads. pmesh.attention wants equal leading dims,
     // so such an operand is broadcast first, which materializes what Llama's
     // exports repeat themselves (Expand); its gradient sums over the copies.
-    ArrayRef<int64_t> leading = chain.qk.getType().getShape().drop_back(2);
-    auto broadcastShape = [&](ArrayRef<int64_t> shape) -> std::optional<SmallVector<int64_t>> {
+    auto broadcastShape = [&](ArrayRef<int64_t> shape, ArrayRef<int64_t> leading)
+        -> std::optional<SmallVector<int64_t>> {
       SmallVector<int64_t> full(leading.begin(), leading.end());
       full.append(shape.end() - std::min<size_t>(shape.size(), 2), shape.end());
       if (shape.size() < 2 || !shapes::broadcastsTo(shape, full))
         return std::nullopt;
       return full;
     };
-    auto qFull = broadcastShape(*qShape), kFull = broadcastShape(*kShape),
-         vFull = broadcastShape(vType.getShape());
+    // q and k broadcast in the scores' layout, then (relayout) take the
+    // attention's leading dims; v is read in the attention's layout.
+    auto qFull = broadcastShape(*qShape, scoresLeading),
+         kFull = broadcastShape(*kShape, scoresLeading),
+         vFull = broadcastShape(vType.getShape(), attnLeading);
     if (!qFull || !kFull || !vFull)
       return rewriter.notifyMatchFailure(pv, "q, k or v does not broadcast to the scores' leading dims");
+    auto inAttnLayout = [&](ArrayRef<int64_t> full) {
+      SmallVector<int64_t> shape(attnLeading.begin(), attnLeading.end());
+      shape.append(full.end() - 2, full.end());
+      return shape;
+    };
+    SmallVector<int64_t> qAttn = inAttnLayout(*qFull), kAttn = inAttnLayout(*kFull);
     std::optional<ArrayRef<int64_t>> maskShape;
     if (additiveMask) {
       auto maskType = cast<RankedTensorType>(additiveMask.getType());
@@ -571,7 +606,7 @@ struct RaiseAttention : OpRewritePattern<MatMulOp> {
         return rewriter.notifyMatchFailure(pv, "mask element type differs");
       maskShape = maskType.getShape();
     }
-    auto outShape = shapes::attention(*qFull, *kFull, *vFull, maskShape, why);
+    auto outShape = shapes::attention(qAttn, kAttn, *vFull, maskShape, why);
     if (!outShape || ArrayRef<int64_t>(*outShape) != pv.getType().getShape())
       return rewriter.notifyMatchFailure(pv, "q, k, v do not form an attention: " + why);
     Type elt = scoresType.getElementType();
@@ -586,8 +621,15 @@ struct RaiseAttention : OpRewritePattern<MatMulOp> {
         return value;
       return rewriter.create<BroadcastOp>(loc, RankedTensorType::get(full, elt), value);
     };
-    Value qValue = broadcastIfNeeded(buildTranspose(rewriter, loc, q.base, q.perm), *qFull);
-    Value kValue = broadcastIfNeeded(buildTranspose(rewriter, loc, kT.base, kPerm), *kFull);
+    auto reshapeIfNeeded = [&](Value value, ArrayRef<int64_t> shape) -> Value {
+      if (cast<RankedTensorType>(value.getType()).getShape() == shape)
+        return value;
+      return rewriter.create<ReshapeOp>(loc, RankedTensorType::get(shape, elt), value);
+    };
+    Value qValue = reshapeIfNeeded(
+        broadcastIfNeeded(buildTranspose(rewriter, loc, q.base, q.perm), *qFull), qAttn);
+    Value kValue = reshapeIfNeeded(
+        broadcastIfNeeded(buildTranspose(rewriter, loc, kT.base, kPerm), *kFull), kAttn);
     Value vValue = broadcastIfNeeded(pv.getB(), *vFull);
     rewriter.replaceOpWithNewOp<AttentionOp>(
         pv, pv.getType(), qValue, kValue, vValue, additiveMask,

@@ -78,6 +78,9 @@ CASES = [
     # transformers' mask, GPT-Neo's local layers (8 keys) after a global one.
     ("hf-mistral-sliding-dynamo", "hf_mistral_sliding_dynamo.onnx", 4, 2, 16, 2, 10, None),
     ("hf-gptneo-dynamo", "hf_gptneo_dynamo.onnx", 4, 2, 16, 2, 10, None),
+    # Scores reshaped between their matmul and the softmax (raised in the probabilities'
+    # layout, q and k reshaped to it).
+    ("hf-neox-japanese-dynamo", "hf_neox_japanese_dynamo.onnx", 4, 2, 16, 2, 10, None),
     # Soft-capped scores (raised with `softcap`, a cap the scores reach) on sliding-window
     # and global layers, soft-capped logits.
     ("hf-gemma2-dynamo", "hf_gemma2_dynamo.onnx", 4, 2, 16, 2, 10, None),

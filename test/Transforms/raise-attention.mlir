@@ -727,3 +727,71 @@ func.func @additive_not_causal(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>,
   %oc = pmesh.matmul %pc, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
   return %oa, %ob, %oc : tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>
 }
+
+// -----
+
+// GPT-NeoX-Japanese: the scores are computed as [B * H, T, T] (baddbmm from
+// zeros, which are looked through), reshaped to [B, H, T, T], masked there
+// with a causal band and normalized, and p @ v runs in [B, H]. The attention
+// is built in the probabilities' layout: q and k are reshaped to it.
+
+// CHECK-LABEL: func.func @scores_reshaped_before_probabilities
+// CHECK-SAME: (%[[Q:[^:]*]]: tensor<4x3x8xf32>, %[[K:[^:]*]]: tensor<4x3x8xf32>, %[[V:[^:]*]]: tensor<2x2x3x8xf32>)
+// CHECK-DAG: %[[Q4:.*]] = pmesh.reshape %[[Q]] : tensor<4x3x8xf32> -> tensor<2x2x3x8xf32>
+// CHECK-DAG: %[[K4:.*]] = pmesh.reshape %[[K]] : tensor<4x3x8xf32> -> tensor<2x2x3x8xf32>
+// CHECK: %[[O:.*]] = pmesh.attention %[[Q4]], %[[K4]], %[[V]] {scale = 2.500000e-01 : f32} : (tensor<2x2x3x8xf32>, tensor<2x2x3x8xf32>, tensor<2x2x3x8xf32>) -> tensor<2x2x3x8xf32>
+// CHECK-NEXT: return %[[O]]
+// CHECK-NOT: pmesh.softmax
+func.func @scores_reshaped_before_probabilities(%q: tensor<4x3x8xf32>, %k: tensor<4x3x8xf32>,
+                                                %v: tensor<2x2x3x8xf32>) -> tensor<2x2x3x8xf32> {
+  %scale = pmesh.constant dense<0.25> : tensor<f32>
+  %zeros = pmesh.constant dense<0.0> : tensor<4x3x3xf32>
+  %causal = pmesh.constant dense<[[[[0.0, -3.40282347E+38, -3.40282347E+38], [0.0, 0.0, -3.40282347E+38], [0.0, 0.0, 0.0]]]]> : tensor<1x1x3x3xf32>
+  %s = pmesh.matmul %q, %k {transpose_b = true} : (tensor<4x3x8xf32>, tensor<4x3x8xf32>) -> tensor<4x3x3xf32>
+  %ss = pmesh.mul %s, %scale : (tensor<4x3x3xf32>, tensor<f32>) -> tensor<4x3x3xf32>
+  %sz = pmesh.add %zeros, %ss : (tensor<4x3x3xf32>, tensor<4x3x3xf32>) -> tensor<4x3x3xf32>
+  %s4 = pmesh.reshape %sz : tensor<4x3x3xf32> -> tensor<2x2x3x3xf32>
+  %sm = pmesh.add %s4, %causal : (tensor<2x2x3x3xf32>, tensor<1x1x3x3xf32>) -> tensor<2x2x3x3xf32>
+  %p = pmesh.softmax %sm {axis = -1 : i64} : tensor<2x2x3x3xf32>
+  %o = pmesh.matmul %p, %v : (tensor<2x2x3x3xf32>, tensor<2x2x3x8xf32>) -> tensor<2x2x3x8xf32>
+  return %o : tensor<2x2x3x8xf32>
+}
+
+// -----
+
+// Negative: as above, but what is added before the reshape is a real mask
+// (ALiBi-like), in the scores' layout, which is not the probabilities': it
+// cannot be the attention's operand, so nothing is raised.
+
+// CHECK-LABEL: func.func @mask_in_scores_layout_after_relayout
+// CHECK-NOT: pmesh.attention
+// CHECK: pmesh.softmax
+func.func @mask_in_scores_layout_after_relayout(%q: tensor<4x3x8xf32>, %k: tensor<4x3x8xf32>,
+                                                %v: tensor<2x2x3x8xf32>) -> tensor<2x2x3x8xf32> {
+  %bias = pmesh.constant dense<[0.0, 0.5, 1.0]> : tensor<3xf32>
+  %causal = pmesh.constant dense<[[[[0.0, -3.40282347E+38, -3.40282347E+38], [0.0, 0.0, -3.40282347E+38], [0.0, 0.0, 0.0]]]]> : tensor<1x1x3x3xf32>
+  %s = pmesh.matmul %q, %k {transpose_b = true} : (tensor<4x3x8xf32>, tensor<4x3x8xf32>) -> tensor<4x3x3xf32>
+  %sb = pmesh.add %s, %bias : (tensor<4x3x3xf32>, tensor<3xf32>) -> tensor<4x3x3xf32>
+  %s4 = pmesh.reshape %sb : tensor<4x3x3xf32> -> tensor<2x2x3x3xf32>
+  %sm = pmesh.add %s4, %causal : (tensor<2x2x3x3xf32>, tensor<1x1x3x3xf32>) -> tensor<2x2x3x3xf32>
+  %p = pmesh.softmax %sm {axis = -1 : i64} : tensor<2x2x3x3xf32>
+  %o = pmesh.matmul %p, %v : (tensor<2x2x3x3xf32>, tensor<2x2x3x8xf32>) -> tensor<2x2x3x8xf32>
+  return %o : tensor<2x2x3x8xf32>
+}
+
+// -----
+
+// A zero constant added to unmasked scores is no mask: the attention has none.
+
+// CHECK-LABEL: func.func @zeros_added_to_scores
+// CHECK: pmesh.attention %{{[^ ]*}}, %{{[^ ]*}}, %{{[^ ]*}} {causal = false, scale = 1.000000e+00 : f32}
+// CHECK-NOT: pmesh.softmax
+func.func @zeros_added_to_scores(%q: tensor<2x3x8xf32>, %k: tensor<2x3x8xf32>,
+                                 %v: tensor<2x3x8xf32>) -> tensor<2x3x8xf32> {
+  %zeros = pmesh.constant dense<0.0> : tensor<2x3x3xf32>
+  %s = pmesh.matmul %q, %k {transpose_b = true} : (tensor<2x3x8xf32>, tensor<2x3x8xf32>) -> tensor<2x3x3xf32>
+  %sz = pmesh.add %s, %zeros : (tensor<2x3x3xf32>, tensor<2x3x3xf32>) -> tensor<2x3x3xf32>
+  %p = pmesh.softmax %sz {axis = -1 : i64} : tensor<2x3x3xf32>
+  %o = pmesh.matmul %p, %v : (tensor<2x3x3xf32>, tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
+  return %o : tensor<2x3x8xf32>
+}
