@@ -77,6 +77,10 @@ FIXTURES = {
     # Scores computed as [B * H, T, T] (baddbmm from zeros), masked and normalized as
     # [B, H, T, T]: the attention is raised in the probabilities' layout.
     "hf_neox_japanese_dynamo": ("gpt_neox_japanese", {"seed": 16, "train": True}),
+    # GPT-1: its causal table `attn.bias` is a buffer multiplied into the scores, which only
+    # the exporter's declaration (BUFFER) tells from a weight; masked with -1e4, so its
+    # attention stays decomposed.
+    "hf_openai_gpt_dynamo": ("openai-gpt", {"seed": 17, "train": True}),
 }
 # Families exported by --sweep (logits only, not committed): a compatibility check to run
 # when transformers or PyTorch change. Every one imported within 6e-7 of transformers

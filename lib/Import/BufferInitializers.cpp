@@ -11,16 +11,25 @@
 // meets a MatMul, a Gemm, an Add or a normalization. That last rule is a
 // heuristic, so the importer says when it applies it.
 //
+// None of that is needed where the exporter says what each initializer is:
+// PyTorch 2's (torch.onnx.export(dynamo=True)) declares every one a
+// PARAMETER, a BUFFER or a CONSTANT_TENSOR. A declared buffer is a constant
+// (GPT-1's causal table `attn.bias` is multiplied into the scores and would
+// otherwise be trained), and a declared parameter is never taken for a
+// buffer by the heuristic.
+//
 //===----------------------------------------------------------------------===//
 
 #include "BufferInitializers.h"
 
 #include "ConstTensor.h"
 
+#include <google/protobuf/unknown_field_set.h>
 #include <onnx/onnx_pb.h>
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -75,6 +84,40 @@ std::set<std::string> constantTensors(const onnx::GraphProto &g, bool attentionM
         constant.insert(out);
   }
   return constant;
+}
+
+/// The metadata key under which PyTorch 2's exporter declares an initializer
+/// a PARAMETER, BUFFER or CONSTANT_TENSOR.
+constexpr const char *kTorchInputKind = "pkg.torch.export.graph_signature.InputSpec.kind";
+
+/// The value of `key` in `message`'s metadata_props (field `number`: 4 of
+/// ValueInfoProto, 16 of TensorProto since ONNX IR 10). The ONNX this builds
+/// with may predate the field; protobuf then keeps it among the unknown fields.
+std::optional<std::string> metadataValue(const google::protobuf::Message &message, int number,
+                                         const std::string &key) {
+  const google::protobuf::Reflection *reflection = message.GetReflection();
+  if (const google::protobuf::FieldDescriptor *field =
+          message.GetDescriptor()->FindFieldByNumber(number);
+      field && field->name() == "metadata_props" && field->is_repeated() &&
+      field->message_type() == onnx::StringStringEntryProto::descriptor()) {
+    for (int i = 0; i < reflection->FieldSize(message, field); ++i) {
+      const auto &entry = static_cast<const onnx::StringStringEntryProto &>(
+          reflection->GetRepeatedMessage(message, field, i));
+      if (entry.key() == key)
+        return entry.value();
+    }
+    return std::nullopt;
+  }
+  const google::protobuf::UnknownFieldSet &unknown = reflection->GetUnknownFields(message);
+  for (int i = 0; i < unknown.field_count(); ++i) {
+    const google::protobuf::UnknownField &f = unknown.field(i);
+    if (f.number() != number || f.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED)
+      continue;
+    onnx::StringStringEntryProto entry;
+    if (entry.ParseFromString(f.length_delimited()) && entry.key() == key)
+      return entry.value();
+  }
+  return std::nullopt;
 }
 
 bool isTrainableCandidate(const onnx::TensorProto &t) {
@@ -137,6 +180,17 @@ bool carriesGradient(const onnx::NodeProto &node, int input) {
 
 } // namespace
 
+std::map<std::string, std::string> declaredInitializerKinds(const onnx::GraphProto &g) {
+  std::map<std::string, std::string> kinds;
+  for (const onnx::TensorProto &t : g.initializer())
+    if (auto kind = metadataValue(t, 16, kTorchInputKind))
+      kinds[t.name()] = *kind;
+  for (const onnx::ValueInfoProto &v : g.value_info())
+    if (auto kind = metadataValue(v, 4, kTorchInputKind))
+      kinds[v.name()] = *kind;
+  return kinds;
+}
+
 bool isConstantGraphInput(const std::string &name, bool attentionMaskOnes) {
   return name == "position_ids" || name == "cache_position" ||
          (attentionMaskOnes && name == "attention_mask");
@@ -152,6 +206,19 @@ findBufferInitializers(const onnx::GraphProto &g,
   for (const onnx::TensorProto &t : g.initializer())
     if (isTrainableCandidate(t) && constant.count(t.name()))
       candidates[t.name()] = &t;
+  // What the exporter declares: a buffer is a constant, as in PyTorch.
+  std::map<std::string, std::string> declared = declaredInitializerKinds(g);
+  auto declaredParameter = [&](const std::string &name) {
+    auto it = declared.find(name);
+    return it != declared.end() && it->second == "PARAMETER";
+  };
+  for (const auto &[name, init] : candidates) {
+    auto it = declared.find(name);
+    if (it != declared.end() && (it->second == "BUFFER" || it->second == "CONSTANT_TENSOR"))
+      buffers.emplace(name, BufferUse{"the exporter declares it a " + it->second + " (" +
+                                          kTorchInputKind + ")",
+                                      /*forced=*/true});
+  }
   std::map<std::string, int> producer;
   std::map<std::string, std::vector<std::pair<int, int>>> consumers;
   for (int k = 0; k < g.node_size(); ++k) {
@@ -184,7 +251,7 @@ findBufferInitializers(const onnx::GraphProto &g,
             onlyConstantUses &= out.empty() || constant.count(out) > 0;
         buffers.emplace(t, BufferUse{"the node " + nodeName(g, k) +
                                          " computes from it through constants only",
-                                     onlyConstantUses});
+                                     onlyConstantUses && !declaredParameter(t)});
         continue;
       }
       auto p = producer.find(t);
@@ -231,7 +298,7 @@ findBufferInitializers(const onnx::GraphProto &g,
   // Rule 3: a table of rank >= 2 that only ever multiplies activations, or
   // is only added to them and holds a mask's values.
   for (const auto &[name, init] : candidates) {
-    if (buffers.count(name) || init->dims_size() < 2)
+    if (buffers.count(name) || init->dims_size() < 2 || declaredParameter(name))
       continue;
     std::vector<std::string> work = {name};
     std::set<std::string> seen;

@@ -32,12 +32,21 @@ struct BufferUse {
   std::string why;
   /// True when training it is impossible: it reaches a Cos or Sin (which
   /// exist for constants only) and meets no activation, or no gradient reaches
-  /// it. No warning is due then. False for the Mul-only heuristic.
+  /// it, or the exporter declares it a buffer. No warning is due then. False
+  /// for the Mul-only heuristic.
   bool forced = false;
 };
 
+/// What the exporter declares each initializer to be, by name: PyTorch 2's
+/// "PARAMETER", "BUFFER" or "CONSTANT_TENSOR" (the metadata key
+/// pkg.torch.export.graph_signature.InputSpec.kind of the initializer or its
+/// value_info). Empty for other exporters.
+std::map<std::string, std::string> declaredInitializerKinds(const onnx::GraphProto &graph);
+
 /// The float initializers of more than one element that `graph` uses as
-/// buffers, by name:
+/// buffers, by name: every one the exporter declares a buffer or a constant
+/// tensor, and, by the rules below, others (a declared parameter by the first
+/// two only, and by the first with a warning):
 ///  - every initializer that a Cos or Sin computes from through constants
 ///    only (inv_freq times positions, or a stored angle table);
 ///  - every initializer from which no gradient can reach a graph output (it is

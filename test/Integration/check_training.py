@@ -81,6 +81,9 @@ CASES = [
     # Scores reshaped between their matmul and the softmax (raised in the probabilities'
     # layout, q and k reshaped to it).
     ("hf-neox-japanese-dynamo", "hf_neox_japanese_dynamo.onnx", 4, 2, 16, 2, 10, None),
+    # A buffer multiplied into the scores (GPT-1's causal table): a constant, as the
+    # exporter declares it, not a trained parameter.
+    ("hf-openai-gpt-dynamo", "hf_openai_gpt_dynamo.onnx", 4, 2, 16, 2, 10, None),
     # Soft-capped scores (raised with `softcap`, a cap the scores reach) on sliding-window
     # and global layers, soft-capped logits.
     ("hf-gemma2-dynamo", "hf_gemma2_dynamo.onnx", 4, 2, 16, 2, 10, None),

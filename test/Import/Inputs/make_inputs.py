@@ -99,6 +99,45 @@ def main():
          helper.make_node("Add", ["XH", "B"], ["Y"], name="add_b")], [half, bf16])
         .SerializeToString())
 
+    # PyTorch 2's exporter declares what each initializer is (ONNX IR 10 metadata_props,
+    # which this onnx predates: written as raw fields 16 of TensorProto and 4 of
+    # ValueInfoProto). `table` is a declared buffer added to the activations (the
+    # heuristics would train it), `scale` a declared parameter that only multiplies
+    # them (the rotary-table heuristic would take it for a buffer), `w` undeclared.
+    write("declared_kinds.onnx", declared_kinds_model().SerializeToString())
+
+
+KIND_KEY = "pkg.torch.export.graph_signature.InputSpec.kind"
+
+
+def with_metadata(message, field, key, value):
+    """`message` with one metadata_props entry appended as raw field `field`."""
+    entry = onnx.StringStringEntryProto(key=key, value=value).SerializeToString()
+    raw = bytes([field << 3 | 2]) if field < 16 else bytes([(field << 3 | 2) & 0x7F | 0x80,
+                                                          (field << 3 | 2) >> 7])
+    out = type(message)()
+    out.ParseFromString(message.SerializeToString() + raw + bytes([len(entry)]) + entry)
+    return out
+
+
+def declared_kinds_model():
+    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 2])
+    y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 2])
+    table = with_metadata(helper.make_tensor("table", TensorProto.FLOAT, [2, 2],
+                                             [0.5, -1.0, 2.0, 0.25]), 16, KIND_KEY, "BUFFER")
+    scale = helper.make_tensor("scale", TensorProto.FLOAT, [2, 2], [1.0, 2.0, 3.0, 4.0])
+    w = helper.make_tensor("w", TensorProto.FLOAT, [2, 2], [1.0, 0.0, 0.0, 1.0])
+    nodes = [helper.make_node("Mul", ["X", "scale"], ["scaled"], name="rot"),
+             helper.make_node("Add", ["scaled", "table"], ["shifted"], name="shift"),
+             helper.make_node("MatMul", ["shifted", "w"], ["Y"], name="proj")]
+    scale_info = with_metadata(helper.make_tensor_value_info("scale", TensorProto.FLOAT, [2, 2]),
+                               4, KIND_KEY, "PARAMETER")
+    graph = helper.make_graph(nodes, "g", [x], [y], [table, scale, w], value_info=[scale_info])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                              producer_name="make_inputs.py")
+    model.ir_version = 8
+    return model
+
 
 if __name__ == "__main__":
     main()
