@@ -23,6 +23,7 @@
 #include "BufferInitializers.h"
 
 #include "ConstTensor.h"
+#include "ONNXModelLoader.h"
 
 #include <google/protobuf/unknown_field_set.h>
 #include <onnx/onnx_pb.h>
@@ -42,10 +43,7 @@ bool isDefaultDomain(const onnx::NodeProto &node) {
 
 std::string nodeName(const onnx::GraphProto &g, int index) {
   const onnx::NodeProto &node = g.node(index);
-  std::string name = !node.name().empty()   ? node.name()
-                     : node.output_size() ? node.output(0)
-                                          : "#" + std::to_string(index);
-  return "'" + name + "' (" + node.op_type() + ")";
+  return "'" + nodeLabel(node, index) + "' (" + node.op_type() + ")";
 }
 
 /// The graph's tensors whose values do not depend on the values of graph

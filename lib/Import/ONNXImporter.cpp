@@ -235,9 +235,7 @@ private:
 //===----------------------------------------------------------------------===//
 
 std::string NodeCtx::describe() const {
-  std::string name = !node.name().empty() ? node.name()
-                     : hasOutput(0) ? "#" + std::to_string(index) + " -> " + node.output(0)
-                                    : "#" + std::to_string(index);
+  std::string name = nodeLabel(node, index);
   std::string domain = node.domain().empty() ? "ai.onnx" : node.domain();
   return "node '" + name + "' (" + node.op_type() + ", domain " + domain + ", opset " +
          std::to_string(opset) + ")";

@@ -15,6 +15,14 @@
 
 namespace pipemesh::onnximport {
 
+std::string nodeLabel(const onnx::NodeProto &node, int index) {
+  if (!node.name().empty())
+    return node.name();
+  if (node.output_size() > 0 && !node.output(0).empty())
+    return "#" + std::to_string(index) + " -> " + node.output(0);
+  return "#" + std::to_string(index);
+}
+
 bool parseModel(llvm::StringRef bytes, bool isText, onnx::ModelProto &model, std::string &why) {
   if (isText) {
     std::string text = bytes.str(); // the parser wants a NUL-terminated string

@@ -17,6 +17,10 @@ namespace pipemesh::onnximport {
 /// returns false with the reason in `why`.
 bool parseModel(llvm::StringRef bytes, bool isText, onnx::ModelProto &model, std::string &why);
 
+/// How messages name a node: its name, or for an unnamed one its index and
+/// first output ("#12 -> attn_out"), or its index alone.
+std::string nodeLabel(const onnx::NodeProto &node, int index);
+
 /// Where an initializer's bytes live when stored as external data.
 struct ExternalRef {
   std::string path; // resolved against the model's directory
