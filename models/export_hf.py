@@ -81,6 +81,9 @@ FIXTURES = {
     # the exporter's declaration (BUFFER) tells from a weight; masked with -1e4, so its
     # attention stays decomposed.
     "hf_openai_gpt_dynamo": ("openai-gpt", {"seed": 17, "train": True}),
+    # DeepSeek V3's multi-head latent attention: low-rank q and kv projections, q and k
+    # assembled from a rotary and a plain part by slice assignment (ScatterND).
+    "hf_deepseek_v3_dynamo": ("deepseek_v3", {"seed": 18, "train": True}),
 }
 # Families exported by --sweep (logits only, not committed): a compatibility check to run
 # when transformers or PyTorch change. Every one imported within 6e-7 of transformers
@@ -88,7 +91,7 @@ FIXTURES = {
 SWEEP = ["gpt2", "llama", "qwen2", "qwen3", "mistral", "gemma", "gemma2", "gemma3", "phi",
          "phi3", "neox", "gptj", "opt", "falcon", "bloom", "mpt", "bigcode", "codegen",
          "stablelm", "olmo", "olmo2", "cohere", "granite", "llama3", "gptneo", "starcoder2",
-         "xglm"]
+         "xglm", "deepseek_v3"]
 # Families whose configs take the common names (Llama-like ones, and older ones through
 # their attribute maps): built by AutoConfig (their extra options below), swept too.
 GENERIC = {"nemotron": {}, "cohere2": {"sliding_window": 5}, "biogpt": {}, "persimmon": {},
@@ -192,6 +195,12 @@ def build(family, options, seed):
         model = T.XGLMForCausalLM(T.XGLMConfig(vocab_size=VOCAB, max_position_embeddings=CTX,
                                                d_model=EMBD, num_layers=LAYERS,
                                                attention_heads=HEADS, ffn_dim=128))
+    elif family == "deepseek_v3":  # multi-head latent attention (q and k assembled by
+        # slice assignments: ScatterND), dense MLPs only (the MoE gate does not export)
+        model = T.DeepseekV3ForCausalLM(T.DeepseekV3Config(
+            **common, num_key_value_heads=HEADS, intermediate_size=128,
+            first_k_dense_replace=LAYERS, kv_lora_rank=16, q_lora_rank=24, qk_rope_head_dim=8,
+            qk_nope_head_dim=8, v_head_dim=16, n_group=1, topk_group=1, pad_token_id=0))
     elif family in GENERIC:
         config = T.AutoConfig.for_model(family, **common, intermediate_size=128,
                                         num_key_value_heads=2, head_dim=16, pad_token_id=0,

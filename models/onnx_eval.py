@@ -194,6 +194,15 @@ class Evaluator:
             ids = idx.reshape((lead, -1, k))
             out = np.stack([np.stack([xs[i][tuple(t)] for t in ids[i]]) for i in range(lead)])
             return out.reshape(idx.shape[:-1] + x.shape[b + k:])
+        if t == "ScatterND":
+            if a.get("reduction", b"none") not in (b"none", "none"):
+                raise NotImplementedError("ScatterND with a reduction")
+            idx, upd = np.asarray(ins[1]), ins[2]
+            out = np.array(x, copy=True)
+            for t_, u in zip(idx.reshape(-1, idx.shape[-1]),
+                             upd.reshape((-1,) + upd.shape[idx.ndim - 1:])):
+                out[tuple(t_)] = u
+            return out
         if t == "SplitToSequence":
             axis = a.get("axis", 0)
             if len(ins) < 2 or ins[1] is None:

@@ -1611,6 +1611,117 @@ LogicalResult importGatherND(Importer &imp, NodeCtx &n) {
   return success();
 }
 
+/// ScatterND with constant indices (PyTorch 2 writes slice assignments,
+/// torch.slice_scatter, this way: DeepSeek's attention fills q and k from
+/// their rotary and plain parts). Every row of the data's first k dims comes
+/// from the data or from the last update written to it; runs of rows from one
+/// source become slices, concatenated. Folded on constants.
+LogicalResult importScatterND(Importer &imp, NodeCtx &n) {
+  if (n.attrString("reduction", "none") != "none")
+    return n.fail("reduction other than 'none' is not supported");
+  const ConstTensor *indices = imp.maybeConst(n, 1);
+  if (!indices)
+    return n.fail("is supported with constant indices only");
+  if (indices->isFloat())
+    return n.fail("indices must be integers");
+  auto data = imp.entry(n, 0), updates = imp.entry(n, 2);
+  if (failed(data) || failed(updates))
+    return failure();
+  shapes::Shape in = (*data)->shape;
+  int64_t k = indices->shape.empty() ? 0 : indices->shape.back();
+  if (k < 1 || k > (int64_t)in.size())
+    return n.fail("index length " + Twine(k) + " must be between 1 and the data's rank " +
+                  Twine(in.size()));
+  shapes::Shape lead(in.begin(), in.begin() + k), rest(in.begin() + k, in.end());
+  shapes::Shape wantUpdates(indices->shape.begin(), indices->shape.end() - 1);
+  wantUpdates.append(rest.begin(), rest.end());
+  if ((*updates)->shape != wantUpdates)
+    return n.fail("updates have shape " + shapes::str((*updates)->shape) + ", expected " +
+                  shapes::str(wantUpdates));
+  // The source of every row: -1 the data's own, else the update's number.
+  int64_t rows = shapes::numElements(lead), numUpdates = indices->numel() / k;
+  if (rows > kFoldLimit)
+    return n.fail("scatters into " + Twine(rows) + " rows, more than " + Twine(kFoldLimit));
+  int64_t rowSize = shapes::numElements(rest);
+  auto strides = stridesOf(lead);
+  std::vector<int64_t> source(rows, -1);
+  for (int64_t u = 0; u < numUpdates; ++u) {
+    int64_t row = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t ix = indices->asInt(u * k + j);
+      if (ix < -in[j] || ix >= in[j])
+        return n.fail("index " + Twine(ix) + " out of range for dim of size " + Twine(in[j]));
+      row += (ix < 0 ? ix + in[j] : ix) * strides[j];
+    }
+    source[row] = u;
+  }
+  const ConstTensor *cd = imp.maybeConst(n, 0), *cu = imp.maybeConst(n, 2);
+  if (cd && cu) {
+    if (cd->dtype != cu->dtype)
+      return n.fail("data and updates differ in element type");
+    ConstTensor r = *cd;
+    for (int64_t row = 0; row < rows; ++row)
+      for (int64_t e = 0; source[row] >= 0 && e < rowSize; ++e) {
+        int64_t from = source[row] * rowSize + e;
+        if (r.isFloat())
+          r.f[row * rowSize + e] = cu->f[from];
+        else
+          r.i[row * rowSize + e] = cu->i[from];
+      }
+    imp.setConst(n, 0, std::move(r));
+    return success();
+  }
+  auto x = imp.valueIn(n, 0), y = imp.valueIn(n, 2);
+  if (failed(x) || failed(y))
+    return failure();
+  if (eltOf(*x) != eltOf(*y))
+    return n.fail("data and updates differ in element type");
+  // Rows as the first dim of [rows, rest...] and [numUpdates, rest...].
+  shapes::Shape dataRows = {rows}, updateRows = {numUpdates};
+  dataRows.append(rest.begin(), rest.end());
+  updateRows.append(rest.begin(), rest.end());
+  auto flatData = reshapeTo(imp, n, *x, dataRows);
+  auto flatUpdates = reshapeTo(imp, n, *y, updateRows);
+  if (failed(flatData) || failed(flatUpdates))
+    return failure();
+  constexpr int kMaxRuns = 64;
+  SmallVector<Value> runs;
+  for (int64_t row = 0; row < rows;) {
+    // A run: consecutive rows of the data, or consecutive updates.
+    int64_t end = row + 1;
+    bool fromData = source[row] < 0;
+    while (end < rows && (fromData ? source[end] < 0
+                                   : source[end] == source[end - 1] + 1))
+      ++end;
+    if (runs.size() == kMaxRuns)
+      return n.fail("writes more than " + Twine(kMaxRuns) +
+                    " separate ranges of rows (only slice-like scatters are supported)");
+    Value from = fromData ? *flatData : *flatUpdates;
+    int64_t first = fromData ? row : source[row];
+    shapes::Shape fromShape = Importer::shapeOf(from), part = fromShape;
+    part[0] = end - row;
+    if (part == fromShape) {
+      runs.push_back(from);
+    } else {
+      SmallVector<int64_t> starts(part.size(), 0), limits(fromShape.begin(), fromShape.end()),
+          steps(part.size(), 1);
+      starts[0] = first;
+      limits[0] = first + (end - row);
+      runs.push_back(create<pm::SliceOp>(imp, n, imp.tensorType(part, eltOf(from)), from, starts,
+                                         limits, steps));
+    }
+    row = end;
+  }
+  Value all = runs.size() == 1
+                  ? runs[0]
+                  : create<pm::ConcatOp>(imp, n, imp.tensorType(dataRows, eltOf(*x)), runs, 0);
+  auto r = reshapeTo(imp, n, all, in);
+  if (failed(r))
+    return failure();
+  imp.setValue(n, 0, *r);
+  return success();
+}
+
 LogicalResult importWhere(Importer &imp, NodeCtx &n) {
   if (n.has(0)) {
     auto guard = imp.nanTests.find(n.node.input(0));
@@ -2399,6 +2510,7 @@ const std::map<std::string, Handler> &onnxHandlers() {
       {"IsNaN", importIsNaN},
       {"CumSum", importCumSum},
       {"GatherND", importGatherND},
+      {"ScatterND", importScatterND},
       {"LessOrEqual", [](Importer &i, NodeCtx &n) { return importLogic<std::less_equal<>>(i, n, Logic::LessOrEqual); }},
       {"Greater", [](Importer &i, NodeCtx &n) { return importLogic<std::greater<>>(i, n, Logic::Greater); }},
       {"GreaterOrEqual", [](Importer &i, NodeCtx &n) { return importLogic<std::greater_equal<>>(i, n, Logic::GreaterOrEqual); }},
