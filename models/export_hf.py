@@ -196,7 +196,8 @@ def build(family, options, seed):
                                                d_model=EMBD, num_layers=LAYERS,
                                                attention_heads=HEADS, ffn_dim=128))
     elif family == "deepseek_v3":  # multi-head latent attention (q and k assembled by
-        # slice assignments: ScatterND), dense MLPs only (the MoE gate does not export)
+        # slice assignments: ScatterND), dense MLPs only (its MoE layers do not export:
+        # transformers' grouped_mm has no ONNX translation)
         model = T.DeepseekV3ForCausalLM(T.DeepseekV3Config(
             **common, num_key_value_heads=HEADS, intermediate_size=128,
             first_k_dense_replace=LAYERS, kv_lora_rank=16, q_lora_rank=24, qk_rope_head_dim=8,
