@@ -1558,6 +1558,28 @@ LogicalResult importCumSum(Importer &imp, NodeCtx &n) {
   return success();
 }
 
+/// The rows that GatherND / ScatterND index tuples (the last dim of
+/// `indices`, one entry per dim of `lead`) address in `lead` flattened, in
+/// the tuples' order; negative entries count from the end. An error naming
+/// the node for an entry out of range.
+FailureOr<std::vector<int64_t>> flatRows(NodeCtx &n, const ConstTensor &indices,
+                                         ArrayRef<int64_t> lead) {
+  int64_t k = lead.size();
+  auto strides = stridesOf(lead);
+  std::vector<int64_t> rows;
+  for (int64_t t = 0; t < indices.numel() / k; ++t) {
+    int64_t row = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t ix = indices.asInt(t * k + j);
+      if (ix < -lead[j] || ix >= lead[j])
+        return n.fail("index " + Twine(ix) + " out of range for dim of size " + Twine(lead[j]));
+      row += (ix < 0 ? ix + lead[j] : ix) * strides[j];
+    }
+    rows.push_back(row);
+  }
+  return rows;
+}
+
 /// GatherND: folded on constants (the vmapped mask functions of transformers
 /// index position tables with it).
 LogicalResult importGatherND(Importer &imp, NodeCtx &n) {
@@ -1588,23 +1610,14 @@ LogicalResult importGatherND(Importer &imp, NodeCtx &n) {
                   "and an index length within the data's rank");
   shapes::Shape lead(in.begin(), in.begin() + k), flatShape = {shapes::numElements(lead)};
   flatShape.append(in.begin() + k, in.end());
-  auto strides = stridesOf(lead);
-  std::vector<int64_t> flat;
-  for (int64_t t = 0; t < indices->numel() / k; ++t) {
-    int64_t offset = 0;
-    for (int64_t j = 0; j < k; ++j) {
-      int64_t ix = indices->asInt(t * k + j);
-      if (ix < -in[j] || ix >= in[j])
-        return n.fail("index " + Twine(ix) + " out of range for dim of size " + Twine(in[j]));
-      offset += (ix < 0 ? ix + in[j] : ix) * strides[j];
-    }
-    flat.push_back(offset);
-  }
+  auto flat = flatRows(n, *indices, lead);
+  if (failed(flat))
+    return failure();
   auto reshaped = reshapeTo(imp, n, *x, flatShape);
   if (failed(reshaped))
     return failure();
   shapes::Shape idxShape(indices->shape.begin(), indices->shape.end() - 1);
-  auto r = gatherConstIndices(imp, n, *reshaped, 0, idxShape, flat);
+  auto r = gatherConstIndices(imp, n, *reshaped, 0, idxShape, std::move(*flat));
   if (failed(r))
     return failure();
   imp.setValue(n, 0, *r);
@@ -1643,18 +1656,12 @@ LogicalResult importScatterND(Importer &imp, NodeCtx &n) {
   if (rows > kFoldLimit)
     return n.fail("scatters into " + Twine(rows) + " rows, more than " + Twine(kFoldLimit));
   int64_t rowSize = shapes::numElements(rest);
-  auto strides = stridesOf(lead);
+  auto written = flatRows(n, *indices, lead);
+  if (failed(written))
+    return failure();
   std::vector<int64_t> source(rows, -1);
-  for (int64_t u = 0; u < numUpdates; ++u) {
-    int64_t row = 0;
-    for (int64_t j = 0; j < k; ++j) {
-      int64_t ix = indices->asInt(u * k + j);
-      if (ix < -in[j] || ix >= in[j])
-        return n.fail("index " + Twine(ix) + " out of range for dim of size " + Twine(in[j]));
-      row += (ix < 0 ? ix + in[j] : ix) * strides[j];
-    }
-    source[row] = u;
-  }
+  for (int64_t u = 0; u < numUpdates; ++u)
+    source[(*written)[u]] = u;
   const ConstTensor *cd = imp.maybeConst(n, 0), *cu = imp.maybeConst(n, 2);
   if (cd && cu) {
     if (cd->dtype != cu->dtype)
