@@ -118,6 +118,19 @@ std::optional<std::string> metadataValue(const google::protobuf::Message &messag
   return std::nullopt;
 }
 
+/// What the exporter declares each initializer to be, by name ("PARAMETER",
+/// "BUFFER", "CONSTANT_TENSOR"); empty for exporters that do not say.
+std::map<std::string, std::string> declaredInitializerKinds(const onnx::GraphProto &g) {
+  std::map<std::string, std::string> kinds;
+  for (const onnx::TensorProto &t : g.initializer())
+    if (auto kind = metadataValue(t, 16, kTorchInputKind))
+      kinds[t.name()] = *kind;
+  for (const onnx::ValueInfoProto &v : g.value_info())
+    if (auto kind = metadataValue(v, 4, kTorchInputKind))
+      kinds[v.name()] = *kind;
+  return kinds;
+}
+
 bool isTrainableCandidate(const onnx::TensorProto &t) {
   if (!isFloatType((DType)t.data_type()))
     return false;
@@ -177,17 +190,6 @@ bool carriesGradient(const onnx::NodeProto &node, int input) {
 }
 
 } // namespace
-
-std::map<std::string, std::string> declaredInitializerKinds(const onnx::GraphProto &g) {
-  std::map<std::string, std::string> kinds;
-  for (const onnx::TensorProto &t : g.initializer())
-    if (auto kind = metadataValue(t, 16, kTorchInputKind))
-      kinds[t.name()] = *kind;
-  for (const onnx::ValueInfoProto &v : g.value_info())
-    if (auto kind = metadataValue(v, 4, kTorchInputKind))
-      kinds[v.name()] = *kind;
-  return kinds;
-}
 
 bool isConstantGraphInput(const std::string &name, bool attentionMaskOnes) {
   return name == "position_ids" || name == "cache_position" ||

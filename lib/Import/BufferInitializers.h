@@ -37,15 +37,10 @@ struct BufferUse {
   bool forced = false;
 };
 
-/// What the exporter declares each initializer to be, by name: PyTorch 2's
-/// "PARAMETER", "BUFFER" or "CONSTANT_TENSOR" (the metadata key
-/// pkg.torch.export.graph_signature.InputSpec.kind of the initializer or its
-/// value_info). Empty for other exporters.
-std::map<std::string, std::string> declaredInitializerKinds(const onnx::GraphProto &graph);
-
 /// The float initializers of more than one element that `graph` uses as
 /// buffers, by name: every one the exporter declares a buffer or a constant
-/// tensor, and, by the rules below, others (a declared parameter by the first
+/// tensor (PyTorch 2's metadata pkg.torch.export.graph_signature.InputSpec.kind
+/// on the initializer or its value_info), and, by the rules below, others (a declared parameter by the first
 /// two only, and by the first with a warning):
 ///  - every initializer that a Cos or Sin computes from through constants
 ///    only (inv_freq times positions, or a stored angle table);

@@ -376,32 +376,25 @@ bool matchScoreChain(Value v, ScoreChain &chain, bool maskingAllowed) {
     return false;
   }
   if (auto add = dyn_cast_or_null<AddOp>(op)) {
-    // A zero constant added to the scores (the zeros GPT-NeoX-Japanese's
-    // baddbmm starts from) changes no probability: looked through.
-    for (auto [scores, zero] :
-         {std::pair(add.getLhs(), add.getRhs()), std::pair(add.getRhs(), add.getLhs())}) {
-      std::optional<double> value = getSplatFloat(zero);
-      if (!value || *value != 0.0 || scores.getType() != add.getType())
-        continue;
-      ScoreChain saved = chain;
-      if (matchScoreChain(scores, chain, /*maskingAllowed=*/true))
-        return true;
-      chain = saved;
-    }
-    // Known divergence: where(tril, s, finfo.min) + mask with a mask that
-    // hides every visible key of a query row (left padding) gives that row
-    // finite ties with the hidden keys, so the decomposed graph attends to
-    // future keys there, while causal attention never does. Only such rows
-    // (whose outputs are padding) differ.
-    if (chain.additiveMask)
-      return false;
     // Either operand may be the scores; the other must broadcast into them.
+    // A zero constant (the zeros GPT-NeoX-Japanese's baddbmm starts from)
+    // changes no probability: looked through rather than taken for a mask.
     for (auto [scores, mask] :
          {std::pair(add.getLhs(), add.getRhs()), std::pair(add.getRhs(), add.getLhs())}) {
       if (scores.getType() != add.getType())
         continue;
+      std::optional<double> splat = getSplatFloat(mask);
+      bool zero = splat && *splat == 0.0;
+      // Known divergence: where(tril, s, finfo.min) + mask with a mask that
+      // hides every visible key of a query row (left padding) gives that row
+      // finite ties with the hidden keys, so the decomposed graph attends to
+      // future keys there, while causal attention never does. Only such rows
+      // (whose outputs are padding) differ.
+      if (!zero && chain.additiveMask)
+        continue;
       ScoreChain saved = chain;
-      chain.additiveMask = mask;
+      if (!zero)
+        chain.additiveMask = mask;
       if (matchScoreChain(scores, chain, /*maskingAllowed=*/true))
         return true;
       chain = saved;
@@ -485,13 +478,12 @@ struct RaiseAttention : OpRewritePattern<MatMulOp> {
     // leading dims: q and k are then reshaped to it, which leaves every
     // (query, key) pair where it was. Without a reshape, differing types
     // mean the scores were broadcast after the matmul.
+    auto probsType = cast<RankedTensorType>(pv.getA().getType());
     ArrayRef<int64_t> scoresLeading = chain.qk.getType().getShape().drop_back(2);
-    ArrayRef<int64_t> attnLeading =
-        cast<RankedTensorType>(pv.getA().getType()).getShape().drop_back(2);
-    const bool relayout = chain.qk.getType() != pv.getA().getType();
+    ArrayRef<int64_t> attnLeading = probsType.getShape().drop_back(2);
+    const bool relayout = chain.qk.getType() != probsType;
     if (relayout && (chain.reshapes == 0 ||
-                     cast<RankedTensorType>(pv.getA().getType()).getShape().take_back(2) !=
-                         chain.qk.getType().getShape().take_back(2) ||
+                     probsType.getShape().take_back(2) != chain.qk.getType().getShape().take_back(2) ||
                      shapes::numElements(scoresLeading) != shapes::numElements(attnLeading)))
       return rewriter.notifyMatchFailure(pv, "scores are broadcast after the matmul");
 

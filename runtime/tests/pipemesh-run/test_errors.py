@@ -162,6 +162,18 @@ class PlanErrors(common.TempDirTest):
                              "to this runtime's 'attention'")
         self.assertNotIn("step 1/", r.stdout, "the error must come before any step runs")
 
+    def test_reduce_result_shape_against_keepdims(self):
+        # The result must have the input's shape with the reduced axes dropped, or kept
+        # as 1 with keepdims: the same element count in another shape is refused.
+        b = tiny()
+        m = b.manifest()
+        prog = m["ranks"][0]["program"]
+        i = next(k for k, x in enumerate(prog)
+                 if x["op"] == "reduce_sum" and x["attrs"].get("keepdims") is False)
+        prog[i]["attrs"]["keepdims"] = True
+        self.check_fails(common.run([self.write("r.plan", manifest=m, builder=b), "--steps", 1]),
+                         f"instruction {i} (reduce_sum)", "reduced over the axes keeping them")
+
     def test_bad_wait_keep(self):
         for op in ("wait_sends", "wait_collectives"):
             with self.subTest(op=op):
