@@ -80,6 +80,7 @@ if [[ -n ${BUNDLE:-} ]]; then
   echo "bundle of commit $(cat "$B/commit"); LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
   TEST_PLAN=$B/plans/gpt.plan
   TEST_PLAN_ODD=$B/plans/odd.plan
+  TEST_PLAN_GQA=$B/plans/gqa.plan
   plan_of() { echo "$B/plans/gpt2-$1.shapes.plan"; }
 else
   if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
@@ -101,6 +102,7 @@ else
   BIN=$REPO/$BUILD_DIR/bin
   TEST_PLAN=""
   TEST_PLAN_ODD=""
+  TEST_PLAN_GQA=""
   source bench/gpt2_plan.sh
   plan_of() {
     gpt2_shapes_plan "$1" "$BIN/pipemesh-opt" "$PY" "$WORK/gpt2-$1.shapes.plan" &&
@@ -121,6 +123,7 @@ timeout 150 "$BIN/pipemesh-cuda-kernels-test" 2>&1 | tee "$OUT/gpu-kernels-test.
 stamp "GPU tests: 10 training steps against the CPU backend"
 PIPEMESH_RUN=$BIN/pipemesh-run PIPEMESH_CUDA_PROBE=$BIN/pipemesh-cuda-kernels-test \
   PIPEMESH_CUDA_TEST_PLAN=$TEST_PLAN PIPEMESH_CUDA_TEST_PLAN_ODD=$TEST_PLAN_ODD \
+  PIPEMESH_CUDA_TEST_PLAN_GQA=$TEST_PLAN_GQA \
   PIPEMESH_OPT=$BIN/pipemesh-opt \
   timeout 200 $PY runtime/tests/cuda/test_cuda_training.py 2>&1 | tee "$OUT/gpu-training-test.txt" | tail -30
 [[ ${PIPESTATUS[0]} == 0 ]] || FAILED+=("training test")

@@ -55,7 +55,7 @@ for lib in "$(dirname "$(ldconfig -p | awk '/libmpi.so.40 /{print $NF; exit}')")
   [[ $lib =~ \.so\.[0-9]+$ ]] && cp -L "$lib" "$T/lib/"
 done
 
-# Plans: the training test's two (compiled by the test itself, as ctest would) and the
+# Plans: the training test's three (compiled by the test itself, as ctest would) and the
 # GPT-2 benchmarks' (shapes only: weights are drawn there).
 PIPEMESH_OPT=$BUILD/bin/pipemesh-opt $PY runtime/tests/cuda/test_cuda_training.py \
   --write-plans "$T/plans" > /dev/null

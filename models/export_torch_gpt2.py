@@ -218,6 +218,8 @@ def main(argv=None):
     if not 13 <= args.opset <= 17:
         ap.error("--opset must be in 13..17 (the range torch 1.13 exports)")
     cfg = gen_gpt2.config_from_args(args)
+    if cfg.kv_heads != cfg.n_head:
+        ap.error("--kv-heads: transformers' GPT-2 has one key/value head per query head")
     try:
         cfg.validate()
     except ValueError as e:

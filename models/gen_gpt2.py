@@ -9,6 +9,7 @@ huge models (1.5B) can be produced without PyTorch and without the RAM to hold t
     gen_gpt2.py --preset 1.5B --external-data -o gpt2-xl.onnx      # weights in gpt2-xl.onnx.data
     gen_gpt2.py --preset 1.5B --shapes-only -o gpt2-xl-shapes.onnx  # ~1 MB, no weights at all
     gen_gpt2.py --preset tiny --with-loss --opset 13 -o tiny13_loss.onnx
+    gen_gpt2.py --preset 124M --kv-heads 4 -o gqa.onnx  # grouped-query attention
 
 Python users: `build_model(config, ...)` returns the ModelProto; `init_weights(config, seed)`
 yields the exact parameter values the model holds; `numpy_forward(...)` is an independent
@@ -37,17 +38,31 @@ class GPT2Config:
     n_head: int
     vocab_size: int = 50257
     n_ctx: int = 1024
+    # Key/value heads (grouped-query attention, as Llama's num_key_value_heads: query
+    # head h reads key/value head h // (n_head // n_kv_head)); 0 = n_head (GPT-2).
+    n_kv_head: int = 0
 
     def validate(self):
         if self.n_embd % self.n_head:
             raise ValueError(f"embd {self.n_embd} is not divisible by heads {self.n_head}")
         for f in dataclasses.fields(self):
-            if getattr(self, f.name) <= 0:
+            if getattr(self, f.name) <= 0 and f.name != "n_kv_head":
                 raise ValueError(f"{f.name} must be positive")
+        if self.n_kv_head < 0 or self.n_head % self.kv_heads:
+            raise ValueError(f"heads {self.n_head} are not a multiple of kv heads {self.n_kv_head}")
 
     @property
     def head_dim(self):
         return self.n_embd // self.n_head
+
+    @property
+    def kv_heads(self):
+        return self.n_kv_head or self.n_head
+
+    @property
+    def qkv_width(self):
+        """c_attn's output: q (n_embd), then k and v (kv_heads * head_dim each)."""
+        return self.n_embd + 2 * self.kv_heads * self.head_dim
 
 
 PRESETS = {
@@ -74,14 +89,14 @@ CHECKER_MAX_OPSET = onnx.defs.onnx_opset_version()
 
 def param_specs(cfg):
     """[(name, shape, init)] in graph order; init is 'normal' | 'zeros' | 'ones'."""
-    C, V, T = cfg.n_embd, cfg.vocab_size, cfg.n_ctx
+    C, V, T, QKV = cfg.n_embd, cfg.vocab_size, cfg.n_ctx, cfg.qkv_width
     specs = [("transformer.wte.weight", (V, C), "normal"),
              ("transformer.wpe.weight", (T, C), "normal")]
     for i in range(cfg.n_layer):
         p = f"transformer.h.{i}."
         specs += [
             (p + "ln_1.weight", (C,), "ones"), (p + "ln_1.bias", (C,), "zeros"),
-            (p + "attn.c_attn.weight", (C, 3 * C), "normal"), (p + "attn.c_attn.bias", (3 * C,), "zeros"),
+            (p + "attn.c_attn.weight", (C, QKV), "normal"), (p + "attn.c_attn.bias", (QKV,), "zeros"),
             (p + "attn.c_proj.weight", (C, C), "normal"), (p + "attn.c_proj.bias", (C,), "zeros"),
             (p + "ln_2.weight", (C,), "ones"), (p + "ln_2.bias", (C,), "zeros"),
             (p + "mlp.c_fc.weight", (C, 4 * C), "normal"), (p + "mlp.c_fc.bias", (4 * C,), "zeros"),
@@ -166,7 +181,7 @@ def numpy_forward(cfg, weights, input_ids, labels=None, attention_mask=None, shi
     """
     w = weights
     B, T = input_ids.shape
-    C, H, D = cfg.n_embd, cfg.n_head, cfg.head_dim
+    C, H, D, KV = cfg.n_embd, cfg.n_head, cfg.head_dim, cfg.kv_heads
     x = w["transformer.wte.weight"][input_ids] + w["transformer.wpe.weight"][:T]
     causal = np.tril(np.ones((T, T), bool))
     if sliding_window:
@@ -178,7 +193,11 @@ def numpy_forward(cfg, weights, input_ids, labels=None, attention_mask=None, shi
         p = f"transformer.h.{i}."
         h = _layer_norm(x, w[p + "ln_1.weight"], w[p + "ln_1.bias"])
         qkv = h @ w[p + "attn.c_attn.weight"] + w[p + "attn.c_attn.bias"]
-        q, k, v = (t.reshape(B, T, H, D).transpose(0, 2, 1, 3) for t in np.split(qkv, 3, axis=-1))
+        q, k, v = np.split(qkv, [C, C + KV * D], axis=-1)
+        q = q.reshape(B, T, H, D).transpose(0, 2, 1, 3)
+        # Each key/value head serves H // KV consecutive query heads.
+        k, v = (np.repeat(t.reshape(B, T, KV, D).transpose(0, 2, 1, 3), H // KV, axis=1)
+                for t in (k, v))
         s = (q @ k.transpose(0, 1, 3, 2)) / np.float32(math.sqrt(D))
         s = np.where(causal, s, np.float32(MASK_VALUE))
         if add_mask is not None:
@@ -249,7 +268,10 @@ class _Graph:
             return self.op("ReduceMean", [x, self.i64([-1], "axes")], keepdims=1)
         return self.op("ReduceMean", [x], axes=[-1], keepdims=1)
 
-    def split3(self, x, size, axis):
+    def split3(self, x, size, axis, sizes=None):
+        """Three equal parts of `size`, or the three `sizes`."""
+        if sizes:
+            return self.op("Split", [x, self.i64(list(sizes), "split_sizes")], n_out=3, axis=axis)
         if self.opset >= 18:  # opset 18 adds num_outputs (equal parts)
             return self.op("Split", [x], n_out=3, axis=axis, num_outputs=3)
         # opsets 13..17: sizes are an (optional) input
@@ -321,17 +343,32 @@ def _make_graph_body(g, cfg, with_loss, keep_logits, decompose_ln, causal_mask, 
     # activations: exercises the importer's Shape/Slice/Concat folding.
     heads_tail = g.i64([H, D], "heads_shape")
     merge_shape = g.i64([0, 0, C], "merge_shape")  # 0 = copy that input dim (Reshape semantics)
+    KV = cfg.kv_heads
+    if KV != H:
+        # Grouped-query attention: k and v of KV heads, each repeated for H // KV query
+        # heads as Llama's repeat_kv does it (unsqueeze, expand, merge).
+        kv_tail = g.i64([KV, D], "kv_heads_shape")
+        expand_shape = g.i64([1, 1, H // KV, 1, 1], "repeat_kv_expand")
+        repeat_shape = g.i64([0, H, -1, D], "repeat_kv_merge")
 
     for i in range(cfg.n_layer):
         p = f"transformer.h.{i}."
         h = _layer_norm_node(g, x, p + "ln_1.weight", p + "ln_1.bias", decompose_ln)
         qkv = g.op("Add", [g.op("MatMul", [h, p + "attn.c_attn.weight"]), p + "attn.c_attn.bias"])
-        q, k, v = g.split3(qkv, C, axis=2)
+        q, k, v = g.split3(qkv, C, axis=2, sizes=None if KV == H else (C, KV * D, KV * D))
         bt = g.op("Slice", [g.op("Shape", [q]), g.i64([0], "starts"), g.i64([2], "ends")])
         split_shape = g.op("Concat", [bt, heads_tail], axis=0)
         q = g.op("Transpose", [g.op("Reshape", [q, split_shape])], perm=[0, 2, 1, 3])   # [B,H,T,D]
-        kt = g.op("Transpose", [g.op("Reshape", [k, split_shape])], perm=[0, 2, 3, 1])  # [B,H,D,T]
-        v = g.op("Transpose", [g.op("Reshape", [v, split_shape])], perm=[0, 2, 1, 3])   # [B,H,T,D]
+        if KV == H:
+            kt = g.op("Transpose", [g.op("Reshape", [k, split_shape])], perm=[0, 2, 3, 1])  # [B,H,D,T]
+            v = g.op("Transpose", [g.op("Reshape", [v, split_shape])], perm=[0, 2, 1, 3])   # [B,H,T,D]
+        else:
+            kv_shape = g.op("Concat", [bt, kv_tail], axis=0)
+            k, v = (g.op("Transpose", [g.op("Reshape", [t, kv_shape])], perm=[0, 2, 1, 3])
+                    for t in (k, v))  # [B,KV,T,D]
+            k, v = (g.op("Reshape", [g.op("Expand", [g.unsqueeze(t, [2]), expand_shape]),
+                                     repeat_shape]) for t in (k, v))  # [B,H,T,D]
+            kt = g.op("Transpose", [k], perm=[0, 1, 3, 2])  # [B,H,D,T]
         s = g.op("Mul", [g.op("MatMul", [q, kt]), scale])
         s = g.op("Where", [mask, s, mask_value])
         pr = g.op("Softmax", [s], axis=-1)
@@ -452,6 +489,7 @@ def build_model(cfg, seed=0, opset=17, with_loss=False, keep_logits=True, weight
                               opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = IR_VERSION_FOR_OPSET[opset]
     meta = {"n_layer": cfg.n_layer, "n_embd": cfg.n_embd, "n_head": cfg.n_head,
+            "n_kv_head": cfg.n_kv_head or None,
             "vocab_size": cfg.vocab_size, "n_ctx": cfg.n_ctx, "seed": seed,
             "shift_labels": int(shift_labels) if with_loss else None,
             "shapes_only": int(weights == "shapes-only")}
@@ -494,6 +532,7 @@ def check(path):
 def config_from_args(args):
     cfg = PRESETS[args.preset]
     over = {"n_layer": args.layers, "n_embd": args.embd, "n_head": args.heads,
+            "n_kv_head": getattr(args, "kv_heads", None),
             "vocab_size": args.vocab, "n_ctx": args.ctx}
     return dataclasses.replace(cfg, **{k: v for k, v in over.items() if v is not None})
 
@@ -504,6 +543,8 @@ def add_config_args(ap):
     ap.add_argument("--layers", type=int, help="override the preset's layer count")
     ap.add_argument("--embd", type=int, help="override the embedding width")
     ap.add_argument("--heads", type=int, help="override the head count")
+    ap.add_argument("--kv-heads", type=int,
+                    help="key/value heads (grouped-query attention; default: --heads)")
     ap.add_argument("--vocab", type=int, help="override the vocabulary size")
     ap.add_argument("--ctx", type=int, help="override the context length (wpe rows)")
     ap.add_argument("--seed", type=int, default=0)

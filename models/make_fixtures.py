@@ -44,6 +44,7 @@ FIXTURES = [
     ("gpt2_tiny_op21_computed_mask", "gen", ["--opset", "21", "--causal-mask", "computed"]),
     ("gpt2_tiny_op17_sliding_window", "gen", ["--opset", "17", "--causal-mask", "computed",
                                               "--sliding-window", "5"]),
+    ("gpt2_tiny_op17_gqa_loss", "gen", ["--opset", "17", "--kv-heads", "2", "--with-loss"]),
     ("gpt2_tiny_op17_external", "gen", ["--opset", "17", "--external-data"]),
     # Real-size graphs without weights, for compile/partition/simulate tests.
     ("gpt2_124M_shapes_only", "gen", ["--preset", "124M", "--shapes-only", "--causal-mask", "computed"]),

@@ -20,6 +20,7 @@ void pipemesh::populateRaisePatterns(RewritePatternSet &patterns) {
   raise::populateRaiseLayerNormPatterns(patterns);
   raise::populateRaiseGeluPatterns(patterns);
   raise::populateRaiseAttentionPatterns(patterns);
+  raise::populateRaiseGroupedAttentionPatterns(patterns);
   raise::populateRaiseMatMulPatterns(patterns);
 }
 

@@ -91,4 +91,80 @@ Value buildTranspose(PatternRewriter &rewriter, Location loc, Value v, ArrayRef<
   return rewriter.create<TransposeOp>(loc, type.clone(*shape), v, composed);
 }
 
+bool movesNoElement(ArrayRef<int64_t> from, ArrayRef<Operation *> chain) {
+  // Each dim is a list of atoms (major first): factors of the source's dims
+  // of size > 1, split further where a reshape cuts one. `order` lists every
+  // atom in the source's row-major order; the chain moves no element iff its
+  // result's dims, read in order, list the atoms in that order.
+  SmallVector<int64_t> atomSize;
+  SmallVector<unsigned> order;
+  SmallVector<SmallVector<unsigned>> dims;
+  for (int64_t n : from) {
+    if (n < 0)
+      return false;
+    dims.emplace_back();
+    if (n > 1) {
+      dims.back().push_back(atomSize.size());
+      order.push_back(atomSize.size());
+      atomSize.push_back(n);
+    }
+  }
+  auto flat = [&] {
+    SmallVector<unsigned> seq;
+    for (auto &d : dims)
+      seq.append(d.begin(), d.end());
+    return seq;
+  };
+  for (Operation *op : chain) {
+    if (auto t = dyn_cast<TransposeOp>(op)) {
+      ArrayRef<int64_t> perm = t.getPerm();
+      if (perm.size() != dims.size())
+        return false;
+      SmallVector<SmallVector<unsigned>> permuted;
+      for (int64_t p : perm)
+        permuted.push_back(dims[p]);
+      dims = std::move(permuted);
+      continue;
+    }
+    auto r = dyn_cast<ReshapeOp>(op);
+    if (!r)
+      return false;
+    SmallVector<unsigned> seq = flat();
+    size_t next = 0;
+    SmallVector<SmallVector<unsigned>> reshaped;
+    for (int64_t n : cast<RankedTensorType>(r.getType()).getShape()) {
+      reshaped.emplace_back();
+      int64_t have = 1;
+      while (have < n) {
+        if (next == seq.size())
+          return false;
+        unsigned atom = seq[next];
+        int64_t size = atomSize[atom];
+        if (n % (have * size) == 0) { // the whole atom fits
+          reshaped.back().push_back(atom);
+          have *= size;
+          ++next;
+          continue;
+        }
+        int64_t major = n / have; // cut the atom: its major part ends this dim
+        if (n % have || size % major)
+          return false;
+        unsigned minor = atomSize.size();
+        atomSize[atom] = major;
+        atomSize.push_back(size / major);
+        order.insert(llvm::find(order, atom) + 1, minor);
+        seq[next] = minor;
+        reshaped.back().push_back(atom);
+        have = n;
+      }
+      if (have != n)
+        return false;
+    }
+    if (next != seq.size())
+      return false;
+    dims = std::move(reshaped);
+  }
+  return flat() == order;
+}
+
 } // namespace pipemesh::raise

@@ -59,7 +59,14 @@ mlir::Value buildTranspose(mlir::PatternRewriter &rewriter, mlir::Location loc, 
                            llvm::ArrayRef<int64_t> perm);
 
 // Pattern sets, one per file.
+/// Whether reshapes and transposes, applied in order to a value of shape
+/// `from`, leave every element where a plain reshape of it would: the chain
+/// moves no element (transposes that only undo one another across reshapes,
+/// as PyTorch 2 writes k^T over merged batch dims).
+bool movesNoElement(llvm::ArrayRef<int64_t> from, llvm::ArrayRef<mlir::Operation *> chain);
+
 void populateRaiseLayerNormPatterns(mlir::RewritePatternSet &patterns);
+void populateRaiseGroupedAttentionPatterns(mlir::RewritePatternSet &patterns);
 void populateRaiseGeluPatterns(mlir::RewritePatternSet &patterns);
 void populateRaiseAttentionPatterns(mlir::RewritePatternSet &patterns);
 void populateRaiseMatMulPatterns(mlir::RewritePatternSet &patterns);

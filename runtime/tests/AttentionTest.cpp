@@ -6,7 +6,9 @@
 //   dP = dO v^T, dv = P^T dO, dS = P * (dP - rowsum(P * dP)),
 //   dq = scale dS k, dk = scale dS^T q (dS times 1 - tanh^2 under a soft cap,
 //   cap(s) = C tanh(s / C)).
-// Sizes above 64 cross the kernel's query/key blocks.
+// Sizes above 64 cross the kernel's query/key blocks. Grouped-query cases
+// (gk, gv query slices per key, value slice) read k[bh / gk] and v[bh / gv],
+// so the reference's dk and dv add up over each group.
 //
 //===----------------------------------------------------------------------===//
 
@@ -27,6 +29,7 @@ struct AttnCase {
   MaskKind mask;
   int64_t window = 0; ///< sliding window (with causal): keys visible to a query
   double softcap = 0;  ///< scores capped to softcap * tanh(s / softcap) when > 0
+  int64_t gk = 1, gv = 1; ///< query slices per key (value) slice
 };
 
 struct AttnData {
@@ -37,8 +40,8 @@ struct AttnData {
 
   explicit AttnData(const AttnCase &cs, uint64_t seed) : c(cs) {
     q = randomVec(c.BH * c.Tq * c.D, seed, -1.5, 1.5);
-    k = randomVec(c.BH * c.Tk * c.D, seed + 1, -1.5, 1.5);
-    v = randomVec(c.BH * c.Tk * c.Dv, seed + 2);
+    k = randomVec(c.BH / c.gk * c.Tk * c.D, seed + 1, -1.5, 1.5);
+    v = randomVec(c.BH / c.gv * c.Tk * c.Dv, seed + 2);
     scale = 1.0 / std::sqrt(double(c.D));
     switch (c.mask) {
     case MaskKind::None:
@@ -72,10 +75,11 @@ Reference naiveAttention(const AttnData &a, const Vec *dO) {
   Reference r;
   r.o.assign(c.BH * c.Tq * c.Dv, 0.0);
   r.dq.assign(c.BH * c.Tq * c.D, 0.0);
-  r.dk.assign(c.BH * c.Tk * c.D, 0.0);
-  r.dv.assign(c.BH * c.Tk * c.Dv, 0.0);
+  r.dk.assign(c.BH / c.gk * c.Tk * c.D, 0.0);
+  r.dv.assign(c.BH / c.gv * c.Tk * c.Dv, 0.0);
   const int64_t off = c.Tk - c.Tq;
   for (int64_t bh = 0; bh < c.BH; ++bh) {
+    const int64_t kh = bh / c.gk, vh = bh / c.gv;
     Vec P(c.Tq * c.Tk, 0.0), dS(c.Tq * c.Tk, 0.0), tanhS(c.Tq * c.Tk, 0.0);
     for (int64_t i = 0; i < c.Tq; ++i) {
       Vec s(c.Tk);
@@ -83,7 +87,7 @@ Reference naiveAttention(const AttnData &a, const Vec *dO) {
       for (int64_t j = 0; j < c.Tk; ++j) {
         double d = 0;
         for (int64_t e = 0; e < c.D; ++e)
-          d += a.q[(bh * c.Tq + i) * c.D + e] * a.k[(bh * c.Tk + j) * c.D + e];
+          d += a.q[(bh * c.Tq + i) * c.D + e] * a.k[(kh * c.Tk + j) * c.D + e];
         s[j] = a.scale * d;
         if (c.softcap > 0) {
           tanhS[i * c.Tk + j] = std::tanh(s[j] / c.softcap);
@@ -108,7 +112,7 @@ Reference naiveAttention(const AttnData &a, const Vec *dO) {
     for (int64_t i = 0; i < c.Tq; ++i)
       for (int64_t j = 0; j < c.Tk; ++j)
         for (int64_t e = 0; e < c.Dv; ++e)
-          r.o[(bh * c.Tq + i) * c.Dv + e] += P[i * c.Tk + j] * a.v[(bh * c.Tk + j) * c.Dv + e];
+          r.o[(bh * c.Tq + i) * c.Dv + e] += P[i * c.Tk + j] * a.v[(vh * c.Tk + j) * c.Dv + e];
     if (!dO)
       continue;
     for (int64_t i = 0; i < c.Tq; ++i) {
@@ -117,7 +121,7 @@ Reference naiveAttention(const AttnData &a, const Vec *dO) {
       for (int64_t j = 0; j < c.Tk; ++j) {
         double d = 0;
         for (int64_t e = 0; e < c.Dv; ++e)
-          d += (*dO)[(bh * c.Tq + i) * c.Dv + e] * a.v[(bh * c.Tk + j) * c.Dv + e];
+          d += (*dO)[(bh * c.Tq + i) * c.Dv + e] * a.v[(vh * c.Tk + j) * c.Dv + e];
         dP[j] = d;
         rowD += P[i * c.Tk + j] * d;
       }
@@ -131,10 +135,10 @@ Reference naiveAttention(const AttnData &a, const Vec *dO) {
       for (int64_t j = 0; j < c.Tk; ++j) {
         const double p = P[i * c.Tk + j], ds = dS[i * c.Tk + j];
         for (int64_t e = 0; e < c.Dv; ++e)
-          r.dv[(bh * c.Tk + j) * c.Dv + e] += p * (*dO)[(bh * c.Tq + i) * c.Dv + e];
+          r.dv[(vh * c.Tk + j) * c.Dv + e] += p * (*dO)[(bh * c.Tq + i) * c.Dv + e];
         for (int64_t e = 0; e < c.D; ++e) {
-          r.dq[(bh * c.Tq + i) * c.D + e] += a.scale * ds * a.k[(bh * c.Tk + j) * c.D + e];
-          r.dk[(bh * c.Tk + j) * c.D + e] += a.scale * ds * a.q[(bh * c.Tq + i) * c.D + e];
+          r.dq[(bh * c.Tq + i) * c.D + e] += a.scale * ds * a.k[(kh * c.Tk + j) * c.D + e];
+          r.dk[(kh * c.Tk + j) * c.D + e] += a.scale * ds * a.q[(bh * c.Tq + i) * c.D + e];
         }
       }
   }
@@ -152,7 +156,7 @@ template <typename T> struct Kernel {
     const AttnCase &c = a.c;
     std::vector<T> o(c.BH * c.Tq * c.Dv, T(std::nan("")));
     attention<T>(q.data(), k.data(), v.data(), maskPtr(), a.mBH, a.mQ, a.mK, o.data(), c.BH, c.Tq,
-                 c.Tk, c.D, c.Dv, T(a.scale), c.causal, c.window, T(c.softcap));
+                 c.Tk, c.D, c.Dv, T(a.scale), c.causal, c.window, T(c.softcap), c.gk, c.gv);
     return o;
   }
   void backward(const std::vector<T> &dO, std::vector<T> &dq, std::vector<T> &dk,
@@ -163,7 +167,7 @@ template <typename T> struct Kernel {
     dv.assign(v.size(), T(std::nan("")));
     attentionGrad<T>(dO.data(), q.data(), k.data(), v.data(), maskPtr(), a.mBH, a.mQ, a.mK,
                      dq.data(), dk.data(), dv.data(), c.BH, c.Tq, c.Tk, c.D, c.Dv, T(a.scale),
-                     c.causal, c.window, T(c.softcap));
+                     c.causal, c.window, T(c.softcap), c.gk, c.gv);
   }
 };
 
@@ -182,6 +186,12 @@ const AttnCase kSmall[] = {
     {2, 4, 4, 3, 2, true, MaskKind::None, 0, 0.5},
     {2, 3, 6, 4, 3, false, MaskKind::Full, 0, 1.0},
     {1, 6, 6, 3, 3, true, MaskKind::KeyPadding, 3, 0.7},
+    // Grouped-query attention: 2 query slices per k and v slice; multi-query
+    // k (one slice for 4) with v in pairs; a group with a window, a cap and a
+    // full mask (indexed by the query slice).
+    {4, 3, 5, 4, 3, true, MaskKind::None, 0, 0, 2, 2},
+    {4, 4, 4, 3, 2, false, MaskKind::Shared, 0, 0, 4, 2},
+    {6, 6, 6, 3, 3, true, MaskKind::Full, 2, 0.6, 3, 3},
 };
 
 const AttnCase kLarge[] = {
@@ -196,6 +206,7 @@ const AttnCase kLarge[] = {
     {2, 70, 200, 8, 5, true, MaskKind::Shared, 64},
     {1, 130, 130, 16, 16, true, MaskKind::Full, 1},
     {2, 100, 140, 8, 8, true, MaskKind::Shared, 50, 0.8}, // a cap and a window, across blocks
+    {8, 70, 130, 8, 5, true, MaskKind::KeyPadding, 0, 0, 4, 4}, // grouped, across blocks
 };
 
 TEST(Attention, ForwardAndBackwardMatchFullMatrix) {
@@ -213,7 +224,8 @@ TEST(Attention, ForwardAndBackwardMatchFullMatrix) {
     const std::string what = "attention Tq=" + std::to_string(c.Tq) + " Tk=" + std::to_string(c.Tk) +
                              (c.causal ? " causal" : "") + " mask " + std::to_string(int(c.mask)) +
                              " window " + std::to_string(c.window) +
-                             " softcap " + std::to_string(c.softcap);
+                             " softcap " + std::to_string(c.softcap) + " groups " +
+                             std::to_string(c.gk) + "/" + std::to_string(c.gv);
     expectClose(o, ref.o, 1e-12, 1e-13, what + " o");
     expectClose(dq, ref.dq, 1e-11, 1e-13, what + " dq");
     expectClose(dk, ref.dk, 1e-11, 1e-13, what + " dk");
@@ -254,7 +266,8 @@ TEST(Attention, Gradients) {
     const std::string what = "attention grad Tq=" + std::to_string(c.Tq) +
                              " Tk=" + std::to_string(c.Tk) + (c.causal ? " causal" : "") +
                              " window " + std::to_string(c.window) +
-                             " softcap " + std::to_string(c.softcap);
+                             " softcap " + std::to_string(c.softcap) + " groups " +
+                             std::to_string(c.gk) + "/" + std::to_string(c.gv);
     expectGradient(a.q, dq, loss, w, what + " dq", 1e-6, 1e-9, checks);
     expectGradient(a.k, dk, loss, w, what + " dk", 1e-6, 1e-9, checks);
     expectGradient(a.v, dv, loss, w, what + " dv", 1e-6, 1e-9, checks);
@@ -284,22 +297,26 @@ TEST(Attention, FloatMatchesDouble) {
 }
 
 TEST(Attention, SameBitsWithAnyThreadCount) {
-  const AttnData a({4, 200, 200, 32, 32, true, MaskKind::KeyPadding}, 900);
-  const Kernel<float> kf(a);
-  const VecF dO = toFloat(randomVec(4 * 200 * 32, 901));
-  auto run = [&](int threads) {
-    const int saved = omp_get_max_threads();
-    omp_set_num_threads(threads);
-    std::vector<VecF> out(4);
-    out[0] = kf.forward();
-    kf.backward(dO, out[1], out[2], out[3]);
-    omp_set_num_threads(saved);
-    return out;
-  };
-  const auto one = run(1), many = run(3);
-  for (size_t i = 0; i < one.size(); ++i)
-    EXPECT_EQ(std::memcmp(one[i].data(), many[i].data(), one[i].size() * sizeof(float)), 0)
-        << "output " << i;
+  // Plain, and grouped (dk and dv summed over 4 and 2 query slices).
+  for (const AttnCase &c : {AttnCase{4, 200, 200, 32, 32, true, MaskKind::KeyPadding},
+                            AttnCase{4, 200, 200, 32, 32, true, MaskKind::KeyPadding, 0, 0, 4, 2}}) {
+    const AttnData a(c, 900);
+    const Kernel<float> kf(a);
+    const VecF dO = toFloat(randomVec(4 * 200 * 32, 901));
+    auto run = [&](int threads) {
+      const int saved = omp_get_max_threads();
+      omp_set_num_threads(threads);
+      std::vector<VecF> out(4);
+      out[0] = kf.forward();
+      kf.backward(dO, out[1], out[2], out[3]);
+      omp_set_num_threads(saved);
+      return out;
+    };
+    const auto one = run(1), many = run(3);
+    for (size_t i = 0; i < one.size(); ++i)
+      EXPECT_EQ(std::memcmp(one[i].data(), many[i].data(), one[i].size() * sizeof(float)), 0)
+          << "output " << i << " groups " << c.gk << "/" << c.gv;
+  }
 }
 
 } // namespace

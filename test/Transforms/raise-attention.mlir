@@ -421,13 +421,12 @@ func.func @more_queries_than_keys(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x2x8xf3
 // -----
 
 // Multi-query attention without repeat_kv: k shared by all heads through a
-// broadcasting matmul is broadcast to q's heads (pmesh.attention wants equal
-// leading dims); v already has them.
+// broadcasting matmul stays one head (grouped-query attention: every query
+// head reads it); v already has q's heads.
 
 // CHECK-LABEL: func.func @broadcast_key
 // CHECK-SAME: (%[[Q:[^:]*]]: tensor<1x2x4x8xf32>, %[[K:[^:]*]]: tensor<1x1x4x8xf32>, %[[V:[^:]*]]: tensor<1x2x4x8xf32>)
-// CHECK-NEXT: %[[KB:.*]] = pmesh.broadcast %[[K]] : tensor<1x1x4x8xf32> -> tensor<1x2x4x8xf32>
-// CHECK-NEXT: %[[O:.*]] = pmesh.attention %[[Q]], %[[KB]], %[[V]] {causal = false, scale = 1.000000e+00 : f32} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+// CHECK-NEXT: %[[O:.*]] = pmesh.attention %[[Q]], %[[K]], %[[V]] {causal = false, scale = 1.000000e+00 : f32} : (tensor<1x2x4x8xf32>, tensor<1x1x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
 // CHECK-NEXT: return %[[O]]
 func.func @broadcast_key(%q: tensor<1x2x4x8xf32>, %k: tensor<1x1x4x8xf32>,
                          %v: tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32> {
@@ -441,13 +440,13 @@ func.func @broadcast_key(%q: tensor<1x2x4x8xf32>, %k: tensor<1x1x4x8xf32>,
 
 // Falcon's multi-query attention as PyTorch 2 exports it: one k head and one
 // v head of [B, 1, T, D], k^T written as reshape, swap, reshape, both
-// broadcast by the matmuls over 2 query heads, a causal additive mask.
+// broadcast by the matmuls over 2 query heads, a causal additive mask: the
+// attention reads the one k and v head (no copies).
 
 // CHECK-LABEL: func.func @falcon_multi_query
 // CHECK-SAME: (%[[Q:[^:]*]]: tensor<1x2x4x8xf32>, %[[K:[^:]*]]: tensor<1x1x4x8xf32>, %[[V:[^:]*]]: tensor<1x1x4x8xf32>)
-// CHECK-DAG: %[[KB:.*]] = pmesh.broadcast %{{.*}} : tensor<1x1x4x8xf32> -> tensor<1x2x4x8xf32>
-// CHECK-DAG: %[[VB:.*]] = pmesh.broadcast %[[V]] : tensor<1x1x4x8xf32> -> tensor<1x2x4x8xf32>
-// CHECK: pmesh.attention %[[Q]], %[[KB]], %[[VB]] {scale = 2.500000e-01 : f32} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+// CHECK-NOT: pmesh.broadcast
+// CHECK: pmesh.attention %[[Q]], %{{.*}}, %[[V]] {scale = 2.500000e-01 : f32} : (tensor<1x2x4x8xf32>, tensor<1x1x4x8xf32>, tensor<1x1x4x8xf32>) -> tensor<1x2x4x8xf32>
 // CHECK-NOT: pmesh.softmax
 func.func @falcon_multi_query(%q: tensor<1x2x4x8xf32>, %k: tensor<1x1x4x8xf32>,
                               %v: tensor<1x1x4x8xf32>) -> tensor<1x2x4x8xf32> {

@@ -498,6 +498,20 @@ std::optional<Tensor> softmax(const Tensor &x, int64_t axis, bool log, std::stri
   return out;
 }
 
+/// Query heads per head of k or v: their leading dims are q's (1), or q's
+/// with the heads (the last) divided by g (grouped-query attention: query
+/// head h reads head h / g); 0 when neither.
+static int64_t headGroup(const Tensor &q, const Tensor &kv) {
+  llvm::ArrayRef<int64_t> qLead = llvm::ArrayRef<int64_t>(q.shape).drop_back(2),
+                          lead = llvm::ArrayRef<int64_t>(kv.shape).drop_back(2);
+  if (lead == qLead)
+    return 1;
+  if (lead.empty() || lead.drop_back() != qLead.drop_back() || lead.back() <= 0 ||
+      qLead.back() % lead.back() != 0)
+    return 0;
+  return qLead.back() / lead.back();
+}
+
 std::optional<Tensor> attention(const Tensor &q, const Tensor &k, const Tensor &v,
                                 const Tensor *mask, double scale, bool causal,
                                 int64_t window, double softcap, std::string &why) {
@@ -507,9 +521,9 @@ std::optional<Tensor> attention(const Tensor &q, const Tensor &k, const Tensor &
     return std::nullopt;
   }
   llvm::ArrayRef<int64_t> lead = llvm::ArrayRef<int64_t>(q.shape).drop_back(2);
-  if (lead != llvm::ArrayRef<int64_t>(k.shape).drop_back(2) ||
-      lead != llvm::ArrayRef<int64_t>(v.shape).drop_back(2)) {
-    why = "attention leading dims differ";
+  const int64_t gk = headGroup(q, k), gv = headGroup(q, v);
+  if (!gk || !gv) {
+    why = "attention leading dims of k and v are neither q's nor q's with fewer heads";
     return std::nullopt;
   }
   int64_t tq = q.shape[r - 2], d = q.shape[r - 1];
@@ -544,7 +558,7 @@ std::optional<Tensor> attention(const Tensor &q, const Tensor &k, const Tensor &
       for (int64_t j = firstVisible; j <= lastVisible && j < tk; ++j) {
         double dot = 0;
         for (int64_t c = 0; c < d; ++c)
-          dot += q.f[(b * tq + i) * d + c] * k.f[(b * tk + j) * d + c];
+          dot += q.f[(b * tq + i) * d + c] * k.f[(b / gk * tk + j) * d + c];
         double s = scale * dot;
         if (softcap > 0) {
           tanhs[j] = std::tanh(s / softcap);
@@ -570,7 +584,7 @@ std::optional<Tensor> attention(const Tensor &q, const Tensor &k, const Tensor &
         double acc = 0;
         for (int64_t j = 0; j < tk; ++j)
           if (j >= firstVisible && j <= lastVisible)
-            acc += probs[j] / sum * v.f[(b * tk + j) * dv + c];
+            acc += probs[j] / sum * v.f[(b / gv * tk + j) * dv + c];
         out.f[(b * tq + i) * dv + c] = lastVisible < 0 ? NAN : acc;
       }
     }
@@ -946,9 +960,11 @@ std::optional<std::vector<Tensor>> attentionGrad(const Tensor &dout, const Tenso
   llvm::ArrayRef<int64_t> lead = llvm::ArrayRef<int64_t>(q.shape).drop_back(2);
   int64_t tq = q.shape[r - 2], d = q.shape[r - 1];
   int64_t tk = k.shape[r - 2], dv = v.shape[r - 1];
+  const int64_t gk = headGroup(q, k), gv = headGroup(q, v);
   int64_t batchCount = 1;
   for (int64_t x : lead)
     batchCount *= x;
+  // A grouped head's gradients add up over the query heads that read it.
   Tensor dq = Tensor::zeros(q.elementType, q.shape);
   Tensor dk = Tensor::zeros(k.elementType, k.shape);
   Tensor dV = Tensor::zeros(v.elementType, v.shape);
@@ -968,7 +984,7 @@ std::optional<std::vector<Tensor>> attentionGrad(const Tensor &dout, const Tenso
       for (int64_t j = firstVisible; j <= lastVisible && j < tk; ++j) {
         double dot = 0;
         for (int64_t c = 0; c < d; ++c)
-          dot += q.f[(b * tq + i) * d + c] * k.f[(b * tk + j) * d + c];
+          dot += q.f[(b * tq + i) * d + c] * k.f[(b / gk * tk + j) * d + c];
         double s = scale * dot;
         if (softcap > 0) {
           tanhs[j] = std::tanh(s / softcap);
@@ -996,8 +1012,8 @@ std::optional<std::vector<Tensor>> attentionGrad(const Tensor &dout, const Tenso
         double dp = 0;
         for (int64_t c = 0; c < dv; ++c) {
           double g = dout.f[(b * tq + i) * dv + c];
-          dp += g * v.f[(b * tk + j) * dv + c];
-          dV.f[(b * tk + j) * dv + c] += probs[j] * g;
+          dp += g * v.f[(b / gv * tk + j) * dv + c];
+          dV.f[(b / gv * tk + j) * dv + c] += probs[j] * g;
         }
         dprobs[j] = dp;
         rowDot += probs[j] * dp;
@@ -1008,8 +1024,8 @@ std::optional<std::vector<Tensor>> attentionGrad(const Tensor &dout, const Tenso
         if (softcap > 0) // through softcap * tanh(s / softcap)
           ds *= 1.0 - tanhs[j] * tanhs[j];
         for (int64_t c = 0; c < d; ++c) {
-          dq.f[(b * tq + i) * d + c] += scale * ds * k.f[(b * tk + j) * d + c];
-          dk.f[(b * tk + j) * d + c] += scale * ds * q.f[(b * tq + i) * d + c];
+          dq.f[(b * tq + i) * d + c] += scale * ds * k.f[(b / gk * tk + j) * d + c];
+          dk.f[(b / gk * tk + j) * d + c] += scale * ds * q.f[(b * tq + i) * d + c];
         }
       }
     }

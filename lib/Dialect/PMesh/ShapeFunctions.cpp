@@ -247,6 +247,17 @@ OptShape slice(llvm::ArrayRef<int64_t> in, llvm::ArrayRef<int64_t> starts,
   return out;
 }
 
+int64_t attentionHeadGroup(llvm::ArrayRef<int64_t> q, llvm::ArrayRef<int64_t> kv) {
+  if (q.size() < 2 || kv.size() != q.size())
+    return 0;
+  llvm::ArrayRef<int64_t> qLead = q.drop_back(2), lead = kv.drop_back(2);
+  if (lead == qLead)
+    return 1;
+  if (lead.drop_back() != qLead.drop_back() || lead.back() <= 0 || qLead.back() % lead.back())
+    return 0;
+  return qLead.back() / lead.back();
+}
+
 OptShape attention(llvm::ArrayRef<int64_t> q, llvm::ArrayRef<int64_t> k, llvm::ArrayRef<int64_t> v,
                    std::optional<llvm::ArrayRef<int64_t>> mask, std::string &why) {
   if (q.size() < 2 || q.size() != k.size() || q.size() != v.size()) {
@@ -254,8 +265,10 @@ OptShape attention(llvm::ArrayRef<int64_t> q, llvm::ArrayRef<int64_t> k, llvm::A
     return std::nullopt;
   }
   size_t r = q.size();
-  if (q.drop_back(2) != k.drop_back(2) || q.drop_back(2) != v.drop_back(2)) {
-    why = "attention leading dims differ: " + str(q) + ", " + str(k) + ", " + str(v);
+  if (!attentionHeadGroup(q, k) || !attentionHeadGroup(q, v)) {
+    why = "attention leading dims of k and v must be q's, or q's with the last (the heads) "
+          "divided by a group size: " +
+          str(q) + ", " + str(k) + ", " + str(v);
     return std::nullopt;
   }
   if (q[r - 1] != k[r - 1]) {

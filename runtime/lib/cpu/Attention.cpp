@@ -27,6 +27,12 @@
 //
 // The products run on the calling OpenMP thread (gemmOnThisThread).
 //
+// Grouped-query attention: query slice bh reads key slice bh / gk and value
+// slice bh / gv (Llama's repeat_kv without the copies). The backward then
+// gives each query slice its own partial dk (dv) in a scratch buffer and
+// sums a group's partials in slice order afterwards: every query slice
+// still runs as its own task, and the sums do not depend on the threads.
+//
 //===----------------------------------------------------------------------===//
 
 #include "KernelUtil.h"
@@ -52,6 +58,10 @@ template <typename T> struct Problem {
   bool causal;
   int64_t window; ///< causal only: keys visible to a query, 0 for all before it
   T softcap;      ///< scores capped to softcap * tanh(s / softcap) when > 0
+  int64_t groupK, groupV; ///< query slices per key (value) slice
+
+  const T *keys(int64_t bh) const { return k + bh / groupK * Tk * D; }
+  const T *values(int64_t bh) const { return v + bh / groupV * Tk * Dv; }
 
   int64_t offset() const { return Tk - Tq; }
   /// One past the last key that query i may see.
@@ -71,7 +81,7 @@ template <typename T> struct Problem {
               T *tanhOut = nullptr) const {
     const int64_t nk = j1 - j0;
     gemmOnThisThread<T>(false, true, nq, nk, D, scale, q + (bh * Tq + i0) * D, D,
-                        k + (bh * Tk + j0) * D, D, T(0), S, ldS);
+                        keys(bh) + j0 * D, D, T(0), S, ldS);
     for (int64_t r = 0; r < nq; ++r) {
       T *s = S + r * ldS;
       if (softcap > T(0)) {
@@ -141,14 +151,32 @@ void softmaxBackRow(double *s, double *dp, int64_t n) { softmaxBackRowImpl(s, dp
 /// dst[0..n) = 0.
 template <typename T> void zero(T *dst, int64_t n) { std::fill(dst, dst + n, T(0)); }
 
+/// dst[s] = sum over r < group of partial[s * group + r] (in r order), for
+/// the `slices` slices of `n` elements each.
+template <typename T>
+void sumGroups(const T *partial, T *dst, int64_t slices, int64_t group, int64_t n) {
+#pragma omp parallel for if (slices * group * n > kParallelGrain)
+  for (int64_t s = 0; s < slices; ++s) {
+    T *out = dst + s * n;
+    const T *first = partial + s * group * n;
+    std::copy(first, first + n, out);
+    for (int64_t r = 1; r < group; ++r) {
+      const T *part = first + r * n;
+      for (int64_t e = 0; e < n; ++e)
+        out[e] += part[e];
+    }
+  }
+}
+
 } // namespace
 
 template <typename T>
 void attention(const T *q, const T *k, const T *v, const T *mask, int64_t maskStrideBH,
                int64_t maskStrideQ, int64_t maskStrideK, T *o, int64_t BH, int64_t Tq, int64_t Tk,
-               int64_t D, int64_t Dv, T scale, bool causal, int64_t window, T softcap) {
-  const Problem<T> P{q, k, v, mask, maskStrideBH, maskStrideQ, maskStrideK,
-                     Tq, Tk, D, Dv, scale, causal, window, softcap};
+               int64_t D, int64_t Dv, T scale, bool causal, int64_t window, T softcap,
+               int64_t groupK, int64_t groupV) {
+  const Problem<T> P{q, k, v, mask, maskStrideBH, maskStrideQ, maskStrideK, Tq, Tk, D, Dv,
+                     scale, causal, window, softcap, groupK, groupV};
   const int64_t Bq = std::max<int64_t>(std::min(kBlockQ, Tq), 1);
   const int64_t qBlocks = (Tq + Bq - 1) / Bq;
 #pragma omp parallel if (BH * Tq * Tk * (D + Dv) > kParallelGrain)
@@ -169,7 +197,7 @@ void attention(const T *q, const T *k, const T *v, const T *mask, int64_t maskSt
       for (int64_t r = 0; r < nq; ++r)
         inv[r] = expRow(S.data() + r * nk, nk);
       gemmOnThisThread<T>(false, false, nq, Dv, nk, T(1), S.data(), nk,
-                          v + (bh * Tk + kBegin) * Dv, Dv, T(0), oBlk, Dv);
+                          P.values(bh) + kBegin * Dv, Dv, T(0), oBlk, Dv);
       for (int64_t r = 0; r < nq; ++r) {
         T *out = oBlk + r * Dv;
         const T f = inv[r];
@@ -184,19 +212,22 @@ template <typename T>
 void attentionGrad(const T *dO, const T *q, const T *k, const T *v, const T *mask,
                    int64_t maskStrideBH, int64_t maskStrideQ, int64_t maskStrideK, T *dq, T *dk,
                    T *dv, int64_t BH, int64_t Tq, int64_t Tk, int64_t D, int64_t Dv, T scale,
-                   bool causal, int64_t window, T softcap) {
-  const Problem<T> P{q, k, v, mask, maskStrideBH, maskStrideQ, maskStrideK,
-                     Tq, Tk, D, Dv, scale, causal, window, softcap};
+                   bool causal, int64_t window, T softcap, int64_t groupK, int64_t groupV) {
+  const Problem<T> P{q, k, v, mask, maskStrideBH, maskStrideQ, maskStrideK, Tq, Tk, D, Dv,
+                     scale, causal, window, softcap, groupK, groupV};
   const int64_t Bq = std::max<int64_t>(std::min(kBlockQ, Tq), 1);
+  // A grouped dk (dv) is first one partial per query slice.
+  std::vector<T> dkPartial(groupK > 1 ? BH * Tk * D : 0), dvPartial(groupV > 1 ? BH * Tk * Dv : 0);
+  T *dkSlices = groupK > 1 ? dkPartial.data() : dk, *dvSlices = groupV > 1 ? dvPartial.data() : dv;
 #pragma omp parallel if (BH > 1 && BH * Tq * Tk * (D + Dv) > kParallelGrain)
   {
     std::vector<T> S(Bq * std::max<int64_t>(Tk, 1)), dP(Bq * std::max<int64_t>(Tk, 1));
     std::vector<T> tanhS(softcap > T(0) ? Bq * std::max<int64_t>(Tk, 1) : 0);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bh = 0; bh < BH; ++bh) {
-      const T *qB = q + bh * Tq * D, *kB = k + bh * Tk * D, *vB = v + bh * Tk * Dv;
+      const T *qB = q + bh * Tq * D, *kB = P.keys(bh), *vB = P.values(bh);
       const T *dOB = dO + bh * Tq * Dv;
-      T *dqB = dq + bh * Tq * D, *dkB = dk + bh * Tk * D, *dvB = dv + bh * Tk * Dv;
+      T *dqB = dq + bh * Tq * D, *dkB = dkSlices + bh * Tk * D, *dvB = dvSlices + bh * Tk * Dv;
       // Keys [0, touched) of dk, dv hold a partial sum (or zero): a window
       // hides the first keys from every query when Tq < Tk.
       int64_t touched = P.keyBegin(0);
@@ -242,15 +273,19 @@ void attentionGrad(const T *dO, const T *q, const T *k, const T *v, const T *mas
       zero(dvB + touched * Dv, (Tk - touched) * Dv);
     }
   }
+  if (groupK > 1)
+    sumGroups(dkSlices, dk, BH / groupK, groupK, Tk * D);
+  if (groupV > 1)
+    sumGroups(dvSlices, dv, BH / groupV, groupV, Tk * Dv);
 }
 
 #define PIPEMESH_INSTANTIATE(T)                                                                    \
   template void attention<T>(const T *, const T *, const T *, const T *, int64_t, int64_t,        \
                              int64_t, T *, int64_t, int64_t, int64_t, int64_t, int64_t, T, bool,  \
-                             int64_t, T);                                                         \
+                             int64_t, T, int64_t, int64_t);                                       \
   template void attentionGrad<T>(const T *, const T *, const T *, const T *, const T *, int64_t,  \
                                  int64_t, int64_t, T *, T *, T *, int64_t, int64_t, int64_t,       \
-                                 int64_t, int64_t, T, bool, int64_t, T);
+                                 int64_t, int64_t, T, bool, int64_t, T, int64_t, int64_t);
 PIPEMESH_INSTANTIATE(float)
 PIPEMESH_INSTANTIATE(double)
 #undef PIPEMESH_INSTANTIATE

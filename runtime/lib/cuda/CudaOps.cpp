@@ -602,6 +602,65 @@ FlashSaved savedSlot(CudaBackend &b, size_t from, size_t to, int64_t BH, int64_t
   return saved;
 }
 
+/// Grouped-query attention on the GPU. The kernels read one k and one v head
+/// per query head, so a grouped k (v) is copied out to q's heads in scratch
+/// for the call (the activation the plan stores stays grouped), and a
+/// grouped dk (dv) is computed there and summed over its group into the
+/// result. Scratch: [k copy][v copy] (forward), [k][v][dk][dv] (backward),
+/// then the kernels' own scratch; each part 0 bytes when not grouped.
+struct HeadGroups {
+  size_t kBytes = 0, vBytes = 0; ///< one grouped operand's copy at q's heads
+  std::optional<Strided> expandK, expandV, keptK, redK, keptV, redV;
+
+  size_t prefix(bool grad) const { return (kBytes + vBytes) * (grad ? 2 : 1); }
+};
+
+/// The copy out to q's heads and the sum back of one operand of `slices`
+/// heads of `row` elements each, `group` query heads per head.
+void planGroup(int64_t BH, int64_t slices, int64_t row, size_t &bytes,
+               std::optional<Strided> &expand, std::optional<Strided> &kept,
+               std::optional<Strided> &red) {
+  const int64_t group = slices > 0 ? BH / slices : 1;
+  if (group <= 1)
+    return;
+  bytes = ((size_t)(BH * row) * sizeof(float) + 255) / 256 * 256;
+  expand = makeStrided({slices, group, row}, {{group * row, row, 1}, {row, 0, 1}});
+  kept = makeStrided({slices, row}, {{group * row, 1}});
+  red = makeStrided({group}, {{row}});
+}
+
+HeadGroups headGroups(const AttnDims &s, const TensorRef &k, const TensorRef &v) {
+  HeadGroups g;
+  const size_t r = k.shape.size();
+  planGroup(s.BH, ops::product(k.shape, 0, r - 2), s.Tk * s.D, g.kBytes, g.expandK, g.keptK,
+            g.redK);
+  planGroup(s.BH, ops::product(v.shape, 0, r - 2), s.Tk * s.Dv, g.vBytes, g.expandV, g.keptV,
+            g.redV);
+  return g;
+}
+
+/// Whether every copy and sum of `g` has a kernel launch shape.
+bool groupsOnDevice(const HeadGroups &g) {
+  return (!g.kBytes || (g.expandK && g.keptK && g.redK)) &&
+         (!g.vBytes || (g.expandV && g.keptV && g.redV));
+}
+
+/// k and v at q's heads: the operands themselves, or their copies in scratch.
+std::pair<const float *, const float *> expandedKV(cudaStream_t st, const HeadGroups &g,
+                                                   const TensorRef &k, const TensorRef &v,
+                                                   char *scratch) {
+  const float *kk = k.as<float>(), *vv = v.as<float>();
+  if (g.kBytes) {
+    copyStrided(st, *g.expandK, sizeof(float), k.data, scratch);
+    kk = reinterpret_cast<const float *>(scratch);
+  }
+  if (g.vBytes) {
+    copyStrided(st, *g.expandV, sizeof(float), v.data, scratch + g.kBytes);
+    vv = reinterpret_cast<const float *>(scratch + g.kBytes);
+  }
+  return {kk, vv};
+}
+
 /// Whether the GPU kernels compute this attention (or attention_grad): head
 /// dims they tile, and neither a sliding window nor a soft cap, which they do
 /// not have yet (the host's kernel runs those).
@@ -618,30 +677,36 @@ Thunk bindAttention(OpContext &c, CudaBackend &b) {
   if (c.numIn() == 4)
     m = c.in(3);
   auto mv = maskView(m ? &*m : nullptr, s);
-  if (!mv || !attentionOnDevice(c, s))
+  const HeadGroups hg = headGroups(s, k, v);
+  if (!mv || !attentionOnDevice(c, s) || !groupsOnDevice(hg))
     return bindOnHost(c, b);
   float scale = (float)c.f64("scale");
   bool causal = c.boolean("causal", true);
   CudaBackend *bp = &b;
   MaskView mask = *mv;
+  const size_t pre = hg.prefix(false);
+  b.reserveScratch(pre);
   if (b.bf16() && flashAttentionSupported(s.D, s.Dv, mask)) {
     const FlashOptions fo = b.flash;
     if (fo.staged)
-      b.reserveScratch(flashAttentionScratchBytes(s.BH, s.Tq, s.Tk));
+      b.reserveScratch(pre + flashAttentionScratchBytes(s.BH, s.Tq, s.Tk));
     FlashSaved saved;
     if (const Instruction *g = pairedGrad(c, b)) {
       saved = savedSlot(b, c.inst.index, g->index, s.BH, s.Tq);
       b.attentionSaved[g->index] = saved;
       ++b.fusions["attention statistics kept for the backward"];
     }
-    return [bp, q, k, v, o, s, scale, causal, fo, saved] {
-      flashAttention(bp->compute, q.as<float>(), k.as<float>(), v.as<float>(), o.as<float>(), s.BH,
-                     s.Tq, s.Tk, scale, causal, bp->scratch(), fo, saved);
+    return [bp, q, k, v, o, s, scale, causal, fo, saved, hg, pre] {
+      char *scratch = static_cast<char *>(bp->scratch());
+      auto [kk, vv] = expandedKV(bp->compute, hg, k, v, scratch);
+      flashAttention(bp->compute, q.as<float>(), kk, vv, o.as<float>(), s.BH, s.Tq, s.Tk, scale,
+                     causal, scratch + pre, fo, saved);
     };
   }
-  return [bp, q, k, v, o, s, mask, scale, causal] {
-    attention(bp->compute, q.as<float>(), k.as<float>(), v.as<float>(), mask, o.as<float>(), s.BH,
-              s.Tq, s.Tk, s.D, s.Dv, scale, causal);
+  return [bp, q, k, v, o, s, mask, scale, causal, hg] {
+    auto [kk, vv] = expandedKV(bp->compute, hg, k, v, static_cast<char *>(bp->scratch()));
+    attention(bp->compute, q.as<float>(), kk, vv, mask, o.as<float>(), s.BH, s.Tq, s.Tk, s.D, s.Dv,
+              scale, causal);
   };
 }
 
@@ -654,29 +719,46 @@ Thunk bindAttentionGrad(OpContext &c, CudaBackend &b) {
   if (c.numIn() == 5)
     m = c.in(4);
   auto mv = maskView(m ? &*m : nullptr, s);
-  if (!mv || !attentionOnDevice(c, s))
+  const HeadGroups hg = headGroups(s, k, v);
+  if (!mv || !attentionOnDevice(c, s) || !groupsOnDevice(hg))
     return bindOnHost(c, b);
   float scale = (float)c.f64("scale");
   bool causal = c.boolean("causal", true);
-  b.reserveScratch(attentionGradScratchBytes(s.BH, s.Tq));
+  const size_t pre = hg.prefix(true);
+  b.reserveScratch(pre + attentionGradScratchBytes(s.BH, s.Tq));
+  if (hg.kBytes)
+    b.reserveScratch(pre + reduceScratchBytes(*hg.keptK, *hg.redK));
+  if (hg.vBytes)
+    b.reserveScratch(pre + reduceScratchBytes(*hg.keptV, *hg.redV));
   CudaBackend *bp = &b;
   MaskView mask = *mv;
-  if (b.bf16() && flashAttentionSupported(s.D, s.Dv, mask)) {
-    const FlashOptions fo = b.flash;
+  const bool flash = b.bf16() && flashAttentionSupported(s.D, s.Dv, mask);
+  const FlashOptions fo = b.flash;
+  FlashSaved saved;
+  if (flash) {
     if (fo.staged)
-      b.reserveScratch(flashAttentionGradScratchBytes(s.BH, s.Tq, s.Tk));
+      b.reserveScratch(pre + flashAttentionGradScratchBytes(s.BH, s.Tq, s.Tk));
     auto kept = b.attentionSaved.find(c.inst.index);
-    const FlashSaved saved = kept != b.attentionSaved.end() ? kept->second : FlashSaved{};
-    return [bp, dO, q, k, v, dq, dk, dv, s, scale, causal, fo, saved] {
-      flashAttentionGrad(bp->compute, dO.as<float>(), q.as<float>(), k.as<float>(), v.as<float>(),
-                         dq.as<float>(), dk.as<float>(), dv.as<float>(), s.BH, s.Tq, s.Tk, scale,
-                         causal, bp->scratch(), fo, saved);
-    };
+    if (kept != b.attentionSaved.end())
+      saved = kept->second;
   }
-  return [bp, dO, q, k, v, dq, dk, dv, s, mask, scale, causal] {
-    attentionGrad(bp->compute, dO.as<float>(), q.as<float>(), k.as<float>(), v.as<float>(), mask,
-                  dq.as<float>(), dk.as<float>(), dv.as<float>(), s.BH, s.Tq, s.Tk, s.D, s.Dv,
-                  scale, causal, bp->scratch());
+  return [bp, dO, q, k, v, dq, dk, dv, s, mask, scale, causal, flash, fo, saved, hg, pre] {
+    char *scratch = static_cast<char *>(bp->scratch());
+    auto [kk, vv] = expandedKV(bp->compute, hg, k, v, scratch);
+    // A grouped gradient is computed at q's heads after the copies, then summed.
+    char *grads = scratch + hg.kBytes + hg.vBytes;
+    float *dkk = hg.kBytes ? reinterpret_cast<float *>(grads) : dk.as<float>();
+    float *dvv = hg.vBytes ? reinterpret_cast<float *>(grads + hg.kBytes) : dv.as<float>();
+    if (flash)
+      flashAttentionGrad(bp->compute, dO.as<float>(), q.as<float>(), kk, vv, dq.as<float>(), dkk,
+                         dvv, s.BH, s.Tq, s.Tk, scale, causal, scratch + pre, fo, saved);
+    else
+      attentionGrad(bp->compute, dO.as<float>(), q.as<float>(), kk, vv, mask, dq.as<float>(), dkk,
+                    dvv, s.BH, s.Tq, s.Tk, s.D, s.Dv, scale, causal, scratch + pre);
+    if (hg.kBytes)
+      reduceF32(bp->compute, dkk, *hg.keptK, *hg.redK, false, dk.as<float>(), scratch + pre);
+    if (hg.vBytes)
+      reduceF32(bp->compute, dvv, *hg.keptV, *hg.redV, false, dv.as<float>(), scratch + pre);
   };
 }
 

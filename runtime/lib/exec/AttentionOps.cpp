@@ -1,7 +1,9 @@
 //===- AttentionOps.cpp - attention and attention_grad ----------------------===//
 //
 // q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv]: the leading dims flatten
-// to BH. The additive mask broadcasts to [..., Tq, Tk]; the kernel takes it
+// to BH. Grouped-query attention: k's (v's) leading dims may be q's with the
+// last one (the heads) divided by a group size g; query head h then reads
+// key head h / g, as Llama's repeat_kv would have copied it. The additive mask broadcasts to [..., Tq, Tk]; the kernel takes it
 // through three strides (BH, query, key). When the mask's leading dims
 // broadcast in a way one BH stride cannot express (e.g. [B, 1, Tq, Tk]
 // against [B, H, ...]) it is expanded over the leading dims into a scratch
@@ -13,6 +15,7 @@
 
 #include "pipemesh/runtime/CpuKernels.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 
@@ -22,7 +25,20 @@ namespace {
 struct AttnShape {
   int64_t BH, Tq, Tk, D, Dv;
   Dims lead;
+  int64_t groupK = 1, groupV = 1; ///< query slices per key (value) slice
 };
+
+/// Query slices per slice of an operand with leading dims `lead`: 1 when they
+/// are q's, g when they are q's with the last divided by g; 0 otherwise.
+int64_t headGroup(const Dims &lead, const Dims &qLead) {
+  if (lead == qLead)
+    return 1;
+  if (lead.empty() || lead.size() != qLead.size() ||
+      !std::equal(lead.begin(), lead.end() - 1, qLead.begin()) || lead.back() <= 0 ||
+      qLead.back() % lead.back() != 0)
+    return 0;
+  return qLead.back() / lead.back();
+}
 
 AttnShape attnShape(OpContext &c, const TensorRef &q, const TensorRef &k, const TensorRef &v) {
   if (q.rank() < 2 || k.rank() != q.rank() || v.rank() != q.rank())
@@ -35,11 +51,11 @@ AttnShape attnShape(OpContext &c, const TensorRef &q, const TensorRef &k, const 
   s.D = q.shape[r - 1];
   s.Tk = k.shape[r - 2];
   s.Dv = v.shape[r - 1];
-  if (Dims(k.shape.begin(), k.shape.end() - 2) != s.lead ||
-      Dims(v.shape.begin(), v.shape.end() - 2) != s.lead || k.shape[r - 1] != s.D ||
-      v.shape[r - 2] != s.Tk)
+  s.groupK = headGroup(Dims(k.shape.begin(), k.shape.end() - 2), s.lead);
+  s.groupV = headGroup(Dims(v.shape.begin(), v.shape.end() - 2), s.lead);
+  if (!s.groupK || !s.groupV || k.shape[r - 1] != s.D || v.shape[r - 2] != s.Tk)
     c.error("q ", shapeStr(q.shape), ", k ", shapeStr(k.shape), " and v ", shapeStr(v.shape),
-            " do not fit [..., Tq, D], [..., Tk, D], [..., Tk, Dv]");
+            " do not fit [..., H, Tq, D], [..., H / g, Tk, D], [..., H / g', Tk, Dv]");
   s.BH = ops::product(s.lead, 0, s.lead.size());
   return s;
 }
@@ -142,7 +158,7 @@ Thunk bindAttention(OpContext &c) {
     const float *mask = mp.prepare();
     cpu::attention<float>(q.as<float>(), k.as<float>(), v.as<float>(), mask, mp.sBH, mp.sQ, mp.sK,
                           o.as<float>(), s.BH, s.Tq, s.Tk, s.D, s.Dv, scale, causal, window,
-                          softcap);
+                          softcap, s.groupK, s.groupV);
   };
 }
 
@@ -177,7 +193,8 @@ Thunk bindAttentionGrad(OpContext &c) {
     const float *mask = mp.prepare();
     cpu::attentionGrad<float>(dO.as<float>(), q.as<float>(), k.as<float>(), v.as<float>(), mask,
                               mp.sBH, mp.sQ, mp.sK, dq.as<float>(), dk.as<float>(), dv.as<float>(),
-                              s.BH, s.Tq, s.Tk, s.D, s.Dv, scale, causal, window, softcap);
+                              s.BH, s.Tq, s.Tk, s.D, s.Dv, scale, causal, window, softcap,
+                              s.groupK, s.groupV);
   };
 }
 

@@ -10,7 +10,9 @@ PIPEMESH_OPT is set, else make_test_plan.py's hand-made tiny model) trains
   - bf16 without the runtime's fusions within 1e-4, and with the attention's operands
     staged in 128-row blocks instead of cast per tile: bit-identical;
 and the same for a GPT with an odd vocabulary and heads of 64 (the bf16 mode's padded
-GEMMs and tensor-core attention).
+GEMMs and tensor-core attention); and a Llama with grouped-query attention (4 query
+heads, 2 key/value heads: the CUDA binder copies k and v out to the query heads and
+sums dk and dv back), fp32 within 1e-4 and bf16 within 2e-2 of the CPU run.
 Without a CUDA device (or without the CUDA backend in the build) it prints
 why and exits 77: ctest reports it as skipped, never as passed.
 """
@@ -34,7 +36,9 @@ OPT = os.environ.get("PIPEMESH_OPT")
 # The same plan compiled elsewhere, for GPU machines without the compiler (bench/gpu_bundle.sh).
 PLAN = os.environ.get("PIPEMESH_CUDA_TEST_PLAN")
 ODD_PLAN = os.environ.get("PIPEMESH_CUDA_TEST_PLAN_ODD")
+GQA_PLAN = os.environ.get("PIPEMESH_CUDA_TEST_PLAN_GQA")
 MODEL = os.path.join(REPO, "models", "fixtures", "torch_gpt2_tiny_op17_dyn_fold.onnx")
+GQA_MODEL = os.path.join(REPO, "models", "fixtures", "hf_llama_dynamo.onnx")
 STEPS = 10
 
 
@@ -82,6 +86,17 @@ def make_odd_plan(d):
     run_or_exit([sys.executable, gen, "--preset", "tiny", "--embd", "128", "--heads", "2",
                  "--vocab", "251", "--external-data", "-o", onnx_path])
     run_or_exit([OPT, onnx_path, "--pipemesh-compile=batch=4 seq=64 microbatches=2", "-o", path])
+    return path
+
+
+def make_gqa_plan(d):
+    """transformers' Llama (2 key/value heads for 4 query heads) as PyTorch 2 exports it."""
+    if GQA_PLAN:
+        return GQA_PLAN
+    if not OPT or not os.path.exists(GQA_MODEL):
+        return None
+    path = os.path.join(d, "gqa.plan")
+    run_or_exit([OPT, GQA_MODEL, "--pipemesh-compile=batch=4 seq=32 microbatches=2", "-o", path])
     return path
 
 
@@ -165,6 +180,23 @@ def main():
             compare_variants(d, odd, "odd", ob, failures)
         else:
             print("no plan with an odd vocabulary (needs PIPEMESH_OPT or PIPEMESH_CUDA_TEST_PLAN_ODD)")
+        gqa = make_gqa_plan(d)
+        if gqa:
+            qc = train(d, gqa, "gqa-cpu")
+            qf = train(d, gqa, "gqa-cuda-fp32", "--backend", "cuda")
+            qb = train(d, gqa, "gqa-cuda-bf16", "--backend", "cuda", "--precision", "bf16")
+            print(f"grouped-query Llama: last step cpu {qc[-1]['loss']:.6f}, "
+                  f"cuda fp32 {qf[-1]['loss']:.6f}, cuda bf16 {qb[-1]['loss']:.6f}")
+            for s in range(STEPS):
+                if rel(qf[s]["loss"], qc[s]["loss"]) > 1e-4:
+                    failures.append(f"gqa step {s}: fp32 loss {qf[s]['loss']} vs cpu {qc[s]['loss']}")
+                if rel(qf[s]["grad_norm"], qc[s]["grad_norm"]) > 1e-3:
+                    failures.append(f"gqa step {s}: fp32 grad_norm {qf[s]['grad_norm']} vs cpu "
+                                    f"{qc[s]['grad_norm']}")
+                if rel(qb[s]["loss"], qc[s]["loss"]) > 2e-2:
+                    failures.append(f"gqa step {s}: bf16 loss {qb[s]['loss']} vs cpu {qc[s]['loss']}")
+        else:
+            print("no grouped-query plan (needs PIPEMESH_OPT or PIPEMESH_CUDA_TEST_PLAN_GQA)")
         # Every op the hand-made plans use (the "zoo": comparisons, where,
         # softmax, masks, ... some of them through the host fallback).
         zoo = os.path.join(d, "zoo.plan")
@@ -187,10 +219,10 @@ def main():
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--write-plans"]:
-        # bench/gpu_bundle.sh: both plans compiled here for a GPU machine without the
-        # compiler (DIR/gpt.plan, DIR/odd.plan; PIPEMESH_OPT must be set).
+        # bench/gpu_bundle.sh: the plans compiled here for a GPU machine without the
+        # compiler (DIR/gpt.plan, DIR/odd.plan, DIR/gqa.plan; PIPEMESH_OPT must be set).
         if not OPT or len(sys.argv) != 3:
             sys.exit("usage: PIPEMESH_OPT=... test_cuda_training.py --write-plans DIR")
-        print(make_plan(sys.argv[2])[0], make_odd_plan(sys.argv[2]))
+        print(make_plan(sys.argv[2])[0], make_odd_plan(sys.argv[2]), make_gqa_plan(sys.argv[2]))
         sys.exit(0)
     sys.exit(main())

@@ -461,8 +461,26 @@ func.func @attention_rank_1(%q: tensor<16xf32>) {
 // -----
 
 func.func @attention_leading_dims(%q: tensor<2x8x16xf32>, %k: tensor<3x8x16xf32>) {
-  // expected-error @+1 {{'pmesh.attention' op attention leading dims differ: 2x8x16, 3x8x16, 3x8x16}}
+  // expected-error @+1 {{'pmesh.attention' op attention leading dims of k and v must be q's, or q's with the last (the heads) divided by a group size: 2x8x16, 3x8x16, 3x8x16}}
   %0 = pmesh.attention %q, %k, %k {scale = 1.0 : f32} : (tensor<2x8x16xf32>, tensor<3x8x16xf32>, tensor<3x8x16xf32>) -> tensor<2x8x16xf32>
+  return
+}
+
+// -----
+
+// Grouped heads share q's batch: only the last leading dim may be smaller.
+func.func @attention_grouped_batch(%q: tensor<2x4x8x16xf32>, %k: tensor<1x2x8x16xf32>) {
+  // expected-error @+1 {{'pmesh.attention' op attention leading dims of k and v must be q's, or q's with the last (the heads) divided by a group size: 2x4x8x16, 1x2x8x16, 1x2x8x16}}
+  %0 = pmesh.attention %q, %k, %k {scale = 1.0 : f32} : (tensor<2x4x8x16xf32>, tensor<1x2x8x16xf32>, tensor<1x2x8x16xf32>) -> tensor<2x4x8x16xf32>
+  return
+}
+
+// -----
+
+func.func @attention_grad_grouped_dk(%dout: tensor<2x4x8x16xf32>, %q: tensor<2x4x8x16xf32>,
+                                     %k: tensor<2x2x8x16xf32>) {
+  // expected-error @+1 {{'pmesh.attention_grad' op dq, dk, dv must have the types of q, k, v}}
+  %0:3 = pmesh.attention_grad %dout, %q, %k, %k {scale = 1.0 : f32} : (tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>, tensor<2x2x8x16xf32>) -> (tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>)
   return
 }
 

@@ -197,6 +197,17 @@ func.func @attention(%q: tensor<2x4x8x16xf32>, %k: tensor<2x4x10x16xf32>, %v: te
   return
 }
 
+// Grouped-query attention: k has 2 heads for q's 4, v one (multi-query).
+// CHECK-LABEL: func.func @attention_grouped(
+// CHECK: pmesh.attention %{{.*}}, %{{.*}}, %{{.*}} {scale = 2.500000e-01 : f32} : (tensor<2x4x8x16xf32>, tensor<2x2x10x16xf32>, tensor<2x1x10x32xf32>) -> tensor<2x4x8x32xf32>
+// CHECK: pmesh.attention_grad
+func.func @attention_grouped(%q: tensor<2x4x8x16xf32>, %k: tensor<2x2x10x16xf32>,
+                             %v: tensor<2x1x10x32xf32>) {
+  %0 = pmesh.attention %q, %k, %v {scale = 0.25 : f32} : (tensor<2x4x8x16xf32>, tensor<2x2x10x16xf32>, tensor<2x1x10x32xf32>) -> tensor<2x4x8x32xf32>
+  %1:3 = pmesh.attention_grad %0, %q, %k, %v {scale = 0.25 : f32} : (tensor<2x4x8x32xf32>, tensor<2x4x8x16xf32>, tensor<2x2x10x16xf32>, tensor<2x1x10x32xf32>) -> (tensor<2x4x8x16xf32>, tensor<2x2x10x16xf32>, tensor<2x1x10x32xf32>)
+  return
+}
+
 // CHECK-LABEL: func.func @embedding_and_loss(
 // CHECK-SAME: %[[TABLE:.*]]: tensor<50x8xf32>, %[[IDS:.*]]: tensor<2x4xi64>, %[[IDS32:.*]]: tensor<2x4xi32>, %[[LOGITS:.*]]: tensor<2x4x50xf32>)
 func.func @embedding_and_loss(%table: tensor<50x8xf32>, %ids: tensor<2x4xi64>, %ids32: tensor<2x4xi32>,

@@ -217,8 +217,11 @@ def PMesh_AttentionOp : PMesh_Op<"attention", [Pure, DeclareOpInterfaceMethods<P
   let description = [{
     `softmax(cap(scale * q @ k^T) [+ mask], causal) @ v` over the last two dims:
     q is [..., Tq, D], k is [..., Tk, D], v is [..., Tk, Dv]; the leading dims
-    (batch, heads) must match. `mask` is additive and broadcasts to
-    [..., Tq, Tk]. `causal` hides keys after the query position (aligned to the
+    (batch, heads) of k and v are q's, or q's with the last (the heads)
+    divided by a group size g: grouped-query attention, query head h reads
+    key and value head h / g (Llama's repeat_kv, without the copies; k and v
+    may have different groups). `mask` is additive and broadcasts to
+    [..., Tq, Tk], q's leading dims. `causal` hides keys after the query position (aligned to the
     end, so Tq < Tk attends to the last Tq positions). `window` > 0 (with
     `causal`) is sliding-window attention: the query at key position p sees
     the keys p - window < j <= p only (Mistral, Gemma's and GPT-Neo's local

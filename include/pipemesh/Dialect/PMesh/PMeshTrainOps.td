@@ -52,7 +52,8 @@ def PMesh_AttentionGradOp : PMesh_Op<"attention_grad", [Pure]> {
   let summary = "gradients of attention with respect to q, k and v";
   let description = [{
     Recomputes the attention probabilities from the saved q, k, v (and mask),
-    flash-attention style. The mask receives no gradient.
+    flash-attention style. The mask receives no gradient. Under grouped-query
+    attention, dk and dv sum over the query heads that read each head.
   }];
   let arguments = (ins PMesh_FloatTensor:$dout, PMesh_FloatTensor:$q, PMesh_FloatTensor:$k,
                        PMesh_FloatTensor:$v, Optional<PMesh_FloatTensor>:$mask,

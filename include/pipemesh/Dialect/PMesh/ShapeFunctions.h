@@ -44,6 +44,10 @@ std::optional<llvm::SmallVector<Shape>> split(llvm::ArrayRef<int64_t> in, int64_
 OptShape slice(llvm::ArrayRef<int64_t> in, llvm::ArrayRef<int64_t> starts,
                llvm::ArrayRef<int64_t> limits, llvm::ArrayRef<int64_t> strides,
                std::string &why);
+/// Query heads per head of an attention's k or v: 1 when its leading dims
+/// are q's; g when they are q's with the last (the heads) divided by g
+/// (grouped-query attention: query head h reads head h / g); 0 otherwise.
+int64_t attentionHeadGroup(llvm::ArrayRef<int64_t> q, llvm::ArrayRef<int64_t> kv);
 OptShape attention(llvm::ArrayRef<int64_t> q, llvm::ArrayRef<int64_t> k,
                    llvm::ArrayRef<int64_t> v, std::optional<llvm::ArrayRef<int64_t>> mask,
                    std::string &why);

@@ -121,18 +121,22 @@ void logSoftmaxGrad(const T *dy, const T *y, T *dx, int64_t rows, int64_t cols);
 /// band's keys are computed). Memory is O(Tq*Tk) per
 /// thread at most; nothing of size BH*Tq*Tk is allocated. A query row that sees
 /// no key (all masked with -inf, or causal with Tq > Tk) outputs 0.
+/// Grouped-query attention: k holds BH / groupK slices and v BH / groupV;
+/// query slice bh reads key slice bh / groupK and value slice bh / groupV.
 template <typename T>
 void attention(const T *q, const T *k, const T *v, const T *mask, int64_t maskStrideBH,
                int64_t maskStrideQ, int64_t maskStrideK, T *o, int64_t BH, int64_t Tq, int64_t Tk,
                int64_t D, int64_t Dv, T scale, bool causal, int64_t window = 0,
-               T softcap = T(0));
+               T softcap = T(0), int64_t groupK = 1, int64_t groupV = 1);
 /// Gradients of attention (the mask is not trained). Recomputes the
-/// probabilities; dq, dk, dv are overwritten.
+/// probabilities; dq, dk, dv are overwritten (dk and dv sum over the query
+/// slices of their group).
 template <typename T>
 void attentionGrad(const T *dO, const T *q, const T *k, const T *v, const T *mask,
                    int64_t maskStrideBH, int64_t maskStrideQ, int64_t maskStrideK, T *dq, T *dk,
                    T *dv, int64_t BH, int64_t Tq, int64_t Tk, int64_t D, int64_t Dv, T scale,
-                   bool causal, int64_t window = 0, T softcap = T(0));
+                   bool causal, int64_t window = 0, T softcap = T(0), int64_t groupK = 1,
+                   int64_t groupV = 1);
 
 /// y[i, :] = table[ids[i], :]; ids out of [0, V) is an error (returns false).
 template <typename T>
