@@ -74,18 +74,10 @@ def main():
 
     shard = cpu_model.random_token_shard(os.path.join(WORK, "tokens.bin"), args.vocab)
 
-    times = {name: [] for name in plans}
-    losses = {}
-    for r in range(args.rounds):
-        for name, plan in plans.items():
-            log = os.path.join(WORK, f"{name}.jsonl")
-            subprocess.run([run, plan, "--data", shard, "--steps", str(args.steps),
-                            "--log-json", log], check=True, stdout=subprocess.DEVNULL)
-            rows = [json.loads(line) for line in open(log)]
-            times[name] += [row["ms"] for row in rows[1:]]
-            losses[name] = rows[-1]["loss"]
-            print(f"round {r}: {name:7s} " + " ".join(f"{row['ms']:.1f}" for row in rows) +
-                  " ms", flush=True)
+    runs = cpu_model.alternating_runs({n: (run, p) for n, p in plans.items()}, args.rounds,
+                                      args.steps, WORK, data=shard)
+    times = {name: r["step_ms"] for name, r in runs.items()}
+    losses = {name: r["loss_last"] for name, r in runs.items()}
 
     flops = {name: plan_model_info(plan)["flops_per_step"] for name, plan in plans.items()}
     med = {name: statistics.median(t) for name, t in times.items()}

@@ -12,7 +12,6 @@ save on this backend, not bf16 arithmetic.
 """
 import json
 import os
-import re
 import statistics
 import subprocess
 
@@ -37,20 +36,10 @@ def main():
         plans[name] = os.path.join(work, f"gpt_L6_{tag}.plan")
         subprocess.run([opt, model, f"--pipemesh-compile=batch=4 seq=256 {options}", "-o",
                         plans[name]], check=True)
-        sides[name] = {"options": options, "step_ms": [], "peak_rss_bytes": 0}
-    for _ in range(args.rounds):
-        for name, s in sides.items():
-            log = os.path.join(work, f"bf16_storage_{name.replace('=', '_')}.jsonl")
-            r = subprocess.run(["/usr/bin/time", "-f", "maxrss_kb %M", run, plans[name],
-                                "--steps", str(args.steps), "--log-json", log],
-                               check=True, capture_output=True, text=True)
-            rss = re.search(r"maxrss_kb (\d+)", r.stderr)
-            s["peak_rss_bytes"] = max(s["peak_rss_bytes"], int(rss.group(1)) * 1024)
-            steps = [json.loads(l) for l in open(log) if l.strip()]
-            s["step_ms"] += [e["ms"] for e in steps[1:]]
-            s["loss_last"] = steps[-1]["loss"]
-            m = re.search(r"arena (\d+) bytes(?: \(\+ (\d+) bytes of f32 staging)?", r.stdout)
-            s["arena_bytes"], s["staging_bytes"] = int(m.group(1)), int(m.group(2) or 0)
+    runs = cpu_model.alternating_runs({n: (run, p) for n, p in plans.items()}, args.rounds,
+                                      args.steps, work)
+    for name, options in SIDES.items():
+        sides[name] = {"options": options, **runs[name]}
     base = sides["f32"]
     for s in sides.values():
         s["median_step_ms"] = statistics.median(s["step_ms"])

@@ -2,7 +2,9 @@
 bf16_storage.py): GPT-2 style L=6, C=384, H=6, V=8192, ctx 256, written once by
 models/gen_gpt2.py into bench/out/."""
 import argparse
+import json
 import os
+import re
 import subprocess
 
 import numpy as np
@@ -51,3 +53,28 @@ def random_token_shard(path, vocab, count=200_000, seed=0):
         f.write(header.tobytes())
         f.write(tokens.tobytes())
     return path
+
+
+def alternating_runs(sides, rounds, steps, work, data=None):
+    """Trains every side `steps` steps per run, the sides taking turns for `rounds` rounds
+    (the machine's load drifts; alternating spreads it over both). `sides` maps a name to
+    (pipemesh-run, plan). Returns, by name: step_ms (every run's steps after its first),
+    loss_last, arena_bytes, staging_bytes (bf16 storage's f32 copies) and peak_rss_bytes."""
+    out = {name: {"step_ms": [], "peak_rss_bytes": 0} for name in sides}
+    for r in range(rounds):
+        for name, (run, plan) in sides.items():
+            s = out[name]
+            log = os.path.join(work, re.sub(r"[^\w.-]", "_", name) + ".jsonl")
+            cmd = ["/usr/bin/time", "-f", "maxrss_kb %M", run, plan, "--steps", str(steps),
+                   "--log-json", log] + (["--data", data] if data else [])
+            p = subprocess.run(cmd, check=True, capture_output=True, text=True)
+            rss = re.search(r"maxrss_kb (\d+)", p.stderr)
+            s["peak_rss_bytes"] = max(s["peak_rss_bytes"], int(rss.group(1)) * 1024)
+            rows = [json.loads(line) for line in open(log) if line.strip()]
+            s["step_ms"] += [row["ms"] for row in rows[1:]]
+            s["loss_last"] = rows[-1]["loss"]
+            m = re.search(r"arena (\d+) bytes(?: \(\+ (\d+) bytes of f32 staging)?", p.stdout)
+            s["arena_bytes"], s["staging_bytes"] = int(m.group(1)), int(m.group(2) or 0)
+            print(f"round {r}: {name:8s} " + " ".join(f"{row['ms']:.1f}" for row in rows) +
+                  f" ms, arena {s['arena_bytes'] / 2**20:.1f} MiB", flush=True)
+    return out

@@ -20,7 +20,6 @@ Two measurements, each on both builds:
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -68,19 +67,11 @@ def main():
         plans[name] = os.path.join(WORK, f"cpu_{name}.plan")
         subprocess.run([b["pipemesh-opt"], model, f"--pipemesh-compile=batch={args.batch} "
                         f"seq={args.seq} microbatches=1", "-o", plans[name]], check=True)
-    times, arena, loss = {n: [] for n in builds}, {}, {}
-    for r in range(args.rounds):
-        for name, b in builds.items():
-            log = os.path.join(WORK, f"{name}.jsonl")
-            out = subprocess.run([b["pipemesh-run"], plans[name], "--data", shard, "--steps",
-                                  str(args.steps), "--log-json", log], check=True,
-                                 capture_output=True, text=True).stdout
-            arena[name] = int(re.search(r"arena (\d+) bytes", out).group(1))
-            rows = [json.loads(line) for line in open(log)]
-            times[name] += [row["ms"] for row in rows[1:]]
-            loss[name] = rows[-1]["loss"]
-            print(f"round {r}: {name:8s} " + " ".join(f"{row['ms']:.1f}" for row in rows) +
-                  f" ms, arena {arena[name] / 2**20:.1f} MiB", flush=True)
+    runs = cpu_model.alternating_runs({n: (b["pipemesh-run"], plans[n]) for n, b in builds.items()},
+                                      args.rounds, args.steps, WORK, data=shard)
+    times = {n: r["step_ms"] for n, r in runs.items()}
+    arena = {n: r["arena_bytes"] for n, r in runs.items()}
+    loss = {n: r["loss_last"] for n, r in runs.items()}
     med = {n: statistics.median(t) for n, t in times.items()}
     rel = abs(loss["grouped"] - loss["copied"]) / abs(loss["copied"])
     if rel > 1e-5:

@@ -137,6 +137,26 @@ def compare_variants(d, plan, tag, base, failures):
                             f"{staged[s]['loss']} (must be identical)")
 
 
+def against_cpu(d, plan, tag, what, failures, grad_norm=False):
+    """Trains `plan` on the CPU, in CUDA fp32 and in CUDA bf16: fp32 losses within 1e-4
+    relative of the CPU's (and gradient norms within 1e-3 with `grad_norm`), bf16 within
+    2e-2. Returns the bf16 run's log."""
+    c = train(d, plan, tag + "-cpu")
+    f = train(d, plan, tag + "-cuda-fp32", "--backend", "cuda")
+    b = train(d, plan, tag + "-cuda-bf16", "--backend", "cuda", "--precision", "bf16")
+    print(f"{what}: last step cpu {c[-1]['loss']:.6f}, cuda fp32 {f[-1]['loss']:.6f}, "
+          f"cuda bf16 {b[-1]['loss']:.6f}")
+    for s in range(STEPS):
+        if rel(f[s]["loss"], c[s]["loss"]) > 1e-4:
+            failures.append(f"{tag} step {s}: fp32 loss {f[s]['loss']} vs cpu {c[s]['loss']}")
+        if grad_norm and rel(f[s]["grad_norm"], c[s]["grad_norm"]) > 1e-3:
+            failures.append(f"{tag} step {s}: fp32 grad_norm {f[s]['grad_norm']} vs cpu "
+                            f"{c[s]['grad_norm']}")
+        if rel(b[s]["loss"], c[s]["loss"]) > 2e-2:
+            failures.append(f"{tag} step {s}: bf16 loss {b[s]['loss']} vs cpu {c[s]['loss']}")
+    return b
+
+
 def rel(a, b):
     return abs(a - b) / max(abs(b), 1e-30)
 
@@ -167,34 +187,13 @@ def main():
         compare_variants(d, plan, "gpt", bf16, failures)
         odd = make_odd_plan(d)
         if odd:
-            oc = train(d, odd, "odd-cpu")
-            of = train(d, odd, "odd-cuda-fp32", "--backend", "cuda")
-            ob = train(d, odd, "odd-cuda-bf16", "--backend", "cuda", "--precision", "bf16")
-            print(f"vocabulary 251, heads of 64: last step cpu {oc[-1]['loss']:.6f}, "
-                  f"cuda fp32 {of[-1]['loss']:.6f}, cuda bf16 {ob[-1]['loss']:.6f}")
-            for s in range(STEPS):
-                if rel(of[s]["loss"], oc[s]["loss"]) > 1e-4:
-                    failures.append(f"odd step {s}: fp32 loss {of[s]['loss']} vs cpu {oc[s]['loss']}")
-                if rel(ob[s]["loss"], oc[s]["loss"]) > 2e-2:
-                    failures.append(f"odd step {s}: bf16 loss {ob[s]['loss']} vs cpu {oc[s]['loss']}")
+            ob = against_cpu(d, odd, "odd", "vocabulary 251, heads of 64", failures)
             compare_variants(d, odd, "odd", ob, failures)
         else:
             print("no plan with an odd vocabulary (needs PIPEMESH_OPT or PIPEMESH_CUDA_TEST_PLAN_ODD)")
         gqa = make_gqa_plan(d)
         if gqa:
-            qc = train(d, gqa, "gqa-cpu")
-            qf = train(d, gqa, "gqa-cuda-fp32", "--backend", "cuda")
-            qb = train(d, gqa, "gqa-cuda-bf16", "--backend", "cuda", "--precision", "bf16")
-            print(f"grouped-query Llama: last step cpu {qc[-1]['loss']:.6f}, "
-                  f"cuda fp32 {qf[-1]['loss']:.6f}, cuda bf16 {qb[-1]['loss']:.6f}")
-            for s in range(STEPS):
-                if rel(qf[s]["loss"], qc[s]["loss"]) > 1e-4:
-                    failures.append(f"gqa step {s}: fp32 loss {qf[s]['loss']} vs cpu {qc[s]['loss']}")
-                if rel(qf[s]["grad_norm"], qc[s]["grad_norm"]) > 1e-3:
-                    failures.append(f"gqa step {s}: fp32 grad_norm {qf[s]['grad_norm']} vs cpu "
-                                    f"{qc[s]['grad_norm']}")
-                if rel(qb[s]["loss"], qc[s]["loss"]) > 2e-2:
-                    failures.append(f"gqa step {s}: bf16 loss {qb[s]['loss']} vs cpu {qc[s]['loss']}")
+            against_cpu(d, gqa, "gqa", "grouped-query Llama", failures, grad_norm=True)
         else:
             print("no grouped-query plan (needs PIPEMESH_OPT or PIPEMESH_CUDA_TEST_PLAN_GQA)")
         # Every op the hand-made plans use (the "zoo": comparisons, where,
