@@ -13,7 +13,7 @@ transformers, so this script runs in an environment of its own, e.g.
         --interp build/bin/pmesh-interp --fixtures /tmp/sweep --models models
 
 and writes, per fixture NAME:
-  NAME.onnx         the export (opset 20; batch and seq dynamic)
+  NAME.onnx         the export (opset 20 unless the fixture names one; batch and seq dynamic)
   NAME.npz          input_ids [2, 16] and transformers' logits for them (check_import.py's
                     reference; onnxruntime must agree with them here; with attention_mask
                     padding inside the second row where the model takes one)
@@ -73,6 +73,9 @@ FIXTURES = {
     # Sliding-window attention (a band of 5 keys at 16 tokens) from transformers' mask;
     # GPT-Neo's local layers (window 8) write their own band too.
     "hf_mistral_sliding_dynamo": ("mistral", {"seed": 14, "sliding_window": 5, "train": True}),
+    # Opset 23: the exporter writes scaled_dot_product_attention as ai.onnx Attention
+    # (grouped-query heads: 2 key/value heads for 4).
+    "hf_llama_op23_dynamo": ("llama", {"seed": 19, "kv_heads": 2, "opset": 23, "train": True}),
     "hf_gptneo_dynamo": ("gptneo", {"seed": 15, "train": True}),
     # Scores computed as [B * H, T, T] (baddbmm from zeros), masked and normalized as
     # [B, H, T, T]: the attention is raised in the probabilities' layout.
@@ -242,7 +245,7 @@ class Logits(torch.nn.Module):
                                  use_cache=False).logits
 
 
-def export(model, path, optimize, attention_mask):
+def export(model, path, optimize, attention_mask, opset=None):
     batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq", max=CTX)
     x = torch.randint(0, VOCAB, (2, 16))
     args, names, shapes = (x,), ["input_ids"], {"input_ids": {0: batch, 1: seq}}
@@ -251,7 +254,7 @@ def export(model, path, optimize, attention_mask):
         shapes["attention_mask"] = {0: batch, 1: seq}
     torch.onnx.export(Logits(model), args, path, dynamo=True, optimize=optimize,
                       external_data=False, input_names=names, output_names=["logits"],
-                      dynamic_shapes=shapes)
+                      dynamic_shapes=shapes, opset_version=opset)
     # Drop the per-node stack traces and FX names (two thirds of the file) and keep the
     # fixture byte-stable across runs.
     import onnx
@@ -292,7 +295,8 @@ def main(argv=None):
         seed = options["seed"]
         path = os.path.join(args.out, name + ".onnx")
         mask = options.get("attention_mask", False)
-        export(build(family, options, seed), path, options.get("optimize", False), mask)
+        export(build(family, options, seed), path, options.get("optimize", False), mask,
+               options.get("opset"))
         model = build(family, options, seed)  # the same weights, untouched by the export
         ids = np.random.default_rng([seed, 0xBA7C4]).integers(0, VOCAB, (2, 16), dtype=np.int64)
         feeds = {"input_ids": ids}

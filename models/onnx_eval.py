@@ -59,6 +59,48 @@ def _nll(logp, target, weight, reduction, ignore_index):
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 
 
+def _attention(ins, a):
+    """ONNX Attention (opset 23-25) from its spec, no past key/value: softmax(cap(scale q k^T)
+    + bias) v, the bias -inf where is_causal (key j after query i, top-left aligned) or the
+    window sizes hide a key, plus the mask (bool: 0 / -inf); key/value heads repeated for
+    the query heads they serve (head h reads h // (Hq / Hkv)); a row with no visible key
+    gives 0. Returns Y and the present key and value (K and V)."""
+    q, k, v = (t.astype(np.float64) for t in ins[:3])
+    mask = ins[3] if len(ins) > 3 else None
+    packed = q.ndim == 3
+    if packed:  # [B, T, heads * D] -> [B, heads, T, D]
+        def heads(t, h):
+            return t.reshape(t.shape[0], t.shape[1], h, -1).transpose(0, 2, 1, 3)
+        q, k, v = heads(q, a["q_num_heads"]), heads(k, a["kv_num_heads"]), heads(v, a["kv_num_heads"])
+    present = (k.astype(ins[0].dtype), v.astype(ins[0].dtype))
+    hq, hk, tq, tk = q.shape[1], k.shape[1], q.shape[2], k.shape[2]
+    if hq != hk:
+        k, v = np.repeat(k, hq // hk, axis=1), np.repeat(v, hq // hk, axis=1)
+    s = q @ k.swapaxes(-1, -2) * a.get("scale", 1 / math.sqrt(q.shape[-1]))
+    cap = a.get("softcap", 0.0)
+    if cap > 0:
+        s = cap * np.tanh(s / cap)
+    i, j = np.arange(tq)[:, None], np.arange(tk)[None, :]
+    hidden = np.zeros((tq, tk), bool)
+    if a.get("is_causal", 0):
+        hidden |= j > i
+    if a.get("left_window_size", -1) >= 0:
+        hidden |= i - j > a["left_window_size"]
+    if a.get("right_window_size", -1) >= 0:
+        hidden |= j - i > a["right_window_size"]
+    bias = np.where(hidden, -np.inf, 0.0)
+    if mask is not None:
+        bias = bias + (np.where(mask, 0.0, -np.inf) if mask.dtype == bool else mask)
+    s = s + bias
+    peak = np.max(s, axis=-1, keepdims=True)
+    e = np.exp(s - np.where(np.isfinite(peak), peak, 0))
+    p = e / np.maximum(e.sum(-1, keepdims=True), 1e-300)
+    y = p @ v
+    if packed:
+        y = y.transpose(0, 2, 1, 3).reshape(y.shape[0], tq, -1)
+    return [y.astype(ins[0].dtype), *present]
+
+
 class Evaluator:
     def __init__(self, model):
         if isinstance(model, str):
@@ -277,6 +319,12 @@ class Evaluator:
         if t == "NegativeLogLikelihoodLoss":
             w = ins[2] if len(ins) > 2 else None
             return _nll(x, ins[1], w, a.get("reduction", "mean"), a.get("ignore_index"))
+        if t == "RMSNormalization":  # opset 23
+            axis = a.get("axis", -1) % x.ndim
+            ms = np.mean(x.astype(np.float64) ** 2, axis=tuple(range(axis, x.ndim)), keepdims=True)
+            return (x / np.sqrt(ms + a.get("epsilon", 1e-5)) * ins[1]).astype(x.dtype)
+        if t == "Attention":  # opset 23, without a key/value cache
+            return _attention(ins, a)
         raise NotImplementedError(f"op {t} (opset {self.opset}) not in onnx_eval")
 
 

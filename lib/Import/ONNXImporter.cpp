@@ -1207,6 +1207,11 @@ LogicalResult importRange(Importer &imp, NodeCtx &n) {
     return n.fail("start, limit and delta must be finite");
   if (delta == 0)
     return n.fail("delta must not be 0");
+  // Opset 27's stash_type 0 computes a half-precision range in its own type;
+  // the values here are computed wider and rounded once (stash_type 1).
+  if (((*s)->dtype == DType::F16 || (*s)->dtype == DType::BF16) && n.attrInt("stash_type", 1) == 0)
+    return n.fail("stash_type 0 (a half-precision range accumulated in its own type) is not "
+                  "supported");
   double steps = std::ceil((limit - start) / delta);
   if (steps > (double)kFoldLimit)
     return n.fail("range of more than " + Twine(kFoldLimit) + " elements is too large");
@@ -2324,6 +2329,214 @@ LogicalResult importSkipLayerNorm(Importer &imp, NodeCtx &n) {
   return emitLayerNorm(imp, n, s, *gamma, beta, -1, n.attrFloat("epsilon", 1e-12), 0);
 }
 
+/// ai.onnx RMSNormalization (opset 23; PyTorch 2 writes nn.RMSNorm so):
+/// y = x / sqrt(mean(x^2 over axis..last) + epsilon) * scale, written out
+/// with the ops a decomposed RMSNorm export uses. stash_type (the precision
+/// of the mean) is at least the input's: PipeMesh computes in f32 or wider.
+LogicalResult importRMSNormalization(Importer &imp, NodeCtx &n) {
+  auto x = floatActivationIn(imp, n);
+  auto scale = imp.valueIn(n, 1);
+  if (failed(x) || failed(scale))
+    return failure();
+  shapes::Shape xs = Importer::shapeOf(*x);
+  const int64_t rank = xs.size();
+  int64_t axis = n.attrInt("axis", -1);
+  if (axis < -rank || axis >= rank)
+    return n.fail("axis " + Twine(axis) + " is out of range for rank " + Twine(rank));
+  axis = axis < 0 ? axis + rank : axis;
+  shapes::Shape normalized(xs.begin() + axis, xs.end());
+  std::string why;
+  if (eltOf(*scale) != eltOf(*x) || !shapes::broadcastsTo(Importer::shapeOf(*scale), normalized))
+    return n.fail("scale " + shapes::str(Importer::shapeOf(*scale)) +
+                  " must broadcast to the normalized dims " + shapes::str(normalized) +
+                  " with the input's element type");
+  Type elt = eltOf(*x);
+  std::vector<int64_t> axes;
+  for (int64_t d = axis; d < rank; ++d)
+    axes.push_back(d);
+  auto meanShape = shapes::reduce(xs, axes, true, why);
+  if (!meanShape)
+    return n.fail(why);
+  auto meanType = imp.tensorType(*meanShape, elt);
+  Value sq = imp.b.create<pm::MulOp>(n.loc, x->getType(), *x, *x);
+  Value mean = imp.b.create<pm::ReduceMeanOp>(n.loc, meanType, sq, axes, true);
+  Value eps = scalarConst(imp, n.loc, n.attrFloat("epsilon", 1e-5), elt);
+  Value rms = imp.b.create<pm::SqrtOp>(
+      n.loc, meanType, imp.b.create<pm::AddOp>(n.loc, meanType, mean, eps));
+  Value y = imp.b.create<pm::DivOp>(n.loc, x->getType(), *x, rms);
+  imp.setValue(n, 0, imp.b.create<pm::MulOp>(n.loc, x->getType(), y, *scale));
+  return success();
+}
+
+/// ai.onnx Attention (opsets 23-25; PyTorch 2 writes scaled_dot_product_attention
+/// so from opset 23) without a key/value cache. Written out as the exporters'
+/// decomposed attention, which the raise fuses (causal and banded masks
+/// recognized, grouped heads read in place):
+///   s = (q @ k^T) * scale;  s = softcap * tanh(s / softcap)  (softcap > 0)
+///   s = where(allowed, s, -inf)   is_causal (top-left: key j <= query i) and
+///                                 the opset-25 window sizes
+///   s = s + mask                  a bool mask as 0 / -inf, a float one as is
+///   y = softmax(s) @ v
+/// Grouped-query heads (kv_num_heads < q_num_heads) are repeated as ONNX
+/// specifies (query head h reads head h / g). 3-D inputs [B, T, heads * D]
+/// take their head counts from the attributes. A query that sees no key is 0
+/// in ONNX's reference; it is NaN here, as in the decomposed exports (no
+/// training window has one).
+LogicalResult importAttention(Importer &imp, NodeCtx &n) {
+  for (int k = 4; k < n.numInputs(); ++k)
+    if (n.has(k))
+      return n.fail("input " + Twine(k) + " (past_key, past_value, nonpad_kv_seqlen: a key/value "
+                    "cache, for inference) is not supported");
+  auto q = imp.valueIn(n, 0), k = imp.valueIn(n, 1), v = imp.valueIn(n, 2);
+  if (failed(q) || failed(k) || failed(v))
+    return failure();
+  Type elt = eltOf(*q);
+  if (!isa<FloatType>(elt) || eltOf(*k) != elt || eltOf(*v) != elt)
+    return n.fail("Q, K and V must share a floating-point element type");
+  shapes::Shape qs = Importer::shapeOf(*q), ks = Importer::shapeOf(*k), vs = Importer::shapeOf(*v);
+  if (qs.size() != ks.size() || qs.size() != vs.size() || (qs.size() != 3 && qs.size() != 4))
+    return n.fail("Q, K and V must all be 3-D or all 4-D, got " + shapes::str(qs) + ", " +
+                  shapes::str(ks) + ", " + shapes::str(vs));
+  const bool packed = qs.size() == 3;
+  // [B, T, heads * D] -> [B, heads, T, D].
+  auto toHeads = [&](Value t, int64_t heads, const char *what) -> FailureOr<Value> {
+    shapes::Shape ts = Importer::shapeOf(t);
+    if (heads <= 0 || ts[2] % heads)
+      return n.fail(Twine(what) + " " + shapes::str(ts) + " does not split into " + Twine(heads) +
+                    " heads");
+    auto split = reshapeTo(imp, n, t, {ts[0], ts[1], heads, ts[2] / heads});
+    if (failed(split))
+      return failure();
+    return (Value)imp.b.create<pm::TransposeOp>(
+        n.loc, imp.tensorType({ts[0], heads, ts[1], ts[2] / heads}, elt), *split,
+        SmallVector<int64_t>{0, 2, 1, 3});
+  };
+  if (packed) {
+    if (!n.attr("q_num_heads") || !n.attr("kv_num_heads"))
+      return n.fail("3-D Q, K, V need the q_num_heads and kv_num_heads attributes");
+    int64_t qh = n.attrInt("q_num_heads", 0), kvh = n.attrInt("kv_num_heads", 0);
+    auto q4 = toHeads(*q, qh, "Q"), k4 = toHeads(*k, kvh, "K"), v4 = toHeads(*v, kvh, "V");
+    if (failed(q4) || failed(k4) || failed(v4))
+      return failure();
+    *q = *q4, *k = *k4, *v = *v4;
+    qs = Importer::shapeOf(*q), ks = Importer::shapeOf(*k), vs = Importer::shapeOf(*v);
+  }
+  const int64_t B = qs[0], H = qs[1], Tq = qs[2], D = qs[3], Hk = ks[1], Tk = ks[2], Dv = vs[3];
+  if (ks[0] != B || vs[0] != B || ks[3] != D || vs[1] != Hk || vs[2] != Tk)
+    return n.fail("Q " + shapes::str(qs) + ", K " + shapes::str(ks) + " and V " +
+                  shapes::str(vs) + " do not fit [B, H, Tq, D], [B, Hkv, Tk, D], [B, Hkv, Tk, Dv]");
+  if (!packed && (n.attr("q_num_heads") || n.attr("kv_num_heads")) &&
+      (n.attrInt("q_num_heads", H) != H || n.attrInt("kv_num_heads", Hk) != Hk))
+    return n.fail("q_num_heads / kv_num_heads differ from the 4-D inputs' heads");
+  if (Hk != H && (Hk <= 0 || H % Hk))
+    return n.fail("grouped-query attention needs the query heads (" + Twine(H) +
+                  ") to be a multiple of the key/value heads (" + Twine(Hk) + ")");
+  if (n.hasOutput(3))
+    imp.setPoison(n, 3, "is Attention's qk_matmul_output, which is not supported");
+  // With no cache, the present key and value are K and V themselves.
+  if (n.hasOutput(1))
+    imp.setValue(n, 1, *k);
+  if (n.hasOutput(2))
+    imp.setValue(n, 2, *v);
+
+  // Grouped heads, repeated for their query heads (the raise reads them in place).
+  auto repeatHeads = [&](Value t) -> FailureOr<Value> {
+    if (Hk == H)
+      return t;
+    shapes::Shape ts = Importer::shapeOf(t);
+    auto one = reshapeTo(imp, n, t, {B, Hk, 1, ts[2], ts[3]});
+    if (failed(one))
+      return failure();
+    Value copies = imp.b.create<pm::BroadcastOp>(
+        n.loc, imp.tensorType({B, Hk, H / Hk, ts[2], ts[3]}, elt), *one);
+    return reshapeTo(imp, n, copies, {B, H, ts[2], ts[3]});
+  };
+  auto kr = repeatHeads(*k), vr = repeatHeads(*v);
+  if (failed(kr) || failed(vr))
+    return failure();
+
+  auto scores = emitMatMul(imp, n, *q, *kr, nullptr, false, true);
+  if (failed(scores))
+    return failure();
+  Value s = *scores;
+  Type scoresType = s.getType();
+  double scale = n.attr("scale") ? n.attrFloat("scale", 0.0) : 1.0 / std::sqrt((double)D);
+  s = imp.b.create<pm::MulOp>(n.loc, scoresType, s, scalarConst(imp, n.loc, scale, elt));
+  double softcap = n.attrFloat("softcap", 0.0);
+  if (softcap < 0 || !std::isfinite(softcap))
+    return n.fail("softcap " + Twine(std::to_string(softcap)) + " must be finite and >= 0");
+  if (softcap > 0) {
+    Value cap = scalarConst(imp, n.loc, softcap, elt);
+    Value t = imp.b.create<pm::TanhOp>(n.loc, scoresType,
+                                       imp.b.create<pm::DivOp>(n.loc, scoresType, s, cap));
+    s = imp.b.create<pm::MulOp>(n.loc, scoresType, t, cap);
+  }
+  const bool causal = n.attrInt("is_causal", 0) != 0;
+  const int64_t left = n.attrInt("left_window_size", -1), right = n.attrInt("right_window_size", -1);
+  if (left < -1 || right < -1)
+    return n.fail("left_window_size and right_window_size must be -1 or >= 0");
+  if (causal || left >= 0 || right >= 0) {
+    // allowed[i, j]: j <= i (causal), i - j <= left, j - i <= right.
+    ConstTensor allowed = ConstTensor::zeros(DType::Bool, {Tq, Tk});
+    for (int64_t i = 0; i < Tq; ++i)
+      for (int64_t j = 0; j < Tk; ++j)
+        allowed.setInt(i * Tk + j, (!causal || j <= i) && (left < 0 || i - j <= left) &&
+                                       (right < 0 || j - i <= right));
+    Value cond = imp.materializeConst(allowed, n.loc);
+    s = imp.b.create<pm::WhereOp>(n.loc, scoresType, cond, s,
+                                  scalarConst(imp, n.loc, -INFINITY, elt));
+  }
+  if (n.has(3)) {
+    auto e = imp.entry(n, 3);
+    if (failed(e))
+      return failure();
+    shapes::Shape ms = (*e)->shape;
+    shapes::Shape full = {B, H, Tq, Tk};
+    if (ms.empty() || ms.back() != Tk || !shapes::broadcastsTo(ms, full))
+      return n.fail("attn_mask " + shapes::str(ms) + " must broadcast to " + shapes::str(full) +
+                    " (a mask shorter than the keys pads a key/value cache, which is not "
+                    "supported)");
+    Value mask;
+    if ((*e)->kind == Entry::Const && (*e)->c->dtype == DType::Bool) {
+      // A bool mask is 0 where it attends and -inf elsewhere.
+      ConstTensor add = ConstTensor::zeros(dtypeOf(elt), ms);
+      for (int64_t i = 0; i < add.numel(); ++i)
+        add.set(i, (*e)->c->i[i] ? 0.0 : -INFINITY);
+      mask = imp.materializeConst(add, n.loc);
+    } else {
+      auto m = imp.valueIn(n, 3);
+      if (failed(m))
+        return failure();
+      mask = *m;
+      if (eltOf(mask).isInteger(1))
+        mask = imp.b.create<pm::WhereOp>(n.loc, imp.tensorType(ms, elt), mask,
+                                         scalarConst(imp, n.loc, 0.0, elt),
+                                         scalarConst(imp, n.loc, -INFINITY, elt));
+      else if (eltOf(mask) != elt)
+        return n.fail("attn_mask must be bool or Q's element type");
+    }
+    auto sum = addValues(imp, n, s, mask);
+    if (failed(sum))
+      return failure();
+    s = *sum;
+  }
+  Value p = imp.b.create<pm::SoftmaxOp>(n.loc, scoresType, s, -1);
+  auto y = emitMatMul(imp, n, p, *vr, nullptr, false, false);
+  if (failed(y))
+    return failure();
+  Value out = *y;
+  if (packed) {
+    Value back = imp.b.create<pm::TransposeOp>(n.loc, imp.tensorType({B, Tq, H, Dv}, elt), out,
+                                               SmallVector<int64_t>{0, 2, 1, 3});
+    auto flat = reshapeTo(imp, n, back, {B, Tq, H * Dv});
+    if (failed(flat))
+      return failure();
+    out = *flat;
+  }
+  imp.setValue(n, 0, out);
+  return success();
+}
+
 /// com.microsoft Attention: fused QKV projection + multi-head attention.
 LogicalResult importMSAttention(Importer &imp, NodeCtx &n) {
   auto x = imp.valueIn(n, 0), w = imp.valueIn(n, 1);
@@ -2494,6 +2707,9 @@ template <typename OpT> LogicalResult bin(Importer &imp, NodeCtx &n, BinaryFn f,
   return binary<OpT>(imp, n, f, i);
 }
 
+/// The newest ai.onnx opset the importer reads.
+constexpr int64_t kMaxOpset = 28;
+
 const std::map<std::string, Handler> &onnxHandlers() {
   static const std::map<std::string, Handler> handlers = {
       {"Constant", importConstant},
@@ -2597,6 +2813,8 @@ const std::map<std::string, Handler> &onnxHandlers() {
       {"SoftmaxCrossEntropyLoss", importSoftmaxCrossEntropyLoss},
       {"NegativeLogLikelihoodLoss", importNLLLoss},
       {"Gelu", importGelu},
+      {"Attention", importAttention},
+      {"RMSNormalization", importRMSNormalization},
   };
   return handlers;
 }
@@ -2856,8 +3074,12 @@ LogicalResult Importer::importNode(const onnx::NodeProto &node, int index) {
   auto it = table.find(node.op_type());
   if (it == table.end())
     return n.fail("unsupported op");
-  if (domain.empty() && (n.opset < 1 || n.opset > 21))
-    return n.fail("unsupported opset (PipeMesh reads opsets up to 21)");
+  // Opsets 22-28 changed the supported ops only by new element types (which
+  // the importer refuses by name), Cast's round_mode (for float8e8m0 only)
+  // and Range's stash_type (checked there); they added Attention and
+  // RMSNormalization (23).
+  if (domain.empty() && (n.opset < 1 || n.opset > kMaxOpset))
+    return n.fail("unsupported opset (PipeMesh reads opsets up to " + Twine(kMaxOpset) + ")");
   if (domain.empty()) {
     // Ops newer than the model's opset do not exist in it.
     static const llvm::StringMap<int64_t> since = {
@@ -2865,7 +3087,8 @@ LogicalResult Importer::importNode(const onnx::NodeProto &node, int index) {
         {"Where", 9},            {"Erf", 9},
         {"Range", 11},           {"SoftmaxCrossEntropyLoss", 12},
         {"NegativeLogLikelihoodLoss", 12}, {"LayerNormalization", 17},
-        {"Gelu", 20},            {"Trilu", 14}};
+        {"Gelu", 20},            {"Trilu", 14},
+        {"Attention", 23},       {"RMSNormalization", 23}};
     auto s = since.find(node.op_type());
     if (s != since.end() && n.opset < s->second)
       return n.fail("ai.onnx " + node.op_type() + " exists from opset " + Twine(s->second));
