@@ -2369,19 +2369,23 @@ LogicalResult importRMSNormalization(Importer &imp, NodeCtx &n) {
 }
 
 /// ai.onnx Attention (opsets 23-25; PyTorch 2 writes scaled_dot_product_attention
-/// so from opset 23) without a key/value cache. Written out as the exporters'
-/// decomposed attention, which the raise fuses (causal and banded masks
+/// so from opset 23) without a key/value cache. 3-D inputs [B, T, heads * D]
+/// take their head counts from the attributes; grouped-query heads
+/// (kv_num_heads < q_num_heads) serve H / Hkv query heads each, as ONNX
+/// specifies (query head h reads head h / g). Without a mask input it is
+/// pmesh.attention itself wherever that can say it: ONNX's causal attention
+/// is aligned to the first key (key j <= query i), pmesh's to the last, the
+/// same when Tq == Tk; a causal window of `left_window_size` keys back is
+/// `window = left + 1`; right_window_size 0 is causal. Otherwise (a mask, a
+/// two-sided window, Tq != Tk) it is written out as the exporters' decomposed
+/// attention, which the raise fuses (constant causal and banded masks
 /// recognized, grouped heads read in place):
 ///   s = (q @ k^T) * scale;  s = softcap * tanh(s / softcap)  (softcap > 0)
-///   s = where(allowed, s, -inf)   is_causal (top-left: key j <= query i) and
-///                                 the opset-25 window sizes
+///   s = where(allowed, s, -inf)   is_causal and the window sizes
 ///   s = s + mask                  a bool mask as 0 / -inf, a float one as is
 ///   y = softmax(s) @ v
-/// Grouped-query heads (kv_num_heads < q_num_heads) are repeated as ONNX
-/// specifies (query head h reads head h / g). 3-D inputs [B, T, heads * D]
-/// take their head counts from the attributes. A query that sees no key is 0
-/// in ONNX's reference; it is NaN here, as in the decomposed exports (no
-/// training window has one).
+/// A query that sees no key is 0 in ONNX's reference; it is NaN in the
+/// decomposed form, as in the decomposed exports (no training window has one).
 LogicalResult importAttention(Importer &imp, NodeCtx &n) {
   for (int k = 4; k < n.numInputs(); ++k)
     if (n.has(k))
@@ -2439,6 +2443,36 @@ LogicalResult importAttention(Importer &imp, NodeCtx &n) {
   if (n.hasOutput(2))
     imp.setValue(n, 2, *v);
 
+  double scale = n.attr("scale") ? n.attrFloat("scale", 0.0) : 1.0 / std::sqrt((double)D);
+  double softcap = n.attrFloat("softcap", 0.0);
+  if (softcap < 0 || !std::isfinite(softcap))
+    return n.fail("softcap " + Twine(std::to_string(softcap)) + " must be finite and >= 0");
+  const bool causal = n.attrInt("is_causal", 0) != 0;
+  const int64_t left = n.attrInt("left_window_size", -1), right = n.attrInt("right_window_size", -1);
+  if (left < -1 || right < -1)
+    return n.fail("left_window_size and right_window_size must be -1 or >= 0");
+  auto finish = [&](Value y) -> LogicalResult {
+    if (packed) {
+      Value back = imp.b.create<pm::TransposeOp>(n.loc, imp.tensorType({B, Tq, H, Dv}, elt), y,
+                                                 SmallVector<int64_t>{0, 2, 1, 3});
+      auto flat = reshapeTo(imp, n, back, {B, Tq, H * Dv});
+      if (failed(flat))
+        return failure();
+      y = *flat;
+    }
+    imp.setValue(n, 0, y);
+    return success();
+  };
+  const bool causalLike = causal || right == 0;
+  if (!n.has(3) && (causalLike ? Tq == Tk : left < 0 && right < 0)) {
+    int64_t window = causalLike && left >= 0 ? left + 1 : 0;
+    return finish(imp.b.create<pm::AttentionOp>(
+        n.loc, imp.tensorType({B, H, Tq, Dv}, elt), *q, *k, *v, /*mask=*/Value(),
+        imp.b.getF32FloatAttr((float)scale), imp.b.getBoolAttr(causalLike),
+        window ? imp.b.getI64IntegerAttr(window) : IntegerAttr(),
+        softcap > 0 ? imp.b.getF32FloatAttr((float)softcap) : FloatAttr()));
+  }
+
   // Grouped heads, repeated for their query heads (the raise reads them in place).
   auto repeatHeads = [&](Value t) -> FailureOr<Value> {
     if (Hk == H)
@@ -2460,23 +2494,19 @@ LogicalResult importAttention(Importer &imp, NodeCtx &n) {
     return failure();
   Value s = *scores;
   Type scoresType = s.getType();
-  double scale = n.attr("scale") ? n.attrFloat("scale", 0.0) : 1.0 / std::sqrt((double)D);
   s = imp.b.create<pm::MulOp>(n.loc, scoresType, s, scalarConst(imp, n.loc, scale, elt));
-  double softcap = n.attrFloat("softcap", 0.0);
-  if (softcap < 0 || !std::isfinite(softcap))
-    return n.fail("softcap " + Twine(std::to_string(softcap)) + " must be finite and >= 0");
   if (softcap > 0) {
     Value cap = scalarConst(imp, n.loc, softcap, elt);
     Value t = imp.b.create<pm::TanhOp>(n.loc, scoresType,
                                        imp.b.create<pm::DivOp>(n.loc, scoresType, s, cap));
     s = imp.b.create<pm::MulOp>(n.loc, scoresType, t, cap);
   }
-  const bool causal = n.attrInt("is_causal", 0) != 0;
-  const int64_t left = n.attrInt("left_window_size", -1), right = n.attrInt("right_window_size", -1);
-  if (left < -1 || right < -1)
-    return n.fail("left_window_size and right_window_size must be -1 or >= 0");
   if (causal || left >= 0 || right >= 0) {
     // allowed[i, j]: j <= i (causal), i - j <= left, j - i <= right.
+    if (Tq * Tk > kFoldLimit)
+      return n.fail("a causal or windowed attention of " + Twine(Tq) + " queries and " +
+                    Twine(Tk) + " keys that pmesh.attention cannot say directly (a mask input, "
+                    "a two-sided window, Tq != Tk) is too large to write out as a mask");
     ConstTensor allowed = ConstTensor::zeros(DType::Bool, {Tq, Tk});
     for (int64_t i = 0; i < Tq; ++i)
       for (int64_t j = 0; j < Tk; ++j)
@@ -2524,17 +2554,7 @@ LogicalResult importAttention(Importer &imp, NodeCtx &n) {
   auto y = emitMatMul(imp, n, p, *vr, nullptr, false, false);
   if (failed(y))
     return failure();
-  Value out = *y;
-  if (packed) {
-    Value back = imp.b.create<pm::TransposeOp>(n.loc, imp.tensorType({B, Tq, H, Dv}, elt), out,
-                                               SmallVector<int64_t>{0, 2, 1, 3});
-    auto flat = reshapeTo(imp, n, back, {B, Tq, H * Dv});
-    if (failed(flat))
-      return failure();
-    out = *flat;
-  }
-  imp.setValue(n, 0, out);
-  return success();
+  return finish(*y);
 }
 
 /// com.microsoft Attention: fused QKV projection + multi-head attention.
