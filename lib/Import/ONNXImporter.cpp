@@ -2344,12 +2344,13 @@ LogicalResult importRMSNormalization(Importer &imp, NodeCtx &n) {
   if (axis < -rank || axis >= rank)
     return n.fail("axis " + Twine(axis) + " is out of range for rank " + Twine(rank));
   axis = axis < 0 ? axis + rank : axis;
-  shapes::Shape normalized(xs.begin() + axis, xs.end());
+  // The spec asks for a scale that broadcasts to the normalized dims; its
+  // function body multiplies with numpy broadcasting, and PyTorch 2 writes
+  // F.rms_norm without a weight as ones of the input's whole shape.
   std::string why;
-  if (eltOf(*scale) != eltOf(*x) || !shapes::broadcastsTo(Importer::shapeOf(*scale), normalized))
-    return n.fail("scale " + shapes::str(Importer::shapeOf(*scale)) +
-                  " must broadcast to the normalized dims " + shapes::str(normalized) +
-                  " with the input's element type");
+  if (eltOf(*scale) != eltOf(*x) || !shapes::broadcastsTo(Importer::shapeOf(*scale), xs))
+    return n.fail("scale " + shapes::str(Importer::shapeOf(*scale)) + " must broadcast to the "
+                  "input " + shapes::str(xs) + " with its element type");
   Type elt = eltOf(*x);
   std::vector<int64_t> axes;
   for (int64_t d = axis; d < rank; ++d)
