@@ -101,6 +101,37 @@ def _attention(ins, a):
     return [y.astype(ins[0].dtype), *present]
 
 
+def _rotary(ins, a):
+    """ONNX RotaryEmbedding (opset 23) from its spec: in each head's first r dims (all by
+    default), the pairs (x1, x2) (the two halves, or even and odd dims when interleaved)
+    become (cos x1 - sin x2, sin x1 + cos x2), with cos and sin [B, S, r / 2] or picked
+    from [positions, r / 2] caches by position_ids."""
+    x, cos, sin = ins[:3]
+    pos = ins[3] if len(ins) > 3 else None
+    shape = x.shape
+    if x.ndim == 3:  # [B, S, heads * D] -> [B, S, heads, D]
+        x = x.reshape(shape[0], shape[1], a["num_heads"], -1)
+    else:  # [B, heads, S, D] -> [B, S, heads, D]
+        x = x.transpose(0, 2, 1, 3)
+    if pos is not None:
+        cos, sin = cos[pos], sin[pos]
+    cos, sin = cos[:, :, None, :], sin[:, :, None, :]
+    r = a.get("rotary_embedding_dim", 0) or x.shape[-1]
+    rot, rest = x[..., :r], x[..., r:]
+    if a.get("interleaved", 0):
+        x1, x2 = rot[..., 0::2], rot[..., 1::2]
+    else:
+        x1, x2 = rot[..., :r // 2], rot[..., r // 2:]
+    real, imag = cos * x1 - sin * x2, sin * x1 + cos * x2
+    if a.get("interleaved", 0):
+        rot = np.stack([real, imag], axis=-1).reshape(rot.shape)
+    else:
+        rot = np.concatenate([real, imag], axis=-1)
+    y = np.concatenate([rot, rest], axis=-1)
+    y = y.reshape(shape) if len(shape) == 3 else y.transpose(0, 2, 1, 3)
+    return y.astype(ins[0].dtype)
+
+
 class Evaluator:
     def __init__(self, model):
         if isinstance(model, str):
@@ -323,6 +354,8 @@ class Evaluator:
             axis = a.get("axis", -1) % x.ndim
             ms = np.mean(x.astype(np.float64) ** 2, axis=tuple(range(axis, x.ndim)), keepdims=True)
             return (x / np.sqrt(ms + a.get("epsilon", 1e-5)) * ins[1]).astype(x.dtype)
+        if t == "RotaryEmbedding":  # opset 23
+            return _rotary(ins, a)
         if t == "Attention":  # opset 23, without a key/value cache
             return _attention(ins, a)
         raise NotImplementedError(f"op {t} (opset {self.opset}) not in onnx_eval")

@@ -66,7 +66,8 @@ HF_FIXTURES = ["hf_gpt2_dynamo.onnx", "hf_gpt2_dynamo_mask.onnx", "hf_llama_dyna
                "hf_opt_dynamo.onnx", "hf_falcon_dynamo.onnx", "hf_bloom_dynamo.onnx",
                "hf_mistral_sliding_dynamo.onnx", "hf_gptneo_dynamo.onnx",
                "hf_neox_japanese_dynamo.onnx", "hf_openai_gpt_dynamo.onnx",
-               "hf_deepseek_v3_dynamo.onnx", "hf_llama_op23_dynamo.onnx"]
+               "hf_deepseek_v3_dynamo.onnx", "hf_llama_op23_dynamo.onnx",
+               "hf_llama_op23_dynamo_optimized.onnx"]
 
 
 def composition(rng, total, parts):

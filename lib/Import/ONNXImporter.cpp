@@ -2369,6 +2369,126 @@ LogicalResult importRMSNormalization(Importer &imp, NodeCtx &n) {
   return success();
 }
 
+/// ai.onnx RotaryEmbedding (opset 23; PyTorch 2's optimizer fuses transformers'
+/// rotary into it at opset 23): the first rotary_embedding_dim dims of each head
+/// (all by default) rotated pairwise, x1' = cos x1 - sin x2, x2' = sin x1 + cos x2,
+/// with (x1, x2) the two halves or (interleaved) the even and odd dims; the
+/// rest passed through. cos and sin are [B, S, r / 2], or gathered from a
+/// [positions, r / 2] cache by constant position_ids. Written out with slices,
+/// products and a concat.
+LogicalResult importRotaryEmbedding(Importer &imp, NodeCtx &n) {
+  auto x = floatActivationIn(imp, n);
+  if (failed(x))
+    return failure();
+  Type elt = eltOf(*x);
+  shapes::Shape xs = Importer::shapeOf(*x);
+  if (xs.size() != 3 && xs.size() != 4)
+    return n.fail("X must be [B, heads, S, D] or [B, S, heads * D], got " + shapes::str(xs));
+  // Work in [B, S, heads, D] for 3-D input, [B, heads, S, D] for 4-D.
+  Value in = *x;
+  if (xs.size() == 3) {
+    int64_t heads = n.attrInt("num_heads", 0);
+    if (heads <= 0 || xs[2] % heads)
+      return n.fail("a 3-D X " + shapes::str(xs) + " needs num_heads dividing its last dim");
+    auto r = reshapeTo(imp, n, in, {xs[0], xs[1], heads, xs[2] / heads});
+    if (failed(r))
+      return failure();
+    in = *r;
+  }
+  shapes::Shape shape = Importer::shapeOf(in);
+  const int64_t B = shape[0], S = xs.size() == 3 ? shape[1] : shape[2], D = shape[3];
+  const int64_t rot = n.attrInt("rotary_embedding_dim", 0) ? n.attrInt("rotary_embedding_dim", 0) : D;
+  if (rot <= 0 || rot > D || rot % 2)
+    return n.fail("rotary_embedding_dim " + Twine(rot) + " must be even and at most the head "
+                  "size " + Twine(D));
+  const int64_t half = rot / 2;
+  // cos and sin as [B, S, half] (or [1, S, half], the same for every
+  // sequence, as PyTorch 2 writes them), then shaped to broadcast over the heads.
+  shapes::Shape table = {B, S, half};
+  auto angles = [&](int k, const char *what) -> FailureOr<Value> {
+    if (n.has(3)) {
+      auto cache = imp.constIn(n, k, what);
+      auto pos = imp.constIn(n, 3, "position_ids");
+      if (failed(cache) || failed(pos))
+        return failure();
+      std::string why;
+      auto g = foldGather(**cache, **pos, 0, why);
+      if (!g)
+        return n.fail(Twine(what) + " at position_ids: " + why);
+      if (g->shape != table)
+        return n.fail(Twine(what) + " at position_ids is " + shapes::str(g->shape) + ", expected " +
+                      shapes::str(table));
+      return imp.materializeConst(*g, n.loc);
+    }
+    auto v = imp.valueIn(n, k);
+    if (failed(v))
+      return failure();
+    shapes::Shape vs = Importer::shapeOf(*v);
+    if (vs.size() != 3 || !shapes::broadcastsTo(vs, table) || eltOf(*v) != elt)
+      return n.fail(Twine(what) + " " + shapes::str(vs) + " must be " + shapes::str(table) +
+                    " (or broadcast to it) of X's element type");
+    return *v;
+  };
+  auto cosV = angles(1, "cos_cache"), sinV = angles(2, "sin_cache");
+  if (failed(cosV) || failed(sinV))
+    return failure();
+  auto overHeads = [&](Value t) {
+    int64_t b = Importer::shapeOf(t)[0];
+    return reshapeTo(imp, n, t, xs.size() == 3 ? shapes::Shape{b, S, 1, half}
+                                               : shapes::Shape{b, 1, S, half});
+  };
+  auto cosB = overHeads(*cosV), sinB = overHeads(*sinV);
+  if (failed(cosB) || failed(sinB))
+    return failure();
+  const bool interleaved = n.attrInt("interleaved", 0) != 0;
+  auto slice = [&](int64_t begin, int64_t end, int64_t step) {
+    SmallVector<int64_t> starts(4, 0), limits(shape.begin(), shape.end()), strides(4, 1);
+    starts[3] = begin, limits[3] = end, strides[3] = step;
+    shapes::Shape part = shape;
+    part[3] = (end - begin + step - 1) / step;
+    return (Value)imp.b.create<pm::SliceOp>(n.loc, imp.tensorType(part, elt), in, starts, limits,
+                                            strides);
+  };
+  Value x1 = interleaved ? slice(0, rot, 2) : slice(0, half, 1);
+  Value x2 = interleaved ? slice(1, rot, 2) : slice(half, rot, 1);
+  Type partType = x1.getType();
+  auto mul = [&](Value a, Value b) { return (Value)imp.b.create<pm::MulOp>(n.loc, partType, a, b); };
+  Value real = imp.b.create<pm::SubOp>(n.loc, partType, mul(*cosB, x1), mul(*sinB, x2));
+  Value imag = imp.b.create<pm::AddOp>(n.loc, partType, mul(*sinB, x1), mul(*cosB, x2));
+  shapes::Shape rotShape = shape;
+  rotShape[3] = rot;
+  Value rotated;
+  if (interleaved) {
+    // (real, imag) pairs back into dims 2i and 2i + 1.
+    shapes::Shape pairs = {shape[0], shape[1], shape[2], half, 1};
+    auto re = reshapeTo(imp, n, real, pairs), im = reshapeTo(imp, n, imag, pairs);
+    if (failed(re) || failed(im))
+      return failure();
+    shapes::Shape both = {shape[0], shape[1], shape[2], half, 2};
+    Value zipped = imp.b.create<pm::ConcatOp>(n.loc, imp.tensorType(both, elt),
+                                              ValueRange{*re, *im}, 4);
+    auto r = reshapeTo(imp, n, zipped, rotShape);
+    if (failed(r))
+      return failure();
+    rotated = *r;
+  } else {
+    rotated = imp.b.create<pm::ConcatOp>(n.loc, imp.tensorType(rotShape, elt),
+                                         ValueRange{real, imag}, 3);
+  }
+  Value out = rotated;
+  if (rot < D)
+    out = imp.b.create<pm::ConcatOp>(n.loc, imp.tensorType(shape, elt),
+                                     ValueRange{rotated, slice(rot, D, 1)}, 3);
+  if (xs.size() == 3) {
+    auto r = reshapeTo(imp, n, out, xs);
+    if (failed(r))
+      return failure();
+    out = *r;
+  }
+  imp.setValue(n, 0, out);
+  return success();
+}
+
 /// ai.onnx Attention (opsets 23-25; PyTorch 2 writes scaled_dot_product_attention
 /// so from opset 23) without a key/value cache. 3-D inputs [B, T, heads * D]
 /// take their head counts from the attributes; grouped-query heads
@@ -2836,6 +2956,7 @@ const std::map<std::string, Handler> &onnxHandlers() {
       {"Gelu", importGelu},
       {"Attention", importAttention},
       {"RMSNormalization", importRMSNormalization},
+      {"RotaryEmbedding", importRotaryEmbedding},
   };
   return handlers;
 }
@@ -3109,7 +3230,8 @@ LogicalResult Importer::importNode(const onnx::NodeProto &node, int index) {
         {"Range", 11},           {"SoftmaxCrossEntropyLoss", 12},
         {"NegativeLogLikelihoodLoss", 12}, {"LayerNormalization", 17},
         {"Gelu", 20},            {"Trilu", 14},
-        {"Attention", 23},       {"RMSNormalization", 23}};
+        {"Attention", 23},       {"RMSNormalization", 23},
+        {"RotaryEmbedding", 23}};
     auto s = since.find(node.op_type());
     if (s != since.end() && n.opset < s->second)
       return n.fail("ai.onnx " + node.op_type() + " exists from opset " + Twine(s->second));

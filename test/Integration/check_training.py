@@ -87,6 +87,8 @@ CASES = [
     # Multi-head latent attention (DeepSeek V3), q and k assembled by ScatterND.
     ("hf-deepseek-v3-dynamo", "hf_deepseek_v3_dynamo.onnx", 4, 2, 16, 2, 10, None),
     ("hf-llama-op23-dynamo", "hf_llama_op23_dynamo.onnx", 4, 2, 16, 2, 10, None),
+    ("hf-llama-op23-dynamo-optimized", "hf_llama_op23_dynamo_optimized.onnx", 4, 2, 16, 2, 10,
+     None),
     # Soft-capped scores (raised with `softcap`, a cap the scores reach) on sliding-window
     # and global layers, soft-capped logits.
     ("hf-gemma2-dynamo", "hf_gemma2_dynamo.onnx", 4, 2, 16, 2, 10, None),
