@@ -294,13 +294,16 @@ def main(argv=None):
     ap.add_argument("--only")
     ap.add_argument("--opset", type=int, help="with --sweep: export at this opset (23 and "
                     "later write scaled_dot_product_attention as ai.onnx Attention)")
+    ap.add_argument("--optimize", action="store_true", help="with --sweep: with the exporter's "
+                    "optimizer (its default; at opset 23 it fuses RMSNorm and rotary too)")
     ap.add_argument("--sweep", metavar="DIR", help="export every SWEEP family into DIR (NAME.onnx "
                     "and NAME.npz with transformers' logits), for test/Numerics/check_import.py "
                     "--fixtures DIR --models models")
     args = ap.parse_args(argv)
     if args.sweep:
         os.makedirs(args.sweep, exist_ok=True)
-        fixtures = {f"sweep_{f}": (f, {"seed": 100 + k, "opset": args.opset})
+        fixtures = {f"sweep_{f}": (f, {"seed": 100 + k, "opset": args.opset,
+                                       "optimize": args.optimize})
                     for k, f in enumerate(SWEEP)}
         args.out = args.sweep
     else:

@@ -2507,6 +2507,8 @@ LogicalResult importRotaryEmbedding(Importer &imp, NodeCtx &n) {
 ///   y = softmax(s) @ v
 /// A query that sees no key is 0 in ONNX's reference; it is NaN in the
 /// decomposed form, as in the decomposed exports (no training window has one).
+/// softmax_precision asks for at least the input's precision: PipeMesh computes
+/// softmax in f32 or wider.
 LogicalResult importAttention(Importer &imp, NodeCtx &n) {
   for (int k = 4; k < n.numInputs(); ++k)
     if (n.has(k))
