@@ -326,6 +326,18 @@ bool matchScoreChain(Value v, ScoreChain &chain, bool maskingAllowed) {
     chain.scale *= scaling->value;
     return matchScoreChain(scaling->other, chain, /*maskingAllowed=*/false);
   }
+  if (auto tanh = dyn_cast_or_null<TanhOp>(op)) {
+    // A bare tanh is the cap 1: c * tanh(x / c) whose two factors of 1 the
+    // exporter's optimizer folded away (Gemma 2 with a cap of 1).
+    if (chain.scale != 1.0 || chain.softcap != 0.0)
+      return false;
+    ScoreChain saved = chain;
+    chain.softcap = 1.0;
+    if (matchScoreChain(tanh.getInput(), chain, /*maskingAllowed=*/false))
+      return true;
+    chain = saved;
+    return false;
+  }
   if (!maskingAllowed)
     return false;
 

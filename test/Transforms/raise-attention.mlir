@@ -589,6 +589,45 @@ func.func @factor_after_softcap(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>
 
 // -----
 
+// A cap of 1 as the exporter's optimizer leaves it (Gemma 2 at opset 23): the
+// factors of 1 around the tanh folded away, tanh(scale * q @ k^T) + mask.
+
+// CHECK-LABEL: func.func @bare_tanh_is_cap_one
+// CHECK: pmesh.attention %{{.*}} {scale = 6.250000e-02 : f32, softcap = 1.000000e+00 : f32}
+// CHECK-NOT: pmesh.tanh
+func.func @bare_tanh_is_cap_one(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>,
+                                %v: tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32> {
+  %scale = pmesh.constant dense<0.0625> : tensor<f32>
+  %mask = pmesh.constant dense<[[0.0, 0xFF800000, 0xFF800000, 0xFF800000], [0.0, 0.0, 0xFF800000, 0xFF800000], [0.0, 0.0, 0.0, 0xFF800000], [0.0, 0.0, 0.0, 0.0]]> : tensor<4x4xf32>
+  %s = pmesh.matmul %q, %k {transpose_b = true} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x4xf32>
+  %ss = pmesh.mul %s, %scale : (tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  %t = pmesh.tanh %ss : tensor<1x2x4x4xf32>
+  %sm = pmesh.add %t, %mask : (tensor<1x2x4x4xf32>, tensor<4x4xf32>) -> tensor<1x2x4x4xf32>
+  %p = pmesh.softmax %sm {axis = -1 : i64} : tensor<1x2x4x4xf32>
+  %o = pmesh.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %o : tensor<1x2x4x8xf32>
+}
+
+// -----
+
+// Negative: a tanh over the masked scores (tanh(s + mask)) caps the mask too,
+// which `softcap` (applied before the mask) cannot say; it stays decomposed.
+
+// CHECK-LABEL: func.func @tanh_over_mask
+// CHECK-NOT: pmesh.attention
+// CHECK: pmesh.tanh
+func.func @tanh_over_mask(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>,
+                          %v: tensor<1x2x4x8xf32>, %mask: tensor<1x2x4x4xf32>) -> tensor<1x2x4x8xf32> {
+  %s = pmesh.matmul %q, %k {transpose_b = true} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x4xf32>
+  %sm = pmesh.add %s, %mask : (tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) -> tensor<1x2x4x4xf32>
+  %t = pmesh.tanh %sm : tensor<1x2x4x4xf32>
+  %p = pmesh.softmax %t {axis = -1 : i64} : tensor<1x2x4x4xf32>
+  %o = pmesh.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %o : tensor<1x2x4x8xf32>
+}
+
+// -----
+
 // Bloom: the scores in [B * H, T, T] with the ALiBi bias added there, reshaped
 // to [B, H, T, T] for the causal mask and the softmax, reshaped back for @ v.
 // The attention is built in the scores' layout: the causal mask is dropped,
