@@ -25,6 +25,7 @@
 
 #include <cmath>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <tuple>
 
@@ -39,15 +40,35 @@ namespace {
 // Compile-time evaluation of integer / boolean mask expressions
 //===----------------------------------------------------------------------===//
 
-/// A dense integer tensor (i1 as 0/1) evaluated at compile time.
+/// A dense integer tensor evaluated at compile time: booleans (i1) one byte
+/// each, other integers as int64.
 struct IntTensor {
   shapes::Shape shape;
-  std::vector<int64_t> data;
+  bool boolean = false;
+  std::vector<int64_t> ints;   ///< when !boolean
+  std::vector<uint8_t> bools;  ///< when boolean: 0 / 1
+
+  IntTensor(ArrayRef<int64_t> shape, bool boolean) : shape(shape), boolean(boolean) {
+    reserve(shapes::numElements(shape));
+  }
+  void reserve(int64_t n) { boolean ? bools.reserve(n) : ints.reserve(n); }
+  int64_t at(int64_t i) const { return boolean ? bools[i] : ints[i]; }
+  int64_t size() const { return boolean ? (int64_t)bools.size() : (int64_t)ints.size(); }
+  void push(int64_t v) { boolean ? bools.push_back(v != 0) : ints.push_back(v); }
 };
 
-/// Masks are at most [ctx, ctx] per head; anything larger is not a mask worth
+/// Masks are at most [ctx, ctx] per head: evaluated up to 2^27 booleans (128
+/// MiB: a [T, T] mask for T up to 11585) and 2^26 other integers (a [T, T]
+/// distance rows - cols, which a sliding-window mask compares, up to 8192
+/// tokens: 512 MiB while it lives); anything larger is not a mask worth
 /// evaluating here.
-constexpr int64_t kMaxMaskElements = int64_t(1) << 24;
+constexpr int64_t kMaxMaskElements = int64_t(1) << 26;
+constexpr int64_t kMaxBoolMaskElements = int64_t(1) << 27;
+
+bool withinMaskLimit(RankedTensorType type) {
+  return type.getNumElements() <= (type.getElementType().isInteger(1) ? kMaxBoolMaskElements
+                                                                      : kMaxMaskElements);
+}
 
 /// Row-major strides of `shape`.
 SmallVector<int64_t> stridesOf(ArrayRef<int64_t> shape) {
@@ -57,34 +78,47 @@ SmallVector<int64_t> stridesOf(ArrayRef<int64_t> shape) {
   return strides;
 }
 
-/// The data movement of broadcast, slice and transpose, all of which read
-/// input element `offset + sum(index[d] * steps[d])` for result index `index`.
-std::vector<int64_t> gather(const IntTensor &in, ArrayRef<int64_t> outShape, int64_t offset,
-                            ArrayRef<int64_t> steps) {
-  std::vector<int64_t> out(shapes::numElements(outShape));
-  SmallVector<int64_t> index(outShape.size(), 0);
-  for (int64_t &value : out) {
-    int64_t src = offset;
-    for (size_t d = 0; d < index.size(); ++d)
-      src += index[d] * steps[d];
-    value = in.data[src];
-    for (int64_t d = (int64_t)index.size() - 1; d >= 0; --d) {
+/// Visits the result indices of `outShape` in row-major order, calling
+/// visit(src) with each operand k's element offset src[k] = `offsets[k] +
+/// sum(index[d] * steps[k][d])`.
+template <typename Visit>
+void walk(ArrayRef<int64_t> outShape, ArrayRef<int64_t> offsets,
+          ArrayRef<SmallVector<int64_t>> steps, Visit visit) {
+  const int64_t n = shapes::numElements(outShape);
+  const size_t rank = outShape.size(), operands = offsets.size();
+  SmallVector<int64_t> index(rank, 0), src(offsets.begin(), offsets.end());
+  for (int64_t e = 0; e < n; ++e) {
+    visit(ArrayRef<int64_t>(src));
+    for (int64_t d = (int64_t)rank - 1; d >= 0; --d) {
+      for (size_t k = 0; k < operands; ++k)
+        src[k] += steps[k][d];
       if (++index[d] < outShape[d])
         break;
+      for (size_t k = 0; k < operands; ++k)
+        src[k] -= steps[k][d] * outShape[d];
       index[d] = 0;
     }
   }
+}
+
+/// The data movement of broadcast, slice and transpose, all of which read
+/// input element `offset + sum(index[d] * steps[d])` for result index `index`.
+IntTensor gather(const IntTensor &in, ArrayRef<int64_t> outShape, int64_t offset,
+                 ArrayRef<int64_t> steps) {
+  IntTensor out(outShape, in.boolean);
+  walk(outShape, {offset}, {SmallVector<int64_t>(steps.begin(), steps.end())},
+       [&](ArrayRef<int64_t> src) { out.push(in.at(src[0])); });
   return out;
 }
 
-/// `in` broadcast (numpy rules) to `outShape`.
-std::vector<int64_t> broadcastTo(const IntTensor &in, ArrayRef<int64_t> outShape) {
+/// The steps that read `in` (numpy-broadcast) for each index of `outShape`.
+SmallVector<int64_t> broadcastSteps(ArrayRef<int64_t> in, ArrayRef<int64_t> outShape) {
   SmallVector<int64_t> steps(outShape.size(), 0);
-  SmallVector<int64_t> inStrides = stridesOf(in.shape);
-  size_t offset = outShape.size() - in.shape.size();
-  for (size_t d = 0; d < in.shape.size(); ++d)
-    steps[offset + d] = in.shape[d] == 1 ? 0 : inStrides[d];
-  return gather(in, outShape, 0, steps);
+  SmallVector<int64_t> inStrides = stridesOf(in);
+  size_t offset = outShape.size() - in.size();
+  for (size_t d = 0; d < in.size(); ++d)
+    steps[offset + d] = in[d] == 1 ? 0 : inStrides[d];
+  return steps;
 }
 
 /// Constants' values, decoded once per pass run: every layer's mask chain
@@ -92,17 +126,18 @@ std::vector<int64_t> broadcastTo(const IntTensor &in, ArrayRef<int64_t> outShape
 /// element through APInt was most of a large model's import. Keyed by the
 /// attribute (immutable, alive as long as the context), not by a value
 /// that the rewrites may erase.
-using DecodedConstants = llvm::DenseMap<Attribute, std::vector<int64_t>>;
+using DecodedConstants = llvm::DenseMap<Attribute, std::shared_ptr<const IntTensor>>;
 
 /// Evaluates an integer or boolean tensor built from constants by the ops a
-/// mask computation uses; nullopt for anything else.
+/// mask computation uses; nullopt for anything else. Every intermediate is
+/// held whole (no broadcast operand is expanded), so the analysis still checks
+/// each element of the mask.
 std::optional<IntTensor> evaluateIntTensor(Value v, DecodedConstants &decoded,
                                            unsigned depth = 0) {
   auto type = dyn_cast<RankedTensorType>(v.getType());
-  if (!type || !isa<IntegerType>(type.getElementType()) || depth > 16 ||
-      type.getNumElements() > kMaxMaskElements)
+  if (!type || !isa<IntegerType>(type.getElementType()) || depth > 16 || !withinMaskLimit(type))
     return std::nullopt;
-  IntTensor result{shapes::Shape(type.getShape()), {}};
+  const bool isBool = type.getElementType().isInteger(1);
   Operation *op = v.getDefiningOp();
   if (!op)
     return std::nullopt;
@@ -111,17 +146,26 @@ std::optional<IntTensor> evaluateIntTensor(Value v, DecodedConstants &decoded,
   if (matchPattern(v, m_Constant(&attr))) {
     auto [it, added] = decoded.try_emplace(attr);
     if (added) {
-      bool isBool = attr.getElementType().isInteger(1);
-      it->second.reserve(attr.getNumElements());
-      for (const APInt &value : attr.getValues<APInt>())
-        it->second.push_back(isBool ? (int64_t)value.getBoolValue() : value.getSExtValue());
+      auto t = std::make_shared<IntTensor>(type.getShape(), isBool);
+      if (attr.isSplat()) {
+        int64_t value = isBool ? (int64_t)attr.getSplatValue<bool>()
+                               : attr.getSplatValue<APInt>().getSExtValue();
+        for (int64_t i = 0; i < attr.getNumElements(); ++i)
+          t->push(value);
+      } else if (isBool) {
+        for (bool value : attr.getValues<bool>())
+          t->push(value);
+      } else {
+        for (const APInt &value : attr.getValues<APInt>())
+          t->push(value.getSExtValue());
+      }
+      it->second = std::move(t);
     }
-    result.data = it->second;
-    return result;
+    return *it->second;
   }
 
-  if (!isa<ReshapeOp, CastOp, BroadcastOp, NotOp, SliceOp, TransposeOp, AndOp, EqualOp, LessOp>(
-          op))
+  if (!isa<ReshapeOp, CastOp, BroadcastOp, NotOp, SliceOp, TransposeOp, AndOp, EqualOp, LessOp,
+           SubOp, AddOp, WhereOp>(op))
     return std::nullopt;
   auto operand = [&](unsigned i) {
     return evaluateIntTensor(op->getOperand(i), decoded, depth + 1);
@@ -129,21 +173,19 @@ std::optional<IntTensor> evaluateIntTensor(Value v, DecodedConstants &decoded,
   std::optional<IntTensor> in = operand(0);
   if (!in)
     return std::nullopt;
+  IntTensor result(type.getShape(), isBool);
 
   if (isa<ReshapeOp, CastOp>(op)) {
     // Casts between integer types keep the values, except to i1 ("nonzero").
-    bool toBool = type.getElementType().isInteger(1);
-    for (int64_t value : in->data)
-      result.data.push_back(toBool ? value != 0 : value);
+    for (int64_t i = 0; i < in->size(); ++i)
+      result.push(in->at(i));
     return result;
   }
-  if (isa<BroadcastOp>(op)) {
-    result.data = broadcastTo(*in, result.shape);
-    return result;
-  }
+  if (isa<BroadcastOp>(op))
+    return gather(*in, result.shape, 0, broadcastSteps(in->shape, result.shape));
   if (isa<NotOp>(op)) {
-    for (int64_t value : in->data)
-      result.data.push_back(!value);
+    for (int64_t i = 0; i < in->size(); ++i)
+      result.push(!in->at(i));
     return result;
   }
   if (auto slice = dyn_cast<SliceOp>(op)) {
@@ -153,25 +195,45 @@ std::optional<IntTensor> evaluateIntTensor(Value v, DecodedConstants &decoded,
       offset += slice.getStarts()[d] * inStrides[d];
       steps.push_back(slice.getStrides()[d] * inStrides[d]);
     }
-    result.data = gather(*in, result.shape, offset, steps);
-    return result;
+    return gather(*in, result.shape, offset, steps);
   }
   if (auto transpose = dyn_cast<TransposeOp>(op)) {
     SmallVector<int64_t> inStrides = stridesOf(in->shape), steps;
     for (int64_t p : transpose.getPerm())
       steps.push_back(inStrides[p]);
-    result.data = gather(*in, result.shape, 0, steps);
-    return result;
+    return gather(*in, result.shape, 0, steps);
   }
-  if (isa<AndOp, EqualOp, LessOp>(op)) {
+  if (isa<AndOp, EqualOp, LessOp, SubOp, AddOp>(op)) {
     std::optional<IntTensor> rhs = operand(1);
     if (!rhs)
       return std::nullopt;
-    std::vector<int64_t> l = broadcastTo(*in, result.shape), r = broadcastTo(*rhs, result.shape);
-    for (size_t i = 0; i < l.size(); ++i)
-      result.data.push_back(isa<AndOp>(op)     ? (l[i] && r[i])
-                            : isa<EqualOp>(op) ? (l[i] == r[i])
-                                               : (l[i] < r[i]));
+    // Positions and their differences: no wrap-around to worry about.
+    auto apply = [&](int64_t l, int64_t r) -> int64_t {
+      if (isa<AndOp>(op))
+        return l && r;
+      if (isa<EqualOp>(op))
+        return l == r;
+      if (isa<LessOp>(op))
+        return l < r;
+      return isa<SubOp>(op) ? l - r : l + r;
+    };
+    walk(result.shape, {0, 0},
+         {broadcastSteps(in->shape, result.shape), broadcastSteps(rhs->shape, result.shape)},
+         [&](ArrayRef<int64_t> src) { result.push(apply(in->at(src[0]), rhs->at(src[1]))); });
+    return result;
+  }
+  if (isa<WhereOp>(op)) {
+    // The importer's And / Or on activations: where(a, b, false) and
+    // where(a, true, b).
+    std::optional<IntTensor> onTrue = operand(1), onFalse = operand(2);
+    if (!onTrue || !onFalse)
+      return std::nullopt;
+    walk(result.shape, {0, 0, 0},
+         {broadcastSteps(in->shape, result.shape), broadcastSteps(onTrue->shape, result.shape),
+          broadcastSteps(onFalse->shape, result.shape)},
+         [&](ArrayRef<int64_t> src) {
+           result.push(in->at(src[0]) ? onTrue->at(src[1]) : onFalse->at(src[2]));
+         });
     return result;
   }
   return std::nullopt;
@@ -193,7 +255,7 @@ std::optional<int64_t> causalWindow(const IntTensor &mask, int64_t tq, int64_t t
   if ((mq != 1 && mq != tq) || (mk != 1 && mk != tk) || tq < 1 || tk < 1)
     return std::nullopt;
   auto visibleAt = [&](int64_t l, int64_t i, int64_t j) {
-    bool value = mask.data[l * mq * mk + (mq == 1 ? 0 : i) * mk + (mk == 1 ? 0 : j)] != 0;
+    bool value = mask.at(l * mq * mk + (mq == 1 ? 0 : i) * mk + (mk == 1 ? 0 : j)) != 0;
     return trueMeansVisible ? value : !value;
   };
   // The last query (position tk - 1) sees the window's width of keys, or
@@ -204,7 +266,7 @@ std::optional<int64_t> causalWindow(const IntTensor &mask, int64_t tq, int64_t t
   int64_t window = lastRowKeys == tk ? 0 : lastRowKeys;
   if (lastRowKeys == 0)
     return std::nullopt;
-  int64_t leading = (int64_t)mask.data.size() / (mq * mk);
+  int64_t leading = mask.size() / (mq * mk);
   for (int64_t l = 0; l < leading; ++l)
     for (int64_t i = 0; i < tq; ++i) {
       int64_t p = i + (tk - tq);
@@ -245,15 +307,14 @@ bool isMaskFill(const APFloat &v) {
 /// this way.
 std::optional<IntTensor> additiveMaskVisibility(Attribute constant) {
   auto attr = dyn_cast<DenseFPElementsAttr>(constant);
-  if (!attr || attr.getNumElements() > kMaxMaskElements)
+  if (!attr || attr.getNumElements() > kMaxBoolMaskElements)
     return std::nullopt;
-  IntTensor visible{shapes::Shape(attr.getType().getShape()), {}};
-  visible.data.reserve(attr.getNumElements());
+  IntTensor visible(attr.getType().getShape(), /*boolean=*/true);
   for (const APFloat &value : attr.getValues<APFloat>()) {
     if (value.isZero())
-      visible.data.push_back(1);
+      visible.push(1);
     else if (isMaskFill(value))
-      visible.data.push_back(0);
+      visible.push(0);
     else
       return std::nullopt;
   }

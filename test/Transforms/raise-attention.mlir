@@ -833,3 +833,58 @@ func.func @zeros_added_to_scores(%q: tensor<2x3x8xf32>, %k: tensor<2x3x8xf32>,
   %o = pmesh.matmul %p, %v : (tensor<2x3x3xf32>, tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
   return %o : tensor<2x3x8xf32>
 }
+
+// -----
+
+// A band computed as PyTorch 2 and gen_gpt2 compute it, not folded (past
+// 4096 tokens the importer leaves it to the raise): not(rows < cols) and
+// (rows - cols < 2), the and written as where(a, b, false).
+
+// CHECK-LABEL: func.func @computed_band_with_sub_and_where
+// CHECK: pmesh.attention %{{.*}} {scale = 1.000000e+00 : f32, window = 2 : i64}
+// CHECK-NOT: pmesh.softmax
+func.func @computed_band_with_sub_and_where(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>,
+                                            %v: tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32> {
+  %rows = pmesh.constant dense<[[0], [1], [2], [3]]> : tensor<4x1xi64>
+  %cols = pmesh.constant dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>
+  %two = pmesh.constant dense<2> : tensor<i64>
+  %false = pmesh.constant dense<false> : tensor<i1>
+  %ninf = pmesh.constant dense<0xFF800000> : tensor<f32>
+  %after = pmesh.less %rows, %cols : (tensor<4x1xi64>, tensor<1x4xi64>) -> tensor<4x4xi1>
+  %causal = pmesh.not %after : tensor<4x4xi1>
+  %d = pmesh.sub %rows, %cols : (tensor<4x1xi64>, tensor<1x4xi64>) -> tensor<4x4xi64>
+  %near = pmesh.less %d, %two : (tensor<4x4xi64>, tensor<i64>) -> tensor<4x4xi1>
+  %allowed = pmesh.where %causal, %near, %false : (tensor<4x4xi1>, tensor<4x4xi1>, tensor<i1>) -> tensor<4x4xi1>
+  %s = pmesh.matmul %q, %k {transpose_b = true} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x4xf32>
+  %sm = pmesh.where %allowed, %s, %ninf : (tensor<4x4xi1>, tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  %p = pmesh.softmax %sm {axis = -1 : i64} : tensor<1x2x4x4xf32>
+  %o = pmesh.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %o : tensor<1x2x4x8xf32>
+}
+
+// -----
+
+// Negative: the same with rows + cols < 4 in place of the distance: an
+// anti-diagonal cut, no band; it stays decomposed.
+
+// CHECK-LABEL: func.func @computed_mask_not_a_band
+// CHECK-NOT: pmesh.attention
+// CHECK: pmesh.softmax
+func.func @computed_mask_not_a_band(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>,
+                                    %v: tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32> {
+  %rows = pmesh.constant dense<[[0], [1], [2], [3]]> : tensor<4x1xi64>
+  %cols = pmesh.constant dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>
+  %four = pmesh.constant dense<4> : tensor<i64>
+  %false = pmesh.constant dense<false> : tensor<i1>
+  %ninf = pmesh.constant dense<0xFF800000> : tensor<f32>
+  %after = pmesh.less %rows, %cols : (tensor<4x1xi64>, tensor<1x4xi64>) -> tensor<4x4xi1>
+  %causal = pmesh.not %after : tensor<4x4xi1>
+  %sum = pmesh.add %rows, %cols : (tensor<4x1xi64>, tensor<1x4xi64>) -> tensor<4x4xi64>
+  %cut = pmesh.less %sum, %four : (tensor<4x4xi64>, tensor<i64>) -> tensor<4x4xi1>
+  %allowed = pmesh.where %causal, %cut, %false : (tensor<4x4xi1>, tensor<4x4xi1>, tensor<i1>) -> tensor<4x4xi1>
+  %s = pmesh.matmul %q, %k {transpose_b = true} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x4xf32>
+  %sm = pmesh.where %allowed, %s, %ninf : (tensor<4x4xi1>, tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  %p = pmesh.softmax %sm {axis = -1 : i64} : tensor<1x2x4x4xf32>
+  %o = pmesh.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %o : tensor<1x2x4x8xf32>
+}
