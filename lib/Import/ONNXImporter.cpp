@@ -2329,6 +2329,29 @@ LogicalResult importSkipLayerNorm(Importer &imp, NodeCtx &n) {
   return emitLayerNorm(imp, n, s, *gamma, beta, -1, n.attrFloat("epsilon", 1e-12), 0);
 }
 
+/// [B, T, heads * D] -> [B, heads, T, D] (packed attention heads, split).
+FailureOr<Value> splitHeads(Importer &imp, NodeCtx &n, Value t, int64_t heads, const char *what) {
+  shapes::Shape ts = Importer::shapeOf(t);
+  if (ts.size() != 3 || heads <= 0 || ts[2] % heads)
+    return n.fail(Twine(what) + " " + shapes::str(ts) + " does not split into " + Twine(heads) +
+                  " heads");
+  auto split = reshapeTo(imp, n, t, {ts[0], ts[1], heads, ts[2] / heads});
+  if (failed(split))
+    return failure();
+  return (Value)imp.b.create<pm::TransposeOp>(
+      n.loc, imp.tensorType({ts[0], heads, ts[1], ts[2] / heads}, eltOf(t)), *split,
+      SmallVector<int64_t>{0, 2, 1, 3});
+}
+
+/// [B, heads, T, D] -> [B, T, heads * D], splitHeads undone.
+FailureOr<Value> mergeHeads(Importer &imp, NodeCtx &n, Value t) {
+  shapes::Shape ts = Importer::shapeOf(t);
+  Value back = imp.b.create<pm::TransposeOp>(n.loc,
+                                             imp.tensorType({ts[0], ts[2], ts[1], ts[3]}, eltOf(t)),
+                                             t, SmallVector<int64_t>{0, 2, 1, 3});
+  return reshapeTo(imp, n, back, {ts[0], ts[2], ts[1] * ts[3]});
+}
+
 /// ai.onnx RMSNormalization (opset 23; PyTorch 2 writes nn.RMSNorm so):
 /// y = x / sqrt(mean(x^2 over axis..last) + epsilon) * scale, written out
 /// with the ops a decomposed RMSNorm export uses. stash_type (the precision
@@ -2525,24 +2548,12 @@ LogicalResult importAttention(Importer &imp, NodeCtx &n) {
     return n.fail("Q, K and V must all be 3-D or all 4-D, got " + shapes::str(qs) + ", " +
                   shapes::str(ks) + ", " + shapes::str(vs));
   const bool packed = qs.size() == 3;
-  // [B, T, heads * D] -> [B, heads, T, D].
-  auto toHeads = [&](Value t, int64_t heads, const char *what) -> FailureOr<Value> {
-    shapes::Shape ts = Importer::shapeOf(t);
-    if (heads <= 0 || ts[2] % heads)
-      return n.fail(Twine(what) + " " + shapes::str(ts) + " does not split into " + Twine(heads) +
-                    " heads");
-    auto split = reshapeTo(imp, n, t, {ts[0], ts[1], heads, ts[2] / heads});
-    if (failed(split))
-      return failure();
-    return (Value)imp.b.create<pm::TransposeOp>(
-        n.loc, imp.tensorType({ts[0], heads, ts[1], ts[2] / heads}, elt), *split,
-        SmallVector<int64_t>{0, 2, 1, 3});
-  };
   if (packed) {
     if (!n.attr("q_num_heads") || !n.attr("kv_num_heads"))
       return n.fail("3-D Q, K, V need the q_num_heads and kv_num_heads attributes");
     int64_t qh = n.attrInt("q_num_heads", 0), kvh = n.attrInt("kv_num_heads", 0);
-    auto q4 = toHeads(*q, qh, "Q"), k4 = toHeads(*k, kvh, "K"), v4 = toHeads(*v, kvh, "V");
+    auto q4 = splitHeads(imp, n, *q, qh, "Q"), k4 = splitHeads(imp, n, *k, kvh, "K"),
+         v4 = splitHeads(imp, n, *v, kvh, "V");
     if (failed(q4) || failed(k4) || failed(v4))
       return failure();
     *q = *q4, *k = *k4, *v = *v4;
@@ -2576,9 +2587,7 @@ LogicalResult importAttention(Importer &imp, NodeCtx &n) {
     return n.fail("left_window_size and right_window_size must be -1 or >= 0");
   auto finish = [&](Value y) -> LogicalResult {
     if (packed) {
-      Value back = imp.b.create<pm::TransposeOp>(n.loc, imp.tensorType({B, Tq, H, Dv}, elt), y,
-                                                 SmallVector<int64_t>{0, 2, 1, 3});
-      auto flat = reshapeTo(imp, n, back, {B, Tq, H * Dv});
+      auto flat = mergeHeads(imp, n, y);
       if (failed(flat))
         return failure();
       y = *flat;
@@ -2718,11 +2727,8 @@ LogicalResult importMSAttention(Importer &imp, NodeCtx &n) {
   auto split = imp.b.create<pm::SplitOp>(n.loc, SmallVector<Type>(3, sliceType), qkv, 2,
                                          SmallVector<int64_t>(3, hidden));
   SmallVector<Value> qkvHeads;
-  for (Value part : split.getResults()) {
-    Value r = *reshapeTo(imp, n, part, {B, S, heads, D});
-    qkvHeads.push_back(imp.b.create<pm::TransposeOp>(
-        n.loc, imp.tensorType({B, heads, S, D}, eltOf(r)), r, SmallVector<int64_t>{0, 2, 1, 3}));
-  }
+  for (Value part : split.getResults())
+    qkvHeads.push_back(*splitHeads(imp, n, part, heads, "Q, K, V"));
   Value mask;
   if (n.has(3)) {
     // mask_index as a [B, S] 0/1 key-padding mask: masked keys get
@@ -2747,9 +2753,7 @@ LogicalResult importMSAttention(Importer &imp, NodeCtx &n) {
       n.loc, qkvHeads[0].getType(), qkvHeads[0], qkvHeads[1], qkvHeads[2], mask,
       imp.b.getF32FloatAttr(scale), imp.b.getBoolAttr(n.attrInt("unidirectional", 0) != 0),
       /*window=*/IntegerAttr(), /*softcap=*/FloatAttr());
-  Value back = imp.b.create<pm::TransposeOp>(n.loc, imp.tensorType({B, S, heads, D}, eltOf(att)),
-                                             att, SmallVector<int64_t>{0, 2, 1, 3});
-  imp.setValue(n, 0, *reshapeTo(imp, n, back, {B, S, hidden}));
+  imp.setValue(n, 0, *mergeHeads(imp, n, att));
   imp.setPoison(n, 1, "is the present state of Attention, which is not supported");
   return success();
 }

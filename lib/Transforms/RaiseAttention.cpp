@@ -208,18 +208,21 @@ std::optional<IntTensor> evaluateIntTensor(Value v, DecodedConstants &decoded,
     if (!rhs)
       return std::nullopt;
     // Positions and their differences: no wrap-around to worry about.
-    auto apply = [&](int64_t l, int64_t r) -> int64_t {
-      if (isa<AndOp>(op))
-        return l && r;
-      if (isa<EqualOp>(op))
-        return l == r;
-      if (isa<LessOp>(op))
-        return l < r;
-      return isa<SubOp>(op) ? l - r : l + r;
+    auto combine = [&](auto apply) {
+      walk(result.shape, {0, 0},
+           {broadcastSteps(in->shape, result.shape), broadcastSteps(rhs->shape, result.shape)},
+           [&](ArrayRef<int64_t> src) { result.push(apply(in->at(src[0]), rhs->at(src[1]))); });
     };
-    walk(result.shape, {0, 0},
-         {broadcastSteps(in->shape, result.shape), broadcastSteps(rhs->shape, result.shape)},
-         [&](ArrayRef<int64_t> src) { result.push(apply(in->at(src[0]), rhs->at(src[1]))); });
+    if (isa<AndOp>(op))
+      combine([](int64_t l, int64_t r) -> int64_t { return l && r; });
+    else if (isa<EqualOp>(op))
+      combine([](int64_t l, int64_t r) -> int64_t { return l == r; });
+    else if (isa<LessOp>(op))
+      combine([](int64_t l, int64_t r) -> int64_t { return l < r; });
+    else if (isa<SubOp>(op))
+      combine([](int64_t l, int64_t r) { return l - r; });
+    else
+      combine([](int64_t l, int64_t r) { return l + r; });
     return result;
   }
   if (isa<WhereOp>(op)) {

@@ -7,6 +7,8 @@
 //===----------------------------------------------------------------------===//
 #include "Kernels.h"
 
+#include "pipemesh/Dialect/PMesh/ShapeFunctions.h"
+
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/ADT/APFloat.h"
 
@@ -498,18 +500,9 @@ std::optional<Tensor> softmax(const Tensor &x, int64_t axis, bool log, std::stri
   return out;
 }
 
-/// Query heads per head of k or v: their leading dims are q's (1), or q's
-/// with the heads (the last) divided by g (grouped-query attention: query
-/// head h reads head h / g); 0 when neither.
+/// Query heads per head of k or v (the dialect's rule, ShapeFunctions.h).
 static int64_t headGroup(const Tensor &q, const Tensor &kv) {
-  llvm::ArrayRef<int64_t> qLead = llvm::ArrayRef<int64_t>(q.shape).drop_back(2),
-                          lead = llvm::ArrayRef<int64_t>(kv.shape).drop_back(2);
-  if (lead == qLead)
-    return 1;
-  if (lead.empty() || lead.drop_back() != qLead.drop_back() || lead.back() <= 0 ||
-      qLead.back() % lead.back() != 0)
-    return 0;
-  return qLead.back() / lead.back();
+  return pipemesh::shapes::attentionHeadGroup(q.shape, kv.shape);
 }
 
 std::optional<Tensor> attention(const Tensor &q, const Tensor &k, const Tensor &v,
