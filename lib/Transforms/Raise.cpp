@@ -16,23 +16,32 @@ using namespace mlir;
 using namespace pipemesh;
 using namespace pipemesh::pmesh;
 
-void pipemesh::populateRaisePatterns(RewritePatternSet &patterns) {
+namespace {
+void populateAll(RewritePatternSet &patterns, raise::MaskWindowMemo *memo) {
   raise::populateRaiseLayerNormPatterns(patterns);
   raise::populateRaiseGeluPatterns(patterns);
-  raise::populateRaiseAttentionPatterns(patterns);
+  raise::populateRaiseAttentionPatterns(patterns, memo);
   raise::populateRaiseGroupedAttentionPatterns(patterns);
   raise::populateRaiseMatMulPatterns(patterns);
+}
+} // namespace
+
+void pipemesh::populateRaisePatterns(RewritePatternSet &patterns) {
+  populateAll(patterns, /*memo=*/nullptr);
 }
 
 namespace {
 struct PMeshRaisePass : pipemesh::impl::PMeshRaiseBase<PMeshRaisePass> {
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
-    populateRaisePatterns(patterns);
+    raise::MaskWindowMemo memo;
+    populateAll(patterns, &memo);
     for (RegisteredOperationName name : getContext().getRegisteredOperations())
       if (name.getDialectNamespace() == "pmesh")
         name.getCanonicalizationPatterns(patterns, &getContext());
-    if (failed(applyPatternsAndFoldGreedily(getOperation(), std::move(patterns))))
+    GreedyRewriteConfig config;
+    config.listener = &memo; // forgets the masks of erased ops
+    if (failed(applyPatternsAndFoldGreedily(getOperation(), std::move(patterns), config)))
       signalPassFailure();
   }
 };

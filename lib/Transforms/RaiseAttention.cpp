@@ -7,14 +7,18 @@
 //   s = where(tril, s, -big)      causal mask (optional)
 //   s = s + mask                  additive mask (optional)
 //   p = softmax(s, last axis)
+//   p = where(isnan(p), 0, p)     PyTorch's guard (optional, see below)
 //   o = matmul(p, v)
 //
 // and pmesh.attention is exactly that with the factors folded into `scale`.
 // The causal mask is a compile-time constant once the importer has bound the
-// sequence length, but it may still be a small constant expression (HF's
-// sliced tril buffer, or not(less(rows, cols)) built from Range); the matcher
-// evaluates it and checks it element by element, so only a mask that really
-// is lower-triangular becomes `causal = true`.
+// sequence length, but it may still be a constant expression (HF's sliced
+// tril buffer, or not(less(rows, cols)) built from Range, which the importer
+// leaves unfolded past 4096 tokens); the matcher evaluates it - whole when
+// small, a row at a time when large - and checks it element by element, so
+// only a mask that really is lower-triangular (or a band) becomes causal.
+// The guard, which zeroes rows whose every key is hidden, is dropped only
+// then: a causal row always sees its own position.
 //
 //===----------------------------------------------------------------------===//
 #include "RaiseUtils.h"
@@ -57,18 +61,13 @@ struct IntTensor {
   void push(int64_t v) { boolean ? bools.push_back(v != 0) : ints.push_back(v); }
 };
 
-/// Masks are at most [ctx, ctx] per head: evaluated up to 2^27 booleans (128
-/// MiB: a [T, T] mask for T up to 11585) and 2^26 other integers (a [T, T]
-/// distance rows - cols, which a sliding-window mask compares, up to 8192
-/// tokens: 512 MiB while it lives); anything larger is not a mask worth
-/// evaluating here.
-constexpr int64_t kMaxMaskElements = int64_t(1) << 26;
-constexpr int64_t kMaxBoolMaskElements = int64_t(1) << 27;
-
-bool withinMaskLimit(RankedTensorType type) {
-  return type.getNumElements() <= (type.getElementType().isInteger(1) ? kMaxBoolMaskElements
-                                                                      : kMaxMaskElements);
-}
+/// Intermediates of a mask computation are held whole up to 2^24 elements (a
+/// [4096, 4096] mask; 128 MiB as int64); larger ones are evaluated a row at a
+/// time (MaskRows). Constants are decoded whole - they are in the IR already -
+/// up to 2^27 booleans (one byte each) or 2^26 other integers.
+constexpr int64_t kMaxHeldElements = int64_t(1) << 24;
+constexpr int64_t kMaxConstantMaskElements = int64_t(1) << 26;
+constexpr int64_t kMaxConstantBoolMaskElements = int64_t(1) << 27;
 
 /// Row-major strides of `shape`.
 SmallVector<int64_t> stridesOf(ArrayRef<int64_t> shape) {
@@ -128,6 +127,9 @@ SmallVector<int64_t> broadcastSteps(ArrayRef<int64_t> in, ArrayRef<int64_t> outS
 /// that the rewrites may erase.
 using DecodedConstants = llvm::DenseMap<Attribute, std::shared_ptr<const IntTensor>>;
 
+/// How deep a mask computation may be (exporters use a handful of ops).
+constexpr unsigned kMaxMaskDepth = 16;
+
 /// Evaluates an integer or boolean tensor built from constants by the ops a
 /// mask computation uses; nullopt for anything else. Every intermediate is
 /// held whole (no broadcast operand is expanded), so the analysis still checks
@@ -135,7 +137,7 @@ using DecodedConstants = llvm::DenseMap<Attribute, std::shared_ptr<const IntTens
 std::optional<IntTensor> evaluateIntTensor(Value v, DecodedConstants &decoded,
                                            unsigned depth = 0) {
   auto type = dyn_cast<RankedTensorType>(v.getType());
-  if (!type || !isa<IntegerType>(type.getElementType()) || depth > 16 || !withinMaskLimit(type))
+  if (!type || !isa<IntegerType>(type.getElementType()) || depth > kMaxMaskDepth)
     return std::nullopt;
   const bool isBool = type.getElementType().isInteger(1);
   Operation *op = v.getDefiningOp();
@@ -144,6 +146,9 @@ std::optional<IntTensor> evaluateIntTensor(Value v, DecodedConstants &decoded,
 
   DenseIntElementsAttr attr;
   if (matchPattern(v, m_Constant(&attr))) {
+    if (type.getNumElements() >
+        (isBool ? kMaxConstantBoolMaskElements : kMaxConstantMaskElements))
+      return std::nullopt;
     auto [it, added] = decoded.try_emplace(attr);
     if (added) {
       auto t = std::make_shared<IntTensor>(type.getShape(), isBool);
@@ -165,7 +170,8 @@ std::optional<IntTensor> evaluateIntTensor(Value v, DecodedConstants &decoded,
   }
 
   if (!isa<ReshapeOp, CastOp, BroadcastOp, NotOp, SliceOp, TransposeOp, AndOp, EqualOp, LessOp,
-           SubOp, AddOp, WhereOp>(op))
+           SubOp, AddOp, WhereOp>(op) ||
+      type.getNumElements() > kMaxHeldElements)
     return std::nullopt;
   auto operand = [&](unsigned i) {
     return evaluateIntTensor(op->getOperand(i), decoded, depth + 1);
@@ -242,6 +248,273 @@ std::optional<IntTensor> evaluateIntTensor(Value v, DecodedConstants &decoded,
   return std::nullopt;
 }
 
+/// A mask evaluated one row (its last dim) at a time, for masks too large to
+/// hold whole: a [T, T] mask at 32768 tokens has 2^30 elements, its rows
+/// 32768. Every element is still computed and checked; only a row of each
+/// operand lives at once (those small enough are held whole). Rows are
+/// numbered flat over the leading dims; the last row computed is kept, as
+/// consecutive rows of a result often read the same operand row.
+class MaskRows {
+public:
+  explicit MaskRows(ArrayRef<int64_t> shape) : shape(shape) {}
+  virtual ~MaskRows() = default;
+  MaskRows(const MaskRows &) = delete;
+  MaskRows &operator=(const MaskRows &) = delete;
+
+  int64_t rowLength() const { return shape.empty() ? 1 : shape.back(); }
+  int64_t rows() const { return shapes::numElements(shape) / std::max<int64_t>(rowLength(), 1); }
+  const int64_t *row(int64_t r) {
+    if (r != cachedRow) {
+      cache.resize(rowLength());
+      compute(r, cache.data());
+      cachedRow = r;
+    }
+    return cache.data();
+  }
+
+  const shapes::Shape shape;
+
+protected:
+  virtual void compute(int64_t r, int64_t *out) = 0;
+
+private:
+  int64_t cachedRow = -1;
+  std::vector<int64_t> cache;
+};
+
+/// The multi-index of row `r` over `shape`'s leading dims (all but the last).
+SmallVector<int64_t> rowIndex(ArrayRef<int64_t> shape, int64_t r) {
+  SmallVector<int64_t> index(shape.empty() ? 0 : shape.size() - 1);
+  for (int64_t d = (int64_t)index.size() - 1; d >= 0; --d) {
+    index[d] = r % shape[d];
+    r /= shape[d];
+  }
+  return index;
+}
+
+/// The flat row of `shape` at leading multi-index `index`.
+int64_t flatRow(ArrayRef<int64_t> shape, ArrayRef<int64_t> index) {
+  int64_t r = 0;
+  for (size_t d = 0; d < index.size(); ++d)
+    r = r * shape[d] + index[d];
+  return r;
+}
+
+/// A tensor held whole, read by rows.
+class HeldRows : public MaskRows {
+public:
+  explicit HeldRows(std::shared_ptr<const IntTensor> t) : MaskRows(t->shape), t(std::move(t)) {}
+
+protected:
+  void compute(int64_t r, int64_t *out) override {
+    int64_t n = rowLength();
+    for (int64_t j = 0; j < n; ++j)
+      out[j] = t->at(r * n + j);
+  }
+
+private:
+  std::shared_ptr<const IntTensor> t;
+};
+
+/// An operand of an elementwise op, broadcast (numpy) to the result's shape.
+struct BroadcastRows {
+  std::unique_ptr<MaskRows> node;
+  bool repeated = false; ///< its rows are one element, the result's are longer
+
+  BroadcastRows(std::unique_ptr<MaskRows> node, ArrayRef<int64_t> outShape)
+      : node(std::move(node)) {
+    repeated = this->node->rowLength() == 1 && !outShape.empty() && outShape.back() != 1;
+  }
+  /// Its row for the result's leading index `outIndex`.
+  const int64_t *row(ArrayRef<int64_t> outIndex) {
+    ArrayRef<int64_t> in = node->shape;
+    size_t leading = in.empty() ? 0 : in.size() - 1, offset = outIndex.size() - leading;
+    int64_t r = 0;
+    for (size_t d = 0; d < leading; ++d)
+      r = r * in[d] + (in[d] == 1 ? 0 : outIndex[offset + d]);
+    return node->row(r);
+  }
+};
+
+/// An elementwise op of one to three operands: out[j] = apply(a[j], b[j], c[j]).
+template <typename Apply>
+class ElementwiseRows : public MaskRows {
+public:
+  ElementwiseRows(ArrayRef<int64_t> shape, std::vector<BroadcastRows> operands, Apply apply)
+      : MaskRows(shape), operands(std::move(operands)), apply(apply) {}
+
+protected:
+  void compute(int64_t r, int64_t *out) override {
+    SmallVector<int64_t> index = rowIndex(shape, r);
+    const int64_t *in[3] = {nullptr, nullptr, nullptr};
+    int64_t step[3] = {0, 0, 0};
+    for (size_t k = 0; k < operands.size(); ++k) {
+      in[k] = operands[k].row(index);
+      step[k] = operands[k].repeated ? 0 : 1;
+    }
+    static const int64_t zero = 0;
+    for (size_t k = operands.size(); k < 3; ++k)
+      in[k] = &zero;
+    int64_t n = rowLength();
+    for (int64_t j = 0; j < n; ++j)
+      out[j] = apply(in[0][j * step[0]], in[1][j * step[1]], in[2][j * step[2]]);
+  }
+
+private:
+  std::vector<BroadcastRows> operands;
+  Apply apply;
+};
+
+template <typename Apply>
+std::unique_ptr<MaskRows> elementwiseRows(ArrayRef<int64_t> shape,
+                                          std::vector<BroadcastRows> operands, Apply apply) {
+  return std::make_unique<ElementwiseRows<Apply>>(shape, std::move(operands), apply);
+}
+
+/// A reshape: row r of the result is elements [r * n, (r + 1) * n) of the
+/// operand in row-major order (the operand's own row when the last dim stays).
+class ReshapeRows : public MaskRows {
+public:
+  ReshapeRows(ArrayRef<int64_t> shape, std::unique_ptr<MaskRows> in)
+      : MaskRows(shape), in(std::move(in)) {}
+
+protected:
+  void compute(int64_t r, int64_t *out) override {
+    int64_t n = rowLength(), m = in->rowLength();
+    for (int64_t j = 0; j < n;) {
+      int64_t flat = r * n + j, inRow = flat / m, at = flat % m;
+      int64_t take = std::min(n - j, m - at);
+      const int64_t *src = in->row(inRow) + at;
+      std::copy(src, src + take, out + j);
+      j += take;
+    }
+  }
+
+private:
+  std::unique_ptr<MaskRows> in;
+};
+
+/// A strided slice (stride > 0).
+class SliceRows : public MaskRows {
+public:
+  SliceRows(ArrayRef<int64_t> shape, std::unique_ptr<MaskRows> in, ArrayRef<int64_t> starts,
+            ArrayRef<int64_t> strides)
+      : MaskRows(shape), in(std::move(in)), starts(starts), strides(strides) {}
+
+protected:
+  void compute(int64_t r, int64_t *out) override {
+    SmallVector<int64_t> index = rowIndex(shape, r);
+    for (size_t d = 0; d < index.size(); ++d)
+      index[d] = starts[d] + strides[d] * index[d];
+    const int64_t *src = in->row(flatRow(in->shape, index));
+    int64_t n = rowLength(), start = starts.empty() ? 0 : starts.back(),
+            stride = strides.empty() ? 1 : strides.back();
+    for (int64_t j = 0; j < n; ++j)
+      out[j] = src[start + stride * j];
+  }
+
+private:
+  std::unique_ptr<MaskRows> in;
+  SmallVector<int64_t> starts, strides;
+};
+
+/// A transpose that keeps the last dim last (it permutes rows only).
+class PermuteRows : public MaskRows {
+public:
+  PermuteRows(ArrayRef<int64_t> shape, std::unique_ptr<MaskRows> in, ArrayRef<int64_t> perm)
+      : MaskRows(shape), in(std::move(in)), perm(perm) {}
+
+protected:
+  void compute(int64_t r, int64_t *out) override {
+    SmallVector<int64_t> index = rowIndex(shape, r), inIndex(index.size());
+    for (size_t d = 0; d < index.size(); ++d)
+      inIndex[perm[d]] = index[d];
+    const int64_t *src = in->row(flatRow(in->shape, inIndex));
+    std::copy(src, src + rowLength(), out);
+  }
+
+private:
+  std::unique_ptr<MaskRows> in;
+  SmallVector<int64_t> perm;
+};
+
+/// Masks evaluated by rows up to 2^32 elements (a [T, T] mask up to 65536
+/// tokens: about a minute of compile time there, once per model).
+constexpr int64_t kMaxMaskElements = int64_t(1) << 32;
+
+/// `v` as rows: held whole when evaluateIntTensor can (small enough), else
+/// built op by op; nullptr for anything not a mask computation.
+std::unique_ptr<MaskRows> maskRows(Value v, DecodedConstants &decoded, unsigned depth = 0) {
+  auto type = dyn_cast<RankedTensorType>(v.getType());
+  if (!type || !isa<IntegerType>(type.getElementType()) || depth > kMaxMaskDepth ||
+      type.getNumElements() > kMaxMaskElements)
+    return nullptr;
+  if (std::optional<IntTensor> held = evaluateIntTensor(v, decoded, depth))
+    return std::make_unique<HeldRows>(std::make_shared<const IntTensor>(std::move(*held)));
+  // Too large to hold, or small with a large operand (a slice of a long
+  // mask): by rows.
+  Operation *op = v.getDefiningOp();
+  if (!op)
+    return nullptr;
+  ArrayRef<int64_t> shape = type.getShape();
+  auto operand = [&](unsigned i) { return maskRows(op->getOperand(i), decoded, depth + 1); };
+  auto broadcastOperands = [&]() -> std::optional<std::vector<BroadcastRows>> {
+    std::vector<BroadcastRows> operands;
+    for (unsigned i = 0; i < op->getNumOperands(); ++i) {
+      std::unique_ptr<MaskRows> node = operand(i);
+      if (!node)
+        return std::nullopt;
+      operands.emplace_back(std::move(node), shape);
+    }
+    return operands;
+  };
+
+  if (auto reshape = dyn_cast<ReshapeOp>(op)) {
+    std::unique_ptr<MaskRows> in = operand(0);
+    return in ? std::make_unique<ReshapeRows>(shape, std::move(in)) : nullptr;
+  }
+  if (auto slice = dyn_cast<SliceOp>(op)) {
+    std::unique_ptr<MaskRows> in = operand(0);
+    return in ? std::make_unique<SliceRows>(shape, std::move(in), slice.getStarts(),
+                                            slice.getStrides())
+              : nullptr;
+  }
+  if (auto transpose = dyn_cast<TransposeOp>(op)) {
+    ArrayRef<int64_t> perm = transpose.getPerm();
+    if (perm.empty() || perm.back() != (int64_t)perm.size() - 1)
+      return nullptr; // a row of the result is a column of the operand
+    std::unique_ptr<MaskRows> in = operand(0);
+    return in ? std::make_unique<PermuteRows>(shape, std::move(in), perm) : nullptr;
+  }
+  if (!isa<CastOp, BroadcastOp, NotOp, AndOp, EqualOp, LessOp, SubOp, AddOp, WhereOp>(op))
+    return nullptr;
+  std::optional<std::vector<BroadcastRows>> operands = broadcastOperands();
+  if (!operands)
+    return nullptr;
+  auto apply = [&](auto fn) { return elementwiseRows(shape, std::move(*operands), fn); };
+  // The same arithmetic as evaluateIntTensor's.
+  if (isa<CastOp>(op)) {
+    if (type.getElementType().isInteger(1))
+      return apply([](int64_t a, int64_t, int64_t) -> int64_t { return a != 0; });
+    return apply([](int64_t a, int64_t, int64_t) { return a; });
+  }
+  if (isa<BroadcastOp>(op))
+    return apply([](int64_t a, int64_t, int64_t) { return a; });
+  if (isa<NotOp>(op))
+    return apply([](int64_t a, int64_t, int64_t) -> int64_t { return !a; });
+  if (isa<AndOp>(op))
+    return apply([](int64_t a, int64_t b, int64_t) -> int64_t { return a && b; });
+  if (isa<EqualOp>(op))
+    return apply([](int64_t a, int64_t b, int64_t) -> int64_t { return a == b; });
+  if (isa<LessOp>(op))
+    return apply([](int64_t a, int64_t b, int64_t) -> int64_t { return a < b; });
+  if (isa<SubOp>(op))
+    return apply([](int64_t a, int64_t b, int64_t) { return a - b; });
+  if (isa<AddOp>(op))
+    return apply([](int64_t a, int64_t b, int64_t) { return a + b; });
+  return apply([](int64_t c, int64_t t, int64_t f) { return c ? t : f; }); // where
+}
+
 /// The attention window of `mask`, broadcast to scores [..., tq, tk], when it
 /// allows exactly the keys p - window < j <= p to the query at key position
 /// p = i + (tk - tq) in every leading position (causal, aligned to the end as
@@ -250,31 +523,35 @@ std::optional<IntTensor> evaluateIntTensor(Value v, DecodedConstants &decoded,
 /// `trueMeansVisible` says whether true entries are the visible keys
 /// (where(mask, s, -big)) or the hidden ones (where(mask, -big, s), e.g.
 /// masked_fill(triu(1), -inf)).
-std::optional<int64_t> causalWindow(const IntTensor &mask, int64_t tq, int64_t tk,
+std::optional<int64_t> causalWindow(MaskRows &mask, int64_t tq, int64_t tk,
                                     bool trueMeansVisible) {
   int64_t rank = mask.shape.size();
   int64_t mq = rank >= 2 ? mask.shape[rank - 2] : 1;
   int64_t mk = rank >= 1 ? mask.shape[rank - 1] : 1;
   if ((mq != 1 && mq != tq) || (mk != 1 && mk != tk) || tq < 1 || tk < 1)
     return std::nullopt;
-  auto visibleAt = [&](int64_t l, int64_t i, int64_t j) {
-    bool value = mask.at(l * mq * mk + (mq == 1 ? 0 : i) * mk + (mk == 1 ? 0 : j)) != 0;
+  // Row of the mask that query i of leading position l reads; entry j.
+  auto rowOf = [&](int64_t l, int64_t i) { return mask.row(l * mq + (mq == 1 ? 0 : i)); };
+  auto visible = [&](const int64_t *row, int64_t j) {
+    bool value = row[mk == 1 ? 0 : j] != 0;
     return trueMeansVisible ? value : !value;
   };
   // The last query (position tk - 1) sees the window's width of keys, or
   // every key when the band is at least as wide as the sequence.
   int64_t lastRowKeys = 0;
+  const int64_t *last = rowOf(0, tq - 1);
   for (int64_t j = 0; j < tk; ++j)
-    lastRowKeys += visibleAt(0, tq - 1, j);
+    lastRowKeys += visible(last, j);
   int64_t window = lastRowKeys == tk ? 0 : lastRowKeys;
   if (lastRowKeys == 0)
     return std::nullopt;
-  int64_t leading = mask.size() / (mq * mk);
+  int64_t leading = mask.rows() / mq;
   for (int64_t l = 0; l < leading; ++l)
     for (int64_t i = 0; i < tq; ++i) {
+      const int64_t *row = rowOf(l, i);
       int64_t p = i + (tk - tq);
       for (int64_t j = 0; j < tk; ++j)
-        if (visibleAt(l, i, j) != (j <= p && (window == 0 || j > p - window)))
+        if (visible(row, j) != (j <= p && (window == 0 || j > p - window)))
           return std::nullopt;
     }
   return window;
@@ -310,7 +587,7 @@ bool isMaskFill(const APFloat &v) {
 /// this way.
 std::optional<IntTensor> additiveMaskVisibility(Attribute constant) {
   auto attr = dyn_cast<DenseFPElementsAttr>(constant);
-  if (!attr || attr.getNumElements() > kMaxBoolMaskElements)
+  if (!attr || attr.getNumElements() > kMaxConstantBoolMaskElements)
     return std::nullopt;
   IntTensor visible(attr.getType().getShape(), /*boolean=*/true);
   for (const APFloat &value : attr.getValues<APFloat>()) {
@@ -480,6 +757,30 @@ bool matchScoreChain(Value v, ScoreChain &chain, bool maskingAllowed) {
   return false;
 }
 
+/// PyTorch's guard of scaled_dot_product_attention over the probabilities p,
+/// where(isnan(p), 0, p) (imported as where(not(p == p), 0, p)), which zeroes
+/// the rows whose every key is hidden: p when `v` is that guard and nothing
+/// else reads p or the test. (The importer drops the guard itself when the
+/// mask is a constant; a mask computed from positions stays an expression
+/// past 4096 tokens, and with it the guard.)
+std::optional<Value> matchNaNGuard(Value v) {
+  auto where = v.getDefiningOp<WhereOp>();
+  if (!where || !v.hasOneUse())
+    return std::nullopt;
+  Value probs = where.getOnFalse();
+  auto isnan = where.getCond().getDefiningOp<NotOp>();
+  auto selfEqual = isnan ? isnan.getInput().getDefiningOp<EqualOp>() : EqualOp();
+  std::optional<double> zero = getSplatFloat(where.getOnTrue());
+  if (!selfEqual || !isnan->hasOneUse() || !selfEqual->hasOneUse() ||
+      selfEqual.getLhs() != probs || selfEqual.getRhs() != probs || !zero || *zero != 0.0 ||
+      where.getType() != probs.getType())
+    return std::nullopt;
+  for (OpOperand &use : probs.getUses())
+    if (use.getOwner() != where && use.getOwner() != selfEqual)
+      return std::nullopt;
+  return probs;
+}
+
 /// A q or k^T operand with the scalar factors peeled off: the operand equals
 /// transpose(base, perm) * factor. Transposes are looked through only on the
 /// way to a factor (a transpose not hiding one stays part of the base).
@@ -519,7 +820,9 @@ PeeledOperand peelFactors(Value v) {
 /// splits heads straight into [B, H, D, T]); only a mask that evaluates to the
 /// exact causal pattern sets `causal`, any other where stays unraised.
 struct RaiseAttention : OpRewritePattern<MatMulOp> {
-  using OpRewritePattern::OpRewritePattern;
+  RaiseAttention(MLIRContext *context, MaskWindowMemo *memo)
+      : OpRewritePattern(context), memo(memo) {}
+  MaskWindowMemo *memo; // may be null
   // One pattern set serves one context (--pmesh-raise builds it per run); the
   // lock keeps the cache sound if a pass ever applies it on several threads.
   mutable DecodedConstants decoded;
@@ -529,15 +832,42 @@ struct RaiseAttention : OpRewritePattern<MatMulOp> {
       causalMasks;
   mutable std::mutex decodedMutex;
 
+  /// The causal window of the i1 mask `cond` broadcast to scores [..., tq,
+  /// tk] (nullopt: not a causal band), evaluated element by element.
+  std::optional<int64_t> conditionWindow(Value cond, int64_t tq, int64_t tk,
+                                         bool trueMeansVisible) const {
+    if (tq > tk) // some rows would hide every key: no causal attention
+      return std::nullopt;
+    std::optional<MaskWindowMemo::Key> key;
+    if (auto result = dyn_cast<OpResult>(cond); result && memo) {
+      key = MaskWindowMemo::Key{result.getOwner(), result.getResultNumber(), tq, tk,
+                                trueMeansVisible};
+      if (auto known = memo->lookup(*key))
+        return *known;
+    }
+    std::optional<int64_t> window;
+    {
+      std::lock_guard<std::mutex> lock(decodedMutex);
+      if (std::unique_ptr<MaskRows> mask = maskRows(cond, decoded))
+        window = causalWindow(*mask, tq, tk, trueMeansVisible);
+    }
+    if (key)
+      memo->record(*key, window);
+    return window;
+  }
+
   LogicalResult matchAndRewrite(MatMulOp pv, PatternRewriter &rewriter) const override {
     if (pv.getBias() || pv.getTransposeA() || pv.getTransposeB())
       return rewriter.notifyMatchFailure(pv, "not a plain p @ v");
-    // The probabilities, possibly reshaped in their leading dims (Bloom).
-    auto softmax = pv.getA().getDefiningOp<SoftmaxOp>();
+    // The probabilities, possibly reshaped in their leading dims (Bloom) or
+    // guarded against NaN rows (PyTorch's SDPA).
+    std::optional<Value> guarded = matchNaNGuard(pv.getA());
+    auto softmax = guarded ? guarded->getDefiningOp<SoftmaxOp>()
+                           : pv.getA().getDefiningOp<SoftmaxOp>();
     if (auto reshape = pv.getA().getDefiningOp<ReshapeOp>();
         reshape && reshape->hasOneUse() && reshapesLeadingDimsOnly(reshape))
       softmax = reshape.getInput().getDefiningOp<SoftmaxOp>();
-    if (!softmax || !softmax->hasOneUse())
+    if (!softmax || (!guarded && !softmax->hasOneUse()))
       return rewriter.notifyMatchFailure(pv, "not softmax(...) @ v");
     auto scoresType = cast<RankedTensorType>(softmax.getType());
     int64_t rank = scoresType.getRank();
@@ -567,19 +897,10 @@ struct RaiseAttention : OpRewritePattern<MatMulOp> {
     int64_t tq = scoresType.getDimSize(rank - 2), tk = scoresType.getDimSize(rank - 1);
     int64_t window = 0;
     if (chain.causalCond) {
-      std::optional<IntTensor> cond;
-      {
-        std::lock_guard<std::mutex> lock(decodedMutex);
-        cond = evaluateIntTensor(chain.causalCond, decoded);
-      }
-      if (!cond)
-        return rewriter.notifyMatchFailure(pv, "where condition is not a constant mask");
-      // With tq > tk some rows would hide every key: no causal attention.
-      std::optional<int64_t> condWindow;
-      if (tq <= tk)
-        condWindow = causalWindow(*cond, tq, tk, chain.condTrueMeansVisible);
+      std::optional<int64_t> condWindow =
+          conditionWindow(chain.causalCond, tq, tk, chain.condTrueMeansVisible);
       if (!condWindow)
-        return rewriter.notifyMatchFailure(pv, "where mask is not causal");
+        return rewriter.notifyMatchFailure(pv, "where mask is not a constant causal band");
       window = *condWindow;
     }
 
@@ -587,25 +908,45 @@ struct RaiseAttention : OpRewritePattern<MatMulOp> {
     // (which skips the hidden keys instead of adding to them); after a causal
     // where it narrows the band (GPT-Neo's local layers write both).
     bool causal = static_cast<bool>(chain.causalCond);
+    auto additiveWindow = [&](Value root) -> std::optional<int64_t> {
+      Attribute key;
+      if (matchPattern(root, m_Constant(&key))) {
+        std::lock_guard<std::mutex> lock(decodedMutex);
+        auto [it, added] = causalMasks.try_emplace({key.getAsOpaquePointer(), tq, tk});
+        if (added) {
+          std::optional<IntTensor> visible = additiveMaskVisibility(key);
+          if (visible) {
+            HeldRows rows(std::make_shared<const IntTensor>(std::move(*visible)));
+            it->second = causalWindow(rows, tq, tk, /*trueMeansVisible=*/true);
+          }
+        }
+        return it->second;
+      }
+      // where(visible, 0, fill) computed from positions (transformers' masks
+      // past the importer's folding limit).
+      auto where = root.getDefiningOp<WhereOp>();
+      if (!where)
+        return std::nullopt;
+      std::optional<double> onTrue = getSplatFloat(where.getOnTrue()),
+                            onFalse = getSplatFloat(where.getOnFalse());
+      if (!onTrue || !onFalse)
+        return std::nullopt;
+      if (*onTrue == 0.0 && *onFalse <= kMaxMaskFill)
+        return conditionWindow(where.getCond(), tq, tk, /*trueMeansVisible=*/true);
+      if (*onFalse == 0.0 && *onTrue <= kMaxMaskFill)
+        return conditionWindow(where.getCond(), tq, tk, /*trueMeansVisible=*/false);
+      return std::nullopt;
+    };
     auto dropIfCausalBand = [&](Value mask) {
       if (!mask || tq > tk)
         return false;
       Value root = mask;
       while (auto broadcast = root.getDefiningOp<BroadcastOp>())
         root = broadcast.getInput();
-      Attribute key;
-      if (!matchPattern(root, m_Constant(&key)))
+      std::optional<int64_t> band = additiveWindow(root);
+      if (!band)
         return false;
-      std::lock_guard<std::mutex> lock(decodedMutex);
-      auto [it, added] = causalMasks.try_emplace({key.getAsOpaquePointer(), tq, tk});
-      if (added) {
-        std::optional<IntTensor> visible = additiveMaskVisibility(key);
-        if (visible)
-          it->second = causalWindow(*visible, tq, tk, /*trueMeansVisible=*/true);
-      }
-      if (!it->second)
-        return false;
-      window = causal ? intersectWindows(window, *it->second) : *it->second;
+      window = causal ? intersectWindows(window, *band) : *band;
       causal = true;
       return true;
     };
@@ -620,6 +961,11 @@ struct RaiseAttention : OpRewritePattern<MatMulOp> {
     if (relayout && additiveMask)
       return rewriter.notifyMatchFailure(pv, "mask in the scores' layout, which is not the "
                                              "probabilities'");
+    // The guard is a no-op when every query sees a key: causal attention (a
+    // band of at least one key, aligned so the query's own position is in
+    // it) with no other mask.
+    if (guarded && (!causal || additiveMask))
+      return rewriter.notifyMatchFailure(pv, "NaN guard over a mask that may hide whole rows");
 
     PeeledOperand q = peelFactors(chain.qk.getA());
     PeeledOperand kT = peelFactors(chain.qk.getB());
@@ -710,6 +1056,7 @@ struct RaiseAttention : OpRewritePattern<MatMulOp> {
 
 } // namespace
 
-void pipemesh::raise::populateRaiseAttentionPatterns(RewritePatternSet &patterns) {
-  patterns.add<RaiseAttention>(patterns.getContext());
+void pipemesh::raise::populateRaiseAttentionPatterns(RewritePatternSet &patterns,
+                                                     MaskWindowMemo *memo) {
+  patterns.add<RaiseAttention>(patterns.getContext(), memo);
 }

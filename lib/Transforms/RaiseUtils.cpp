@@ -6,6 +6,7 @@
 #include "mlir/IR/Matchers.h"
 
 #include <cmath>
+#include <limits>
 
 using namespace mlir;
 using namespace pipemesh;
@@ -165,6 +166,30 @@ bool movesNoElement(ArrayRef<int64_t> from, ArrayRef<Operation *> chain) {
     dims = std::move(reshaped);
   }
   return flat() == order;
+}
+
+std::optional<std::optional<int64_t>> MaskWindowMemo::lookup(const Key &key) {
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = windows.find(key);
+  if (it == windows.end())
+    return std::nullopt;
+  return it->second;
+}
+
+void MaskWindowMemo::record(const Key &key, std::optional<int64_t> window) {
+  std::lock_guard<std::mutex> lock(mutex);
+  windows[key] = window;
+}
+
+void MaskWindowMemo::notifyOperationErased(Operation *op) {
+  std::lock_guard<std::mutex> lock(mutex);
+  // The keys of one op are contiguous: they order by the op first.
+  auto first = windows.lower_bound(
+      Key{op, 0, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::min(), false});
+  auto last = first;
+  while (last != windows.end() && std::get<0>(last->first) == op)
+    ++last;
+  windows.erase(first, last);
 }
 
 } // namespace pipemesh::raise

@@ -13,7 +13,10 @@
 
 #include "mlir/IR/PatternMatch.h"
 
+#include <map>
+#include <mutex>
 #include <optional>
+#include <tuple>
 
 namespace pipemesh::raise {
 
@@ -65,10 +68,35 @@ mlir::Value buildTranspose(mlir::PatternRewriter &rewriter, mlir::Location loc, 
 /// as PyTorch 2 writes k^T over merged batch dims).
 bool movesNoElement(llvm::ArrayRef<int64_t> from, llvm::ArrayRef<mlir::Operation *> chain);
 
+/// The causal windows of computed attention masks, kept across matches: every
+/// layer masks with the same condition (at 8192 tokens evaluating it takes a
+/// second), so it is evaluated once per model, not once per layer. Keyed by
+/// the op that computes the mask, which the greedy driver may erase and whose
+/// address a new op may then take: the pass installs the memo as the driver's
+/// listener, and an erased op's entries go with it. (Rewrites keep every
+/// surviving value's meaning, so erasure is the only invalidation.)
+class MaskWindowMemo : public mlir::RewriterBase::Listener {
+public:
+  /// (op, result number, tq, tk, true-means-visible)
+  using Key = std::tuple<mlir::Operation *, unsigned, int64_t, int64_t, bool>;
+  /// The recorded window (nullopt inside: not a causal band); nullopt when
+  /// nothing is recorded.
+  std::optional<std::optional<int64_t>> lookup(const Key &key);
+  void record(const Key &key, std::optional<int64_t> window);
+  void notifyOperationErased(mlir::Operation *op) override;
+
+private:
+  std::map<Key, std::optional<int64_t>> windows;
+  std::mutex mutex;
+};
+
 void populateRaiseLayerNormPatterns(mlir::RewritePatternSet &patterns);
 void populateRaiseGroupedAttentionPatterns(mlir::RewritePatternSet &patterns);
 void populateRaiseGeluPatterns(mlir::RewritePatternSet &patterns);
-void populateRaiseAttentionPatterns(mlir::RewritePatternSet &patterns);
+/// `memo` (optional, owned by the caller) keeps computed masks' windows across
+/// matches; without it they are evaluated for every layer.
+void populateRaiseAttentionPatterns(mlir::RewritePatternSet &patterns,
+                                    MaskWindowMemo *memo = nullptr);
 void populateRaiseMatMulPatterns(mlir::RewritePatternSet &patterns);
 
 } // namespace pipemesh::raise

@@ -15,7 +15,9 @@ namespace pipemesh {
 #define GEN_PASS_DECL
 #include "pipemesh/Transforms/Passes.h.inc"
 
-/// The raise patterns, for passes that want them mixed with others.
+/// The raise patterns, for passes that want them mixed with others. (The
+/// pmesh-raise pass also keeps computed masks' analysis across layers, which
+/// needs its rewrite listener; these evaluate a shared mask for each layer.)
 void populateRaisePatterns(mlir::RewritePatternSet &patterns);
 
 #define GEN_PASS_REGISTRATION
