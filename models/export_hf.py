@@ -299,7 +299,15 @@ def main(argv=None):
     ap.add_argument("--sweep", metavar="DIR", help="export every SWEEP family into DIR (NAME.onnx "
                     "and NAME.npz with transformers' logits), for test/Numerics/check_import.py "
                     "--fixtures DIR --models models")
+    ap.add_argument("--ref-seq", type=int, default=0, metavar="N",
+                    help="with --sweep: the reference batch is one sequence of N tokens "
+                    "(default 2 x 16) and the models' context at least N; past 4096 tokens "
+                    "the importer leaves the masks computed")
     args = ap.parse_args(argv)
+    if args.ref_seq and not args.sweep:
+        ap.error("--ref-seq goes with --sweep (the fixtures keep their 2 x 16 batch)")
+    global CTX
+    CTX = max(CTX, args.ref_seq)  # learned position tables long enough
     if args.sweep:
         os.makedirs(args.sweep, exist_ok=True)
         fixtures = {f"sweep_{f}": (f, {"seed": 100 + k, "opset": args.opset,
@@ -330,7 +338,8 @@ def main(argv=None):
                   f"{str(e).strip().splitlines()[0][:300]}", flush=True)
             continue
         model = build(family, options, seed)  # the same weights, untouched by the export
-        ids = np.random.default_rng([seed, 0xBA7C4]).integers(0, VOCAB, (2, 16), dtype=np.int64)
+        shape = (1, args.ref_seq) if args.ref_seq else (2, 16)
+        ids = np.random.default_rng([seed, 0xBA7C4]).integers(0, VOCAB, shape, dtype=np.int64)
         feeds = {"input_ids": ids}
         if mask:  # padding inside the second row, as gen_gpt2.reference_batch has it
             feeds["attention_mask"] = np.ones_like(ids)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Bad inputs give one clear error line and a non-zero exit, never a crash or a
 hang: damaged plans (magic, version, truncation, checksum, manifest fields,
-buffer tables, unknown ops and attributes, malformed instructions), bad data
+buffer tables, unknown ops and attributes, malformed instructions, attention heads that
+do not group), bad data
 (missing file, bad header, short file, tokens outside the vocabulary), a world size that
 does not match the plan, an elided plan (one program per pipeline rank) that
 lacks one or whose listed programs name another replica (a peer, a tied-group
@@ -161,6 +162,18 @@ class PlanErrors(common.TempDirTest):
                              f"instruction {i} (attention): attribute 'sink_tokens' is unknown "
                              "to this runtime's 'attention'")
         self.assertNotIn("step 1/", r.stdout, "the error must come before any step runs")
+
+    def test_attention_heads_that_do_not_group(self):
+        # k and v may have fewer heads than q (grouped-query attention) only when
+        # theirs divide q's: 3 key heads for 4 query heads is refused by name.
+        b = mtp.Builder(batch=1, seq=4, vocab=256)
+        q = b.param("q", np.ones((1, 4, 4, 2), np.float32))
+        k = b.param("k", np.ones((1, 3, 4, 2), np.float32))
+        v = b.param("v", np.ones((1, 3, 4, 2), np.float32))
+        b.op("attention", [q, k, v], [1, 4, 4, 2], scale=1.0, causal=True)
+        self.check_fails(common.run([self.write("g.plan", builder=b), "--steps", 1]),
+                         "instruction 0 (attention): q 1x4x4x2, k 1x3x4x2 and v 1x3x4x2 do not "
+                         "fit [..., H, Tq, D], [..., H / g, Tk, D]")
 
     def test_reduce_result_shape_against_keepdims(self):
         # The result must have the input's shape with the reduced axes dropped, or kept
