@@ -78,3 +78,11 @@ def alternating_runs(sides, rounds, steps, work, data=None):
             print(f"round {r}: {name:8s} " + " ".join(f"{row['ms']:.1f}" for row in rows) +
                   f" ms, arena {s['arena_bytes'] / 2**20:.1f} MiB", flush=True)
     return out
+
+
+def require_same_loss(runs, a, b, rel_tol=1e-5):
+    """Exits when sides `a` and `b` of alternating_runs end on different losses: the
+    builds compared compute the same math, a difference is a bug, not a speed-up."""
+    la, lb = runs[a]["loss_last"], runs[b]["loss_last"]
+    if abs(la - lb) > rel_tol * abs(lb):
+        raise SystemExit(f"the two builds train differently: last loss {la} ({a}) vs {lb} ({b})")

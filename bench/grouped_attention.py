@@ -73,10 +73,7 @@ def main():
     arena = {n: r["arena_bytes"] for n, r in runs.items()}
     loss = {n: r["loss_last"] for n, r in runs.items()}
     med = {n: statistics.median(t) for n, t in times.items()}
-    rel = abs(loss["grouped"] - loss["copied"]) / abs(loss["copied"])
-    if rel > 1e-5:
-        sys.exit(f"the two builds train differently: last loss {loss['grouped']} vs "
-                 f"{loss['copied']}")
+    cpu_model.require_same_loss(runs, "grouped", "copied")
 
     # --- 2. simulated 7B-like model ------------------------------------------------------
     big = gen(os.path.join(WORK, "gqa_7B_shapes.onnx"), "--layers", "32", "--embd", "4096",

@@ -130,6 +130,28 @@ using DecodedConstants = llvm::DenseMap<Attribute, std::shared_ptr<const IntTens
 /// How deep a mask computation may be (exporters use a handful of ops).
 constexpr unsigned kMaxMaskDepth = 16;
 
+/// cast(where(c, x, y)) to i1 with splat floats x and y is where(c, x != 0,
+/// y != 0): a float mask turned back into booleans (MPT's exports). The
+/// condition and the two booleans, when `op` is that.
+struct BoolOfFloatSelect {
+  Value cond;
+  bool onTrue, onFalse;
+};
+std::optional<BoolOfFloatSelect> matchBoolOfFloatSelect(Operation *op) {
+  auto cast = dyn_cast<CastOp>(op);
+  if (!cast || !cast.getType().getElementType().isInteger(1))
+    return std::nullopt;
+  auto where = cast.getInput().getDefiningOp<WhereOp>();
+  if (!where || !isa<FloatType>(where.getType().getElementType()) ||
+      where.getType().getShape() != cast.getType().getShape())
+    return std::nullopt;
+  std::optional<double> x = getSplatFloat(where.getOnTrue()), y = getSplatFloat(where.getOnFalse());
+  if (!x || !y)
+    return std::nullopt;
+  // NaN is nonzero, as a cast to bool reads it.
+  return BoolOfFloatSelect{where.getCond(), *x != 0.0, *y != 0.0};
+}
+
 /// Evaluates an integer or boolean tensor built from constants by the ops a
 /// mask computation uses; nullopt for anything else. Every intermediate is
 /// held whole (no broadcast operand is expanded), so the analysis still checks
@@ -176,6 +198,17 @@ std::optional<IntTensor> evaluateIntTensor(Value v, DecodedConstants &decoded,
   auto operand = [&](unsigned i) {
     return evaluateIntTensor(op->getOperand(i), decoded, depth + 1);
   };
+  if (std::optional<BoolOfFloatSelect> select = matchBoolOfFloatSelect(op)) {
+    std::optional<IntTensor> cond = evaluateIntTensor(select->cond, decoded, depth + 1);
+    if (!cond)
+      return std::nullopt;
+    IntTensor result(type.getShape(), isBool);
+    walk(result.shape, {0}, {broadcastSteps(cond->shape, result.shape)},
+         [&](ArrayRef<int64_t> src) {
+           result.push(cond->at(src[0]) ? select->onTrue : select->onFalse);
+         });
+    return result;
+  }
   std::optional<IntTensor> in = operand(0);
   if (!in)
     return std::nullopt;
@@ -485,6 +518,18 @@ std::unique_ptr<MaskRows> maskRows(Value v, DecodedConstants &decoded, unsigned 
       return nullptr; // a row of the result is a column of the operand
     std::unique_ptr<MaskRows> in = operand(0);
     return in ? std::make_unique<PermuteRows>(shape, std::move(in), perm) : nullptr;
+  }
+  if (std::optional<BoolOfFloatSelect> select = matchBoolOfFloatSelect(op)) {
+    std::unique_ptr<MaskRows> cond = maskRows(select->cond, decoded, depth + 1);
+    if (!cond)
+      return nullptr;
+    std::vector<BroadcastRows> operands;
+    operands.emplace_back(std::move(cond), shape);
+    bool onTrue = select->onTrue, onFalse = select->onFalse;
+    return elementwiseRows(shape, std::move(operands),
+                           [onTrue, onFalse](int64_t c, int64_t, int64_t) -> int64_t {
+                             return c ? onTrue : onFalse;
+                           });
   }
   if (!isa<CastOp, BroadcastOp, NotOp, AndOp, EqualOp, LessOp, SubOp, AddOp, WhereOp>(op))
     return nullptr;

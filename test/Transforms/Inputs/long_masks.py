@@ -123,6 +123,16 @@ def main():
     mask = f.op(f"pmesh.equal {ints}, {one}", f"({ty(tt, 'i64')}, tensor<i64>) -> {b}")
     funcs.append(f.emit(mask, tt))
 
+    # A float mask turned back into booleans, as MPT's exports write it:
+    # cast(where(visible, 1.0, 0.0)) to i1.
+    f = Func("bool_of_float_mask", t)
+    vis, _, _ = causal(f)
+    one = f.op("pmesh.constant dense<1.0>", "tensor<f32>")
+    zero = f.op("pmesh.constant dense<0.0>", "tensor<f32>")
+    floats = f.op(f"pmesh.where {vis}, {one}, {zero}", f"({b}, tensor<f32>, tensor<f32>) -> {ty(tt, 'f32')}")
+    mask = f.op(f"pmesh.cast {floats}", f"{ty(tt, 'f32')} -> {b}")
+    funcs.append(f.emit(mask, tt))
+
     # The last T of T + 16 positions on both sides: still causal. Shifted on
     # the queries only: each query sees 16 keys ahead.
     for name, row_start in (("sliced", 16), ("sliced_rows_only", 0)):
