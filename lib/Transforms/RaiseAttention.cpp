@@ -573,7 +573,7 @@ std::optional<int64_t> causalWindow(MaskRows &mask, int64_t tq, int64_t tk,
   int64_t rank = mask.shape.size();
   int64_t mq = rank >= 2 ? mask.shape[rank - 2] : 1;
   int64_t mk = rank >= 1 ? mask.shape[rank - 1] : 1;
-  if ((mq != 1 && mq != tq) || (mk != 1 && mk != tk) || tq < 1 || tk < 1)
+  if ((mq != 1 && mq != tq) || (mk != 1 && mk != tk) || tq < 1 || tk < 1 || mask.rows() < 1)
     return std::nullopt;
   // Row of the mask that query i of leading position l reads; entry j.
   auto rowOf = [&](int64_t l, int64_t i) { return mask.row(l * mq + (mq == 1 ? 0 : i)); };
