@@ -153,9 +153,9 @@ std::optional<BoolOfFloatSelect> matchBoolOfFloatSelect(Operation *op) {
 }
 
 /// Evaluates an integer or boolean tensor built from constants by the ops a
-/// mask computation uses; nullopt for anything else. Every intermediate is
-/// held whole (no broadcast operand is expanded), so the analysis still checks
-/// each element of the mask.
+/// mask computation uses; nullopt for anything else, or for a result of more
+/// than kMaxHeldElements (maskRows evaluates those by rows). Every
+/// intermediate is held whole, broadcast operands unexpanded.
 std::optional<IntTensor> evaluateIntTensor(Value v, DecodedConstants &decoded,
                                            unsigned depth = 0) {
   auto type = dyn_cast<RankedTensorType>(v.getType());
