@@ -379,23 +379,42 @@ public:
 protected:
   void compute(int64_t r, int64_t *out) override {
     SmallVector<int64_t> index = rowIndex(shape, r);
-    const int64_t *in[3] = {nullptr, nullptr, nullptr};
-    int64_t step[3] = {0, 0, 0};
-    for (size_t k = 0; k < operands.size(); ++k) {
-      in[k] = operands[k].row(index);
-      step[k] = operands[k].repeated ? 0 : 1;
+    const int64_t n = rowLength();
+    // Every operand row at full length (a repeated one filled in), so the
+    // loop below reads all three alike and vectorizes: this loop is most of
+    // a long mask's evaluation.
+    const int64_t *in[3];
+    for (size_t k = 0; k < 3; ++k) {
+      if (k < operands.size() && !operands[k].repeated) {
+        in[k] = operands[k].row(index);
+        continue;
+      }
+      int64_t value = k < operands.size() ? operands[k].row(index)[0] : 0;
+      if ((int64_t)filled[k].size() != n || (n > 0 && filled[k][0] != value)) // scalars: once
+        filled[k].assign(n, value);
+      in[k] = filled[k].data();
     }
-    static const int64_t zero = 0;
-    for (size_t k = operands.size(); k < 3; ++k)
-      in[k] = &zero;
-    int64_t n = rowLength();
+    const int64_t *a = in[0], *b = in[1], *c = in[2];
     for (int64_t j = 0; j < n; ++j)
-      out[j] = apply(in[0][j * step[0]], in[1][j * step[1]], in[2][j * step[2]]);
+      out[j] = apply(a[j], b[j], c[j]);
   }
 
 private:
   std::vector<BroadcastRows> operands;
   Apply apply;
+  std::vector<int64_t> filled[3];
+};
+
+/// A splat constant too large to decode: every row the same value.
+class SplatRows : public MaskRows {
+public:
+  SplatRows(ArrayRef<int64_t> shape, int64_t value) : MaskRows(shape), value(value) {}
+
+protected:
+  void compute(int64_t, int64_t *out) override { std::fill(out, out + rowLength(), value); }
+
+private:
+  int64_t value;
 };
 
 template <typename Apply>
@@ -482,6 +501,13 @@ std::unique_ptr<MaskRows> maskRows(Value v, DecodedConstants &decoded, unsigned 
   if (!type || !isa<IntegerType>(type.getElementType()) || depth > kMaxMaskDepth ||
       type.getNumElements() > kMaxMaskElements)
     return nullptr;
+  DenseIntElementsAttr splat;
+  if (matchPattern(v, m_Constant(&splat)) && splat.isSplat() &&
+      type.getNumElements() > kMaxHeldElements)
+    return std::make_unique<SplatRows>(type.getShape(),
+                                       type.getElementType().isInteger(1)
+                                           ? (int64_t)splat.getSplatValue<bool>()
+                                           : splat.getSplatValue<APInt>().getSExtValue());
   if (std::optional<IntTensor> held = evaluateIntTensor(v, decoded, depth))
     return std::make_unique<HeldRows>(std::make_shared<const IntTensor>(std::move(*held)));
   // Too large to hold, or small with a large operand (a slice of a long
@@ -594,10 +620,19 @@ std::optional<int64_t> causalWindow(MaskRows &mask, int64_t tq, int64_t tk,
   for (int64_t l = 0; l < leading; ++l)
     for (int64_t i = 0; i < tq; ++i) {
       const int64_t *row = rowOf(l, i);
-      int64_t p = i + (tk - tq);
+      // Query i sees exactly the keys first..p.
+      int64_t p = i + (tk - tq), first = window == 0 ? 0 : p - window + 1;
+      if (mk == 1) {
+        for (int64_t j = 0; j < tk; ++j)
+          if (visible(row, 0) != (j >= first && j <= p))
+            return std::nullopt;
+        continue;
+      }
+      bool mismatch = false;
       for (int64_t j = 0; j < tk; ++j)
-        if (visible(row, j) != (j <= p && (window == 0 || j > p - window)))
-          return std::nullopt;
+        mismatch |= ((row[j] != 0) == trueMeansVisible) != (j >= first && j <= p);
+      if (mismatch)
+        return std::nullopt;
     }
   return window;
 }
