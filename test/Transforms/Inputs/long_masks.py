@@ -133,6 +133,15 @@ def main():
     mask = f.op(f"pmesh.cast {floats}", f"{ty(tt, 'f32')} -> {b}")
     funcs.append(f.emit(mask, tt))
 
+    # And with a splat constant of the mask's size (transformers' exports
+    # start from one): all true changes nothing, all false hides every key.
+    for name, value in (("and_splat_true", "true"), ("and_splat_false", "false")):
+        f = Func(name, t)
+        vis, _, _ = causal(f)
+        splat = f.op(f"pmesh.constant dense<{value}>", b)
+        mask = f.op(f"pmesh.and {vis}, {splat}", f"({b}, {b}) -> {b}")
+        funcs.append(f.emit(mask, tt))
+
     # The last T of T + 16 positions on both sides: still causal. Shifted on
     # the queries only: each query sees 16 keys ahead.
     for name, row_start in (("sliced", 16), ("sliced_rows_only", 0)):
