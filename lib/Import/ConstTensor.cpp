@@ -502,24 +502,37 @@ std::optional<ConstTensor> foldGatherND(const ConstTensor &data, const ConstTens
   return out;
 }
 
+/// Whether every slice of `a` along dim d (of size > 1) equals the first.
+static bool isUniformDim(const ConstTensor &a, size_t d) {
+  int64_t dim = a.shape[d];
+  if (dim <= 1)
+    return false;
+  int64_t inner = shapes::numElements(llvm::ArrayRef<int64_t>(a.shape).drop_front(d + 1));
+  int64_t outer = shapes::numElements(llvm::ArrayRef<int64_t>(a.shape).take_front(d));
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 1; j < dim; ++j)
+      for (int64_t in = 0; in < inner; ++in) {
+        int64_t k = (o * dim + j) * inner + in, first = o * dim * inner + in;
+        bool same = a.isFloat() ? (a.f[k] == a.f[first] ||
+                                   (std::isnan(a.f[k]) && std::isnan(a.f[first])))
+                                : a.i[k] == a.i[first];
+        if (!same)
+          return false;
+      }
+  return true;
+}
+
+bool hasUniformDim(const ConstTensor &a) {
+  for (size_t d = 0; d < a.shape.size(); ++d)
+    if (isUniformDim(a, d))
+      return true;
+  return false;
+}
+
 ConstTensor compressUniformDims(const ConstTensor &a) {
   ConstTensor cur = a;
   for (size_t d = 0; d < cur.shape.size(); ++d) {
-    int64_t dim = cur.shape[d];
-    if (dim <= 1)
-      continue;
-    int64_t inner = shapes::numElements(llvm::ArrayRef<int64_t>(cur.shape).drop_front(d + 1));
-    int64_t outer = shapes::numElements(llvm::ArrayRef<int64_t>(cur.shape).take_front(d));
-    bool uniform = true;
-    for (int64_t o = 0; o < outer && uniform; ++o)
-      for (int64_t j = 1; j < dim && uniform; ++j)
-        for (int64_t in = 0; in < inner && uniform; ++in) {
-          int64_t k = (o * dim + j) * inner + in, first = o * dim * inner + in;
-          uniform = cur.isFloat() ? (cur.f[k] == cur.f[first] ||
-                                     (std::isnan(cur.f[k]) && std::isnan(cur.f[first])))
-                                  : cur.i[k] == cur.i[first];
-        }
-    if (!uniform)
+    if (!isUniformDim(cur, d))
       continue;
     llvm::SmallVector<int64_t> lo(cur.shape.size(), 0), hi(cur.shape.begin(), cur.shape.end()),
         st(cur.shape.size(), 1);

@@ -103,6 +103,8 @@ ConstTensor foldReduce(const ConstTensor &a, llvm::ArrayRef<int64_t> axes, bool 
 /// smallest tensor that broadcasts back to it (a mask identical for every
 /// sequence of the batch keeps one).
 ConstTensor compressUniformDims(const ConstTensor &a);
+/// Whether compressUniformDims would shrink `a` (a [T, T] mask: no).
+bool hasUniformDim(const ConstTensor &a);
 /// ONNX CumSum along `axis` (negative counts from the end), optionally
 /// exclusive (each sum leaves its own element out) and/or reversed.
 std::optional<ConstTensor> foldCumSum(const ConstTensor &a, int64_t axis, bool exclusive,

@@ -334,7 +334,8 @@ std::pair<const ConstTensor *, shapes::Shape> Importer::reducedConst(const NodeC
   // Reduced on first use by an elementwise fold, so that a product of two
   // (a [B, 1, T, 1] and a [B, 1, 1, T] position table) stays small.
   Entry &e = values.find(n.node.input(k))->second;
-  e.reduced = c->shape.size() >= 2 && c->numel() >= 64
+  // Shared when nothing compresses: a [T, T] mask is not copied.
+  e.reduced = c->shape.size() >= 2 && c->numel() >= 64 && hasUniformDim(*c)
                   ? std::make_shared<ConstTensor>(compressUniformDims(*c))
                   : e.c;
   return {e.reduced.get(), e.shape};
@@ -354,7 +355,8 @@ void Importer::setReducedConst(const NodeCtx &n, int k, ConstTensor reduced,
   e.kind = Entry::Const;
   e.dtype = reduced.dtype;
   e.shape = shapes::Shape(shape.begin(), shape.end());
-  e.reduced = std::make_shared<ConstTensor>(compressUniformDims(reduced));
+  e.reduced = std::make_shared<ConstTensor>(hasUniformDim(reduced) ? compressUniformDims(reduced)
+                                                                    : std::move(reduced));
   values[n.node.output(k)] = std::move(e);
 }
 
