@@ -185,6 +185,9 @@ public:
   void setConst(const NodeCtx &n, int k, ConstTensor c);
   void setValue(const NodeCtx &n, int k, Value v);
   void setPoison(const NodeCtx &n, int k, const std::string &why);
+  /// Frees a folded constant nobody reads any more (its emitted value, if
+  /// any, stays).
+  void releaseConstant(const std::string &name);
 
   RankedTensorType tensorType(ArrayRef<int64_t> shape, Type elt) {
     return RankedTensorType::get(shape, elt);
@@ -489,6 +492,21 @@ void Importer::setConst(const NodeCtx &n, int k, ConstTensor c) {
 void Importer::setValue(const NodeCtx &n, int k, Value v) {
   if (n.hasOutput(k))
     values[n.node.output(k)] = valueEntry(v);
+}
+
+void Importer::releaseConstant(const std::string &name) {
+  auto it = values.find(name);
+  if (it == values.end() || it->second.kind != Entry::Const)
+    return;
+  Entry &e = it->second;
+  e.c.reset();
+  e.reduced.reset();
+  if (e.v) {
+    e.kind = Entry::Val;
+  } else {
+    e.kind = Entry::Poison;
+    e.poison = "was released after its last reader (an importer bug)";
+  }
 }
 
 void Importer::setPoison(const NodeCtx &n, int k, const std::string &why) {
@@ -3443,9 +3461,24 @@ OwningOpRef<ModuleOp> Importer::run() {
   auto func = cast<func::FuncOp>(body->getParentOp());
   b.setInsertionPointToEnd(body);
   const onnx::GraphProto &g = model.graph();
-  for (int k = 0; k < g.node_size(); ++k)
+  // Folded constants are dropped after their last reader: a mask folded at
+  // 4096 tokens goes through several [T, T] intermediates of 8 bytes an
+  // element, which need not all be held at once. (Graph outputs are never
+  // dropped; local functions see only their call's inputs.)
+  llvm::StringMap<int64_t> readersLeft;
+  for (const onnx::NodeProto &node : g.node())
+    for (const std::string &input : node.input())
+      if (!input.empty())
+        ++readersLeft[input];
+  for (const onnx::ValueInfoProto &out : g.output())
+    ++readersLeft[out.name()];
+  for (int k = 0; k < g.node_size(); ++k) {
     if (failed(importNode(g.node(k), k)))
       return nullptr;
+    for (const std::string &input : g.node(k).input())
+      if (!input.empty() && --readersLeft[input] == 0)
+        releaseConstant(input);
+  }
   SmallVector<Value> results;
   SmallVector<Type> resultTypes;
   for (const onnx::ValueInfoProto &out : g.output()) {
