@@ -43,6 +43,38 @@ struct PMeshRaisePass : pipemesh::impl::PMeshRaiseBase<PMeshRaisePass> {
     config.listener = &memo; // forgets the masks of erased ops
     if (failed(applyPatternsAndFoldGreedily(getOperation(), std::move(patterns), config)))
       signalPassFailure();
+    warnAboutLongDecomposedAttention();
   }
+
+  /// softmax(s) @ v left decomposed over long sequences keeps [.., T, T]
+  /// scores per head for the backward: say so, since that memory is what
+  /// the user will see fail. (Short ones are common and cheap: GPT-1's, a
+  /// padding mask read from an input.)
+  void warnAboutLongDecomposedAttention() {
+    getOperation().walk([](SoftmaxOp softmax) {
+      auto scores = cast<RankedTensorType>(softmax.getType());
+      int64_t rank = scores.getRank();
+      if (rank < 2 || scores.getDimSize(rank - 2) * scores.getDimSize(rank - 1) < kLongScores)
+        return;
+      auto feedsMatMulA = [](Value v) {
+        return llvm::any_of(v.getUses(), [](OpOperand &use) {
+          return isa<MatMulOp>(use.getOwner()) && use.getOperandNumber() == 0;
+        });
+      };
+      bool attention = feedsMatMulA(softmax.getResult());
+      for (Operation *user : softmax->getUsers())
+        if (auto guard = dyn_cast<WhereOp>(user))
+          attention |= feedsMatMulA(guard.getResult()); // PyTorch's NaN guard
+      if (attention)
+        softmax.emitWarning()
+            << "attention stays decomposed: softmax(scores) @ v keeps scores of type " << scores
+            << " for the backward (the raise fuses attention whose mask it proves a causal "
+            << "band or leaves as an additive operand; computed masks are evaluated up to 2^32 "
+            << "elements)";
+    });
+  }
+
+  /// Scores of at least 2^24 elements per head ([4096, 4096]) are long.
+  static constexpr int64_t kLongScores = int64_t(1) << 24;
 };
 } // namespace
