@@ -61,10 +61,10 @@ struct IntTensor {
   void push(int64_t v) { boolean ? bools.push_back(v != 0) : ints.push_back(v); }
 };
 
-/// Intermediates of a mask computation are held whole up to 2^24 elements (a
-/// [4096, 4096] mask; 128 MiB as int64); larger ones are evaluated a row at a
-/// time (MaskRows). Constants are decoded whole - they are in the IR already -
-/// up to 2^27 booleans (one byte each) or 2^26 other integers.
+/// Masks are evaluated a row at a time (MaskRows). Constants are decoded
+/// whole - they are in the IR already - up to 2^27 booleans (one byte each)
+/// or 2^26 other integers; a transpose that moves the last dim is read whole,
+/// up to 2^24 elements (a [4096, 4096] mask).
 constexpr int64_t kMaxHeldElements = int64_t(1) << 24;
 constexpr int64_t kMaxConstantMaskElements = int64_t(1) << 26;
 constexpr int64_t kMaxConstantBoolMaskElements = int64_t(1) << 27;
@@ -77,47 +77,23 @@ SmallVector<int64_t> stridesOf(ArrayRef<int64_t> shape) {
   return strides;
 }
 
-/// Visits the result indices of `outShape` in row-major order, calling
-/// visit(src) with each operand k's element offset src[k] = `offsets[k] +
-/// sum(index[d] * steps[k][d])`.
-template <typename Visit>
-void walk(ArrayRef<int64_t> outShape, ArrayRef<int64_t> offsets,
-          ArrayRef<SmallVector<int64_t>> steps, Visit visit) {
+/// The data movement of a transpose: result index `index` reads input element
+/// `sum(index[d] * steps[d])`.
+IntTensor gather(const IntTensor &in, ArrayRef<int64_t> outShape, ArrayRef<int64_t> steps) {
+  IntTensor out(outShape, in.boolean);
   const int64_t n = shapes::numElements(outShape);
-  const size_t rank = outShape.size(), operands = offsets.size();
-  SmallVector<int64_t> index(rank, 0), src(offsets.begin(), offsets.end());
-  for (int64_t e = 0; e < n; ++e) {
-    visit(ArrayRef<int64_t>(src));
-    for (int64_t d = (int64_t)rank - 1; d >= 0; --d) {
-      for (size_t k = 0; k < operands; ++k)
-        src[k] += steps[k][d];
+  SmallVector<int64_t> index(outShape.size(), 0);
+  for (int64_t e = 0, src = 0; e < n; ++e) {
+    out.push(in.at(src));
+    for (int64_t d = (int64_t)outShape.size() - 1; d >= 0; --d) {
+      src += steps[d];
       if (++index[d] < outShape[d])
         break;
-      for (size_t k = 0; k < operands; ++k)
-        src[k] -= steps[k][d] * outShape[d];
+      src -= steps[d] * outShape[d];
       index[d] = 0;
     }
   }
-}
-
-/// The data movement of broadcast, slice and transpose, all of which read
-/// input element `offset + sum(index[d] * steps[d])` for result index `index`.
-IntTensor gather(const IntTensor &in, ArrayRef<int64_t> outShape, int64_t offset,
-                 ArrayRef<int64_t> steps) {
-  IntTensor out(outShape, in.boolean);
-  walk(outShape, {offset}, {SmallVector<int64_t>(steps.begin(), steps.end())},
-       [&](ArrayRef<int64_t> src) { out.push(in.at(src[0])); });
   return out;
-}
-
-/// The steps that read `in` (numpy-broadcast) for each index of `outShape`.
-SmallVector<int64_t> broadcastSteps(ArrayRef<int64_t> in, ArrayRef<int64_t> outShape) {
-  SmallVector<int64_t> steps(outShape.size(), 0);
-  SmallVector<int64_t> inStrides = stridesOf(in);
-  size_t offset = outShape.size() - in.size();
-  for (size_t d = 0; d < in.size(); ++d)
-    steps[offset + d] = in[d] == 1 ? 0 : inStrides[d];
-  return steps;
 }
 
 /// Constants' values, decoded once per pass run: every layer's mask chain
@@ -152,139 +128,37 @@ std::optional<BoolOfFloatSelect> matchBoolOfFloatSelect(Operation *op) {
   return BoolOfFloatSelect{where.getCond(), *x != 0.0, *y != 0.0};
 }
 
-/// Evaluates an integer or boolean tensor built from constants by the ops a
-/// mask computation uses; nullopt for anything else, or for a result of more
-/// than kMaxHeldElements (maskRows evaluates those by rows). Every
-/// intermediate is held whole, broadcast operands unexpanded.
-std::optional<IntTensor> evaluateIntTensor(Value v, DecodedConstants &decoded,
-                                           unsigned depth = 0) {
-  auto type = dyn_cast<RankedTensorType>(v.getType());
-  if (!type || !isa<IntegerType>(type.getElementType()) || depth > kMaxMaskDepth)
-    return std::nullopt;
+/// The values of an integer constant of `type`, decoded once per attribute;
+/// nullptr past the constants' limits.
+std::shared_ptr<const IntTensor> decodeConstant(DenseIntElementsAttr attr, RankedTensorType type,
+                                                DecodedConstants &decoded) {
   const bool isBool = type.getElementType().isInteger(1);
-  Operation *op = v.getDefiningOp();
-  if (!op)
-    return std::nullopt;
-
-  DenseIntElementsAttr attr;
-  if (matchPattern(v, m_Constant(&attr))) {
-    if (type.getNumElements() >
-        (isBool ? kMaxConstantBoolMaskElements : kMaxConstantMaskElements))
-      return std::nullopt;
-    auto [it, added] = decoded.try_emplace(attr);
-    if (added) {
-      auto t = std::make_shared<IntTensor>(type.getShape(), isBool);
-      if (attr.isSplat()) {
-        int64_t value = isBool ? (int64_t)attr.getSplatValue<bool>()
-                               : attr.getSplatValue<APInt>().getSExtValue();
-        for (int64_t i = 0; i < attr.getNumElements(); ++i)
-          t->push(value);
-      } else if (isBool) {
-        for (bool value : attr.getValues<bool>())
-          t->push(value);
-      } else {
-        for (const APInt &value : attr.getValues<APInt>())
-          t->push(value.getSExtValue());
-      }
-      it->second = std::move(t);
+  if (type.getNumElements() > (isBool ? kMaxConstantBoolMaskElements : kMaxConstantMaskElements))
+    return nullptr;
+  auto [it, added] = decoded.try_emplace(attr);
+  if (added) {
+    auto t = std::make_shared<IntTensor>(type.getShape(), isBool);
+    if (attr.isSplat()) {
+      int64_t value = isBool ? (int64_t)attr.getSplatValue<bool>()
+                             : attr.getSplatValue<APInt>().getSExtValue();
+      for (int64_t i = 0; i < attr.getNumElements(); ++i)
+        t->push(value);
+    } else if (isBool) {
+      for (bool value : attr.getValues<bool>())
+        t->push(value);
+    } else {
+      for (const APInt &value : attr.getValues<APInt>())
+        t->push(value.getSExtValue());
     }
-    return *it->second;
+    it->second = std::move(t);
   }
-
-  if (!isa<ReshapeOp, CastOp, BroadcastOp, NotOp, SliceOp, TransposeOp, AndOp, EqualOp, LessOp,
-           SubOp, AddOp, WhereOp>(op) ||
-      type.getNumElements() > kMaxHeldElements)
-    return std::nullopt;
-  auto operand = [&](unsigned i) {
-    return evaluateIntTensor(op->getOperand(i), decoded, depth + 1);
-  };
-  if (std::optional<BoolOfFloatSelect> select = matchBoolOfFloatSelect(op)) {
-    std::optional<IntTensor> cond = evaluateIntTensor(select->cond, decoded, depth + 1);
-    if (!cond)
-      return std::nullopt;
-    IntTensor result(type.getShape(), isBool);
-    walk(result.shape, {0}, {broadcastSteps(cond->shape, result.shape)},
-         [&](ArrayRef<int64_t> src) {
-           result.push(cond->at(src[0]) ? select->onTrue : select->onFalse);
-         });
-    return result;
-  }
-  std::optional<IntTensor> in = operand(0);
-  if (!in)
-    return std::nullopt;
-  IntTensor result(type.getShape(), isBool);
-
-  if (isa<ReshapeOp, CastOp>(op)) {
-    // Casts between integer types keep the values, except to i1 ("nonzero").
-    for (int64_t i = 0; i < in->size(); ++i)
-      result.push(in->at(i));
-    return result;
-  }
-  if (isa<BroadcastOp>(op))
-    return gather(*in, result.shape, 0, broadcastSteps(in->shape, result.shape));
-  if (isa<NotOp>(op)) {
-    for (int64_t i = 0; i < in->size(); ++i)
-      result.push(!in->at(i));
-    return result;
-  }
-  if (auto slice = dyn_cast<SliceOp>(op)) {
-    SmallVector<int64_t> inStrides = stridesOf(in->shape), steps;
-    int64_t offset = 0;
-    for (size_t d = 0; d < inStrides.size(); ++d) {
-      offset += slice.getStarts()[d] * inStrides[d];
-      steps.push_back(slice.getStrides()[d] * inStrides[d]);
-    }
-    return gather(*in, result.shape, offset, steps);
-  }
-  if (auto transpose = dyn_cast<TransposeOp>(op)) {
-    SmallVector<int64_t> inStrides = stridesOf(in->shape), steps;
-    for (int64_t p : transpose.getPerm())
-      steps.push_back(inStrides[p]);
-    return gather(*in, result.shape, 0, steps);
-  }
-  if (isa<AndOp, EqualOp, LessOp, SubOp, AddOp>(op)) {
-    std::optional<IntTensor> rhs = operand(1);
-    if (!rhs)
-      return std::nullopt;
-    // Positions and their differences: no wrap-around to worry about.
-    auto combine = [&](auto apply) {
-      walk(result.shape, {0, 0},
-           {broadcastSteps(in->shape, result.shape), broadcastSteps(rhs->shape, result.shape)},
-           [&](ArrayRef<int64_t> src) { result.push(apply(in->at(src[0]), rhs->at(src[1]))); });
-    };
-    if (isa<AndOp>(op))
-      combine([](int64_t l, int64_t r) -> int64_t { return l && r; });
-    else if (isa<EqualOp>(op))
-      combine([](int64_t l, int64_t r) -> int64_t { return l == r; });
-    else if (isa<LessOp>(op))
-      combine([](int64_t l, int64_t r) -> int64_t { return l < r; });
-    else if (isa<SubOp>(op))
-      combine([](int64_t l, int64_t r) { return l - r; });
-    else
-      combine([](int64_t l, int64_t r) { return l + r; });
-    return result;
-  }
-  if (isa<WhereOp>(op)) {
-    // The importer's And / Or on activations: where(a, b, false) and
-    // where(a, true, b).
-    std::optional<IntTensor> onTrue = operand(1), onFalse = operand(2);
-    if (!onTrue || !onFalse)
-      return std::nullopt;
-    walk(result.shape, {0, 0, 0},
-         {broadcastSteps(in->shape, result.shape), broadcastSteps(onTrue->shape, result.shape),
-          broadcastSteps(onFalse->shape, result.shape)},
-         [&](ArrayRef<int64_t> src) {
-           result.push(in->at(src[0]) ? onTrue->at(src[1]) : onFalse->at(src[2]));
-         });
-    return result;
-  }
-  return std::nullopt;
+  return it->second;
 }
 
-/// A mask evaluated one row (its last dim) at a time, for masks too large to
-/// hold whole: a [T, T] mask at 32768 tokens has 2^30 elements, its rows
-/// 32768. Every element is still computed and checked; only a row of each
-/// operand lives at once (those small enough are held whole). Rows are
+/// A mask evaluated one row (its last dim) at a time, so that long ones need
+/// not be held whole: a [T, T] mask at 32768 tokens has 2^30 elements, its
+/// rows 32768. Every element is still computed and checked; only a row of each
+/// operand lives at once (constants are held whole). Rows are
 /// numbered flat over the leading dims; the last row computed is kept, as
 /// consecutive rows of a result often read the same operand row.
 class MaskRows {
@@ -494,24 +368,36 @@ private:
 /// tokens: about a minute of compile time there, once per model).
 constexpr int64_t kMaxMaskElements = int64_t(1) << 32;
 
-/// `v` as rows: held whole when evaluateIntTensor can (small enough), else
-/// built op by op; nullptr for anything not a mask computation.
+/// All of `rows`, held whole (for a transpose that moves the last dim).
+std::shared_ptr<const IntTensor> holdRows(MaskRows &rows, bool boolean) {
+  auto t = std::make_shared<IntTensor>(rows.shape, boolean);
+  for (int64_t r = 0, n = rows.rowLength(); r < rows.rows(); ++r) {
+    const int64_t *row = rows.row(r);
+    for (int64_t j = 0; j < n; ++j)
+      t->push(row[j]);
+  }
+  return t;
+}
+
+/// The integer or boolean tensor `v`, built from constants by the ops a mask
+/// computation uses, as rows; nullptr for anything else. Constants are held
+/// whole (splats of any size as a value), every other op computes its rows
+/// from its operands' rows.
 std::unique_ptr<MaskRows> maskRows(Value v, DecodedConstants &decoded, unsigned depth = 0) {
   auto type = dyn_cast<RankedTensorType>(v.getType());
   if (!type || !isa<IntegerType>(type.getElementType()) || depth > kMaxMaskDepth ||
       type.getNumElements() > kMaxMaskElements)
     return nullptr;
-  DenseIntElementsAttr splat;
-  if (matchPattern(v, m_Constant(&splat)) && splat.isSplat() &&
-      type.getNumElements() > kMaxHeldElements)
-    return std::make_unique<SplatRows>(type.getShape(),
-                                       type.getElementType().isInteger(1)
-                                           ? (int64_t)splat.getSplatValue<bool>()
-                                           : splat.getSplatValue<APInt>().getSExtValue());
-  if (std::optional<IntTensor> held = evaluateIntTensor(v, decoded, depth))
-    return std::make_unique<HeldRows>(std::make_shared<const IntTensor>(std::move(*held)));
-  // Too large to hold, or small with a large operand (a slice of a long
-  // mask): by rows.
+  const bool isBool = type.getElementType().isInteger(1);
+  DenseIntElementsAttr constant;
+  if (matchPattern(v, m_Constant(&constant))) {
+    if (constant.isSplat())
+      return std::make_unique<SplatRows>(type.getShape(),
+                                         isBool ? (int64_t)constant.getSplatValue<bool>()
+                                                : constant.getSplatValue<APInt>().getSExtValue());
+    std::shared_ptr<const IntTensor> values = decodeConstant(constant, type, decoded);
+    return values ? std::make_unique<HeldRows>(std::move(values)) : nullptr;
+  }
   Operation *op = v.getDefiningOp();
   if (!op)
     return nullptr;
@@ -540,10 +426,21 @@ std::unique_ptr<MaskRows> maskRows(Value v, DecodedConstants &decoded, unsigned 
   }
   if (auto transpose = dyn_cast<TransposeOp>(op)) {
     ArrayRef<int64_t> perm = transpose.getPerm();
-    if (perm.empty() || perm.back() != (int64_t)perm.size() - 1)
-      return nullptr; // a row of the result is a column of the operand
-    std::unique_ptr<MaskRows> in = operand(0);
-    return in ? std::make_unique<PermuteRows>(shape, std::move(in), perm) : nullptr;
+    std::unique_ptr<MaskRows> in;
+    if (!perm.empty() && perm.back() == (int64_t)perm.size() - 1) {
+      in = operand(0);
+      return in ? std::make_unique<PermuteRows>(shape, std::move(in), perm) : nullptr;
+    }
+    // A row of the result is a column of the operand: only a small one,
+    // held whole, is read that way.
+    if (type.getNumElements() > kMaxHeldElements || !(in = operand(0)))
+      return nullptr;
+    std::shared_ptr<const IntTensor> held = holdRows(*in, isBool);
+    SmallVector<int64_t> inStrides = stridesOf(held->shape), steps;
+    for (int64_t p : perm)
+      steps.push_back(inStrides[p]);
+    return std::make_unique<HeldRows>(
+        std::make_shared<const IntTensor>(gather(*held, shape, steps)));
   }
   if (std::optional<BoolOfFloatSelect> select = matchBoolOfFloatSelect(op)) {
     std::unique_ptr<MaskRows> cond = maskRows(select->cond, decoded, depth + 1);
@@ -563,7 +460,6 @@ std::unique_ptr<MaskRows> maskRows(Value v, DecodedConstants &decoded, unsigned 
   if (!operands)
     return nullptr;
   auto apply = [&](auto fn) { return elementwiseRows(shape, std::move(*operands), fn); };
-  // The same arithmetic as evaluateIntTensor's.
   if (isa<CastOp>(op)) {
     if (type.getElementType().isInteger(1))
       return apply([](int64_t a, int64_t, int64_t) -> int64_t { return a != 0; });
