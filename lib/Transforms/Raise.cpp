@@ -63,8 +63,8 @@ struct PMeshRaisePass : pipemesh::impl::PMeshRaiseBase<PMeshRaisePass> {
       };
       bool attention = feedsMatMulA(softmax.getResult());
       for (Operation *user : softmax->getUsers())
-        if (auto guard = dyn_cast<WhereOp>(user))
-          attention |= feedsMatMulA(guard.getResult()); // PyTorch's NaN guard
+        if (isa<WhereOp>(user) && raise::matchNaNGuard(user->getResult(0)))
+          attention |= feedsMatMulA(user->getResult(0));
       if (attention)
         softmax.emitWarning()
             << "attention stays decomposed: softmax(scores) @ v keeps scores of type " << scores

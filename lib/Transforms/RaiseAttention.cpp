@@ -733,30 +733,6 @@ bool matchScoreChain(Value v, ScoreChain &chain, bool maskingAllowed) {
   return false;
 }
 
-/// PyTorch's guard of scaled_dot_product_attention over the probabilities p,
-/// where(isnan(p), 0, p) (imported as where(not(p == p), 0, p)), which zeroes
-/// the rows whose every key is hidden: p when `v` is that guard and nothing
-/// else reads p or the test. (The importer drops the guard itself when the
-/// mask is a constant; a mask computed from positions stays an expression
-/// past 4096 tokens, and with it the guard.)
-std::optional<Value> matchNaNGuard(Value v) {
-  auto where = v.getDefiningOp<WhereOp>();
-  if (!where || !v.hasOneUse())
-    return std::nullopt;
-  Value probs = where.getOnFalse();
-  auto isnan = where.getCond().getDefiningOp<NotOp>();
-  auto selfEqual = isnan ? isnan.getInput().getDefiningOp<EqualOp>() : EqualOp();
-  std::optional<double> zero = getSplatFloat(where.getOnTrue());
-  if (!selfEqual || !isnan->hasOneUse() || !selfEqual->hasOneUse() ||
-      selfEqual.getLhs() != probs || selfEqual.getRhs() != probs || !zero || *zero != 0.0 ||
-      where.getType() != probs.getType())
-    return std::nullopt;
-  for (OpOperand &use : probs.getUses())
-    if (use.getOwner() != where && use.getOwner() != selfEqual)
-      return std::nullopt;
-  return probs;
-}
-
 /// A q or k^T operand with the scalar factors peeled off: the operand equals
 /// transpose(base, perm) * factor. Transposes are looked through only on the
 /// way to a factor (a transpose not hiding one stays part of the base).

@@ -168,6 +168,30 @@ bool movesNoElement(ArrayRef<int64_t> from, ArrayRef<Operation *> chain) {
   return flat() == order;
 }
 
+/// PyTorch's guard of scaled_dot_product_attention over the probabilities p,
+/// where(isnan(p), 0, p) (imported as where(not(p == p), 0, p)), which zeroes
+/// the rows whose every key is hidden: p when `v` is that guard and nothing
+/// else reads p or the test. (The importer drops the guard itself when the
+/// mask is a constant; a mask computed from positions stays an expression
+/// past 4096 tokens, and with it the guard.)
+std::optional<Value> matchNaNGuard(Value v) {
+  auto where = v.getDefiningOp<WhereOp>();
+  if (!where || !v.hasOneUse())
+    return std::nullopt;
+  Value probs = where.getOnFalse();
+  auto isnan = where.getCond().getDefiningOp<NotOp>();
+  auto selfEqual = isnan ? isnan.getInput().getDefiningOp<EqualOp>() : EqualOp();
+  std::optional<double> zero = getSplatFloat(where.getOnTrue());
+  if (!selfEqual || !isnan->hasOneUse() || !selfEqual->hasOneUse() ||
+      selfEqual.getLhs() != probs || selfEqual.getRhs() != probs || !zero || *zero != 0.0 ||
+      where.getType() != probs.getType())
+    return std::nullopt;
+  for (OpOperand &use : probs.getUses())
+    if (use.getOwner() != where && use.getOwner() != selfEqual)
+      return std::nullopt;
+  return probs;
+}
+
 std::optional<std::optional<int64_t>> MaskWindowMemo::lookup(const Key &key) {
   std::lock_guard<std::mutex> lock(mutex);
   auto it = windows.find(key);

@@ -68,6 +68,11 @@ mlir::Value buildTranspose(mlir::PatternRewriter &rewriter, mlir::Location loc, 
 /// as PyTorch 2 writes k^T over merged batch dims).
 bool movesNoElement(llvm::ArrayRef<int64_t> from, llvm::ArrayRef<mlir::Operation *> chain);
 
+/// PyTorch's guard of scaled_dot_product_attention, where(isnan(p), 0, p)
+/// (imported as where(not(p == p), 0, p)): the probabilities p when `v` is
+/// that guard and nothing else reads p or the test.
+std::optional<mlir::Value> matchNaNGuard(mlir::Value v);
+
 /// The causal windows of computed attention masks, kept across matches: every
 /// layer masks with the same condition (at 8192 tokens evaluating it takes a
 /// second), so it is evaluated once per model, not once per layer. Keyed by
