@@ -1,6 +1,6 @@
 //===- BufferInitializers.cpp - initializers that are buffers, not weights ===//
 //
-// Three uses mark a buffer. A Cos or Sin has no pmesh op: the importer folds
+// Five uses mark a buffer. A Cos or Sin has no pmesh op: the importer folds
 // it, so its input must be computable from constants, and every initializer it
 // is computed from is a buffer (this only turns a failing import into a working
 // one). A table only added to activations whose values are a mask's is no
@@ -8,8 +8,10 @@
 // trained by PyTorch either: AdamW skips a parameter without a gradient, while
 // ours would decay it. A rotary table that an exporter folded ahead of the Cos and Sin is
 // only ever multiplied into q and k; a trained weight of rank 2 or more always
-// meets a MatMul, a Gemm, an Add or a normalization. That last rule is a
-// heuristic, so the importer says when it applies it.
+// meets a MatMul, a Gemm, an Add or a normalization. A table of 0s and 1s that
+// multiplies the scores and, as 1 - b scaled by -1e4, is added to them is
+// GPT-1's causal table; a weight does not start as such a pattern. Those last
+// two rules are heuristics, so the importer says when it applies them.
 //
 // None of that is needed where the exporter says what each initializer is:
 // PyTorch 2's (torch.onnx.export(dynamo=True)) declares every one a
@@ -198,7 +200,7 @@ bool isConstantGraphInput(const std::string &name, bool attentionMaskOnes) {
 
 std::map<std::string, BufferUse>
 findBufferInitializers(const onnx::GraphProto &g,
-                       const std::function<bool(const onnx::TensorProto &)> &holdsMask,
+                       const std::function<TableValues(const onnx::TensorProto &)> &valuesOf,
                        bool attentionMaskOnes) {
   std::map<std::string, BufferUse> buffers;
   std::set<std::string> constant = constantTensors(g, attentionMaskOnes);
@@ -295,22 +297,27 @@ findBufferInitializers(const onnx::GraphProto &g,
                                     /*forced=*/true});
   }
 
-  // Rule 3: a table of rank >= 2 that only ever multiplies activations, or
-  // is only added to them and holds a mask's values.
-  for (const auto &[name, init] : candidates) {
-    if (buffers.count(name) || init->dims_size() < 2 || declaredParameter(name))
-      continue;
+  // How a table's values reach the activations: through ops that keep it a
+  // table (reshaping, slicing, gathering, casting, concatenating, constant
+  // scaling, and with `shifts` adding or subtracting a constant: GPT-1's
+  // 1 - b), ending as a factor of a Mul or a term of an Add (or, shifted,
+  // of a Sub). Any other use, or a graph output, makes it no table.
+  struct TableUses {
+    bool table = true;
+    int firstMul = -1, firstAdd = -1;
+    bool shifted = false;
+  };
+  auto tableUses = [&](const std::string &name, bool shifts) {
+    TableUses u;
     std::vector<std::string> work = {name};
     std::set<std::string> seen;
-    int firstMul = -1, firstAdd = -1;
-    bool table = true;
-    while (table && !work.empty()) {
+    while (u.table && !work.empty()) {
       std::string t = work.back();
       work.pop_back();
       if (!seen.insert(t).second)
         continue;
       if (graphOutputs.count(t)) {
-        table = false;
+        u.table = false;
         break;
       }
       for (auto [k, input] : consumers[t]) {
@@ -323,40 +330,72 @@ findBufferInitializers(const onnx::GraphProto &g,
         for (int i = 0; i < node.input_size(); ++i)
           if (i != input && !node.input(i).empty())
             othersConstant &= constant.count(node.input(i)) > 0;
-        bool keepsTable = isDefaultDomain(node) &&
-                          ((through == -1 || through == input) ||
-                           ((op == "Mul" || op == "Neg" || (op == "Div" && input == 0)) &&
-                            othersConstant));
-        if (keepsTable) {
+        bool scales = (op == "Mul" || op == "Neg" || (op == "Div" && input == 0)) && othersConstant;
+        bool shift = shifts && (op == "Add" || op == "Sub") && othersConstant;
+        if (isDefaultDomain(node) && ((through == -1 || through == input) || scales || shift)) {
+          u.shifted |= shift;
           for (const std::string &out : node.output())
             if (!out.empty())
               work.push_back(out);
         } else if (isDefaultDomain(node) && op == "Mul") {
-          if (firstMul < 0)
-            firstMul = k;
-        } else if (isDefaultDomain(node) && op == "Add") {
-          if (firstAdd < 0)
-            firstAdd = k;
+          if (u.firstMul < 0)
+            u.firstMul = k;
+        } else if (isDefaultDomain(node) &&
+                   (op == "Add" || (shifts && u.shifted && op == "Sub"))) {
+          if (u.firstAdd < 0)
+            u.firstAdd = k;
         } else {
-          table = false;
+          u.table = false;
           break;
         }
       }
     }
-    if (table && firstMul >= 0 && firstAdd < 0)
+    return u;
+  };
+
+  // Rule 3: a table of rank >= 2 that only ever multiplies activations, or
+  // is only added to them and holds a mask's values.
+  for (const auto &[name, init] : candidates) {
+    if (buffers.count(name) || init->dims_size() < 2 || declaredParameter(name))
+      continue;
+    TableUses u = tableUses(name, /*shifts=*/false);
+    if (u.table && u.firstMul >= 0 && u.firstAdd < 0)
       buffers.emplace(name, BufferUse{"it only ever multiplies activations (first at node " +
-                                          nodeName(g, firstMul) +
+                                          nodeName(g, u.firstMul) +
                                           "), as a rotary cos or sin table does",
                                       /*forced=*/false});
     // A learned additive table is legitimate; one whose values are 0 or
     // "minus infinity" is a mask, and a parameter starting at -inf or
     // finfo.min could not be trained (AdamW's decay turns it into NaN).
-    if (table && firstAdd >= 0 && holdsMask(*init))
+    else if (u.table && u.firstAdd >= 0 && valuesOf(*init) == TableValues::AdditiveMask)
       buffers.emplace(name, BufferUse{"it is only added to activations (first at node " +
-                                          nodeName(g, firstAdd) +
+                                          nodeName(g, u.firstAdd) +
                                           ") and holds a mask's values (0 and -inf or "
                                           "below -1e4)",
                                       /*forced=*/true});
+  }
+
+  // Rule 4: a table of 0s and 1s of rank >= 2 that multiplies activations
+  // and, shifted and scaled by constants, is added to them: GPT-1's causal
+  // table in `w * b + -1e4 * (1 - b)`, as exported without the exporter's
+  // BUFFER declaration and without folding the right-hand term (which rule 3
+  // would then read as a mask). A weight starts from random values, not from
+  // a 0/1 pattern.
+  for (const auto &[name, init] : candidates) {
+    if (buffers.count(name) || init->dims_size() < 2 || declaredParameter(name))
+      continue;
+    TableUses u = tableUses(name, /*shifts=*/true);
+    if (!u.table || (u.firstMul < 0 && !(u.shifted && u.firstAdd >= 0)))
+      continue;
+    if (valuesOf(*init) != TableValues::ZeroOne)
+      continue;
+    int first = u.firstMul >= 0 ? u.firstMul : u.firstAdd;
+    buffers.emplace(name, BufferUse{"it holds only 0s and 1s and masks activations (first at "
+                                        "node " +
+                                        nodeName(g, first) +
+                                        "), as GPT-1's causal table in w * b - 1e4 * (1 - b) "
+                                        "does",
+                                    /*forced=*/false});
   }
   return buffers;
 }

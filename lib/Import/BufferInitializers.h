@@ -52,11 +52,17 @@ struct BufferUse {
 ///    table; a trained weight meets a MatMul, a Gemm, an Add, a
 ///    normalization, or is a vector);
 ///  - every initializer of rank >= 2 whose values reach the activations only
-///    that way or as a term of an Add, and that `holdsMask` says holds an
-///    additive mask's values (0 and -inf): read only for such tables.
+///    that way or as a term of an Add, and that `valuesOf` says holds an
+///    additive mask's values (0 and -inf);
+///  - every initializer of rank >= 2 that `valuesOf` says holds 0s and 1s and
+///    whose values reach the activations only that way or, shifted by a
+///    constant (1 - b) and scaled, as a term of an Add or Sub (GPT-1's causal
+///    table in `w * b - 1e4 * (1 - b)`).
+/// `valuesOf` is called only for tables that the uses already qualify.
+enum class TableValues { Other, AdditiveMask, ZeroOne };
 std::map<std::string, BufferUse>
 findBufferInitializers(const onnx::GraphProto &graph,
-                       const std::function<bool(const onnx::TensorProto &)> &holdsMask,
+                       const std::function<TableValues(const onnx::TensorProto &)> &valuesOf,
                        bool attentionMaskOnes);
 
 } // namespace pipemesh::onnximport

@@ -3030,24 +3030,31 @@ LogicalResult Importer::importInitializers() {
       !nameRegex("--trainable-initializers", opts.trainableInitializers, trainableNames))
     return failure();
   // An additive mask: every value 0 or "minus infinity" (-inf, finfo.min, the
-  // -1e4 of older exports), some of them the latter. Only small tables are read.
-  auto holdsMask = [&](const onnx::TensorProto &t) {
+  // -1e4 of older exports), some of them the latter. A 0/1 mask: every value
+  // 0 or 1, both present. Only small tables are read.
+  auto valuesOf = [&](const onnx::TensorProto &t) {
     std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
     if (!foldable(dims))
-      return false;
+      return TableValues::Other;
     ConstTensor c;
     std::string why;
     if (!readTensor(t, baseDir, c, why) || !c.isFloat())
-      return false;
-    bool masked = false;
+      return TableValues::Other;
+    bool additive = true, zeroOne = true, anyZero = false, anyOne = false, anyFill = false;
     for (double v : c.f) {
-      if (v != 0 && !(v <= -1e4))
-        return false;
-      masked |= v != 0;
+      additive &= v == 0 || v <= -1e4;
+      zeroOne &= v == 0 || v == 1;
+      anyZero |= v == 0;
+      anyOne |= v == 1;
+      anyFill |= v <= -1e4;
     }
-    return masked;
+    if (additive && anyFill)
+      return TableValues::AdditiveMask;
+    if (zeroOne && anyZero && anyOne)
+      return TableValues::ZeroOne;
+    return TableValues::Other;
   };
-  std::map<std::string, BufferUse> buffers = findBufferInitializers(model.graph(), holdsMask, opts.attentionMaskOnes);
+  std::map<std::string, BufferUse> buffers = findBufferInitializers(model.graph(), valuesOf, opts.attentionMaskOnes);
   const onnx::GraphProto &g = model.graph();
   for (const onnx::TensorProto &t : g.initializer()) {
     Entry e;
