@@ -69,7 +69,7 @@ struct PMeshRaisePass : pipemesh::impl::PMeshRaiseBase<PMeshRaisePass> {
         softmax.emitWarning()
             << "attention stays decomposed: softmax(scores) @ v keeps scores of type " << scores
             << " for the backward (the raise fuses attention whose mask it proves a causal "
-            << "band or leaves as an additive operand; computed masks are evaluated up to 2^32 "
+            << "band or leaves as an additive operand; computed masks are evaluated up to 2^40 "
             << "elements)";
     });
   }

@@ -14,9 +14,9 @@
 // The causal mask is a compile-time constant once the importer has bound the
 // sequence length, but it may still be a constant expression (HF's sliced
 // tril buffer, or not(less(rows, cols)) built from Range, which the importer
-// leaves unfolded past 4096 tokens); the matcher evaluates it - whole when
-// small, a row at a time when large - and checks it element by element, so
-// only a mask that really is lower-triangular (or a band) becomes causal.
+// leaves unfolded past 4096 tokens); the matcher evaluates it a row at a
+// time, each row as runs of affine values, and checks every row, so only a
+// mask that really is lower-triangular (or a band) becomes causal.
 // The guard, which zeroes rows whose every key is hidden, is dropped only
 // then: a causal row always sees its own position.
 //
@@ -61,7 +61,7 @@ struct IntTensor {
   void push(int64_t v) { boolean ? bools.push_back(v != 0) : ints.push_back(v); }
 };
 
-/// Masks are evaluated a row at a time (MaskRows). Constants are decoded
+/// Masks are evaluated a row at a time as runs (MaskRows). Constants are decoded
 /// whole - they are in the IR already - up to 2^27 booleans (one byte each)
 /// or 2^26 other integers; a transpose that moves the last dim is read whole,
 /// up to 2^24 elements (a [4096, 4096] mask).
@@ -155,38 +155,108 @@ std::shared_ptr<const IntTensor> decodeConstant(DenseIntElementsAttr attr, Ranke
   return it->second;
 }
 
-/// A mask evaluated one row (its last dim) at a time, so that long ones need
-/// not be held whole: a [T, T] mask at 32768 tokens has 2^30 elements, its
-/// rows 32768. Every element is still computed and checked; only a row of each
-/// operand lives at once (constants are held whole). Rows are
-/// numbered flat over the leading dims; the last row computed is kept, as
-/// consecutive rows of a result often read the same operand row.
+/// A stretch of a mask row: `len` consecutive elements valued base, base +
+/// slope, base + 2 slope, ... Positions are affine in the key index, their
+/// sums and differences stay affine, and a comparison splits a stretch at most
+/// twice, so a row of a [T, T] causal mask is two runs whatever T is and a
+/// row costs what its runs do, not T. Boolean rows are runs of slope 0. Every
+/// value a run stands for fits in int64 (its two ends do, and it is monotone).
+struct Run {
+  int64_t len, base, slope;
+};
+using RunRow = std::vector<Run>;
+using Wide = __int128;
+
+bool fitsInt64(Wide v) { return v >= INT64_MIN && v <= INT64_MAX; }
+
+/// floor(a / b) and ceil(a / b) for b > 0.
+Wide floorDiv(Wide a, Wide b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+Wide ceilDiv(Wide a, Wide b) { return -floorDiv(-a, b); }
+
+/// Appends `len` elements valued base + slope * i to `row`, joining them to
+/// the last run when they continue it; false when a value does not fit int64.
+bool appendRun(RunRow &row, int64_t len, Wide base, Wide slope, bool boolean) {
+  if (len <= 0)
+    return true;
+  if (len == 1)
+    slope = 0;
+  if (!fitsInt64(base) || !fitsInt64(slope) || !fitsInt64(base + slope * (len - 1)))
+    return false;
+  if (!row.empty()) {
+    Run &last = row.back();
+    if (boolean) {
+      if (last.base == base) {
+        last.len += len;
+        return true;
+      }
+    } else {
+      // The slope the joined run would have: the last run's, or when that is
+      // one element, the new run's (or the step between the two elements).
+      Wide s = last.len > 1 ? Wide(last.slope) : len > 1 ? slope : base - last.base;
+      if ((len == 1 || slope == s) && Wide(last.base) + s * last.len == base && fitsInt64(s)) {
+        last.slope = (int64_t)s;
+        last.len += len;
+        return true;
+      }
+    }
+  }
+  row.push_back(Run{len, (int64_t)base, (int64_t)slope});
+  return true;
+}
+
+/// Appends elements [from, from + count) of `src` to `row`.
+bool appendRange(RunRow &row, const RunRow &src, int64_t from, int64_t count, bool boolean) {
+  for (const Run &run : src) {
+    if (count <= 0)
+      break;
+    if (from >= run.len) {
+      from -= run.len;
+      continue;
+    }
+    int64_t take = std::min(run.len - from, count);
+    if (!appendRun(row, take, Wide(run.base) + Wide(run.slope) * from, run.slope, boolean))
+      return false;
+    count -= take;
+    from = 0;
+  }
+  return count <= 0;
+}
+
+/// A mask evaluated one row (its last dim) at a time, each row as runs, so that
+/// long ones need not be held whole: a [T, T] mask at 131072 tokens has 2^34
+/// elements, its causal rows two runs each. Every row is still computed and
+/// checked; only a row of each operand lives at once (constants are held
+/// whole). Rows are numbered flat over the leading dims; the last row computed
+/// is kept, as consecutive rows of a result often read the same operand row.
 class MaskRows {
 public:
-  explicit MaskRows(ArrayRef<int64_t> shape) : shape(shape) {}
+  MaskRows(ArrayRef<int64_t> shape, bool boolean) : shape(shape), boolean(boolean) {}
   virtual ~MaskRows() = default;
   MaskRows(const MaskRows &) = delete;
   MaskRows &operator=(const MaskRows &) = delete;
 
   int64_t rowLength() const { return shape.empty() ? 1 : shape.back(); }
   int64_t rows() const { return shapes::numElements(shape) / std::max<int64_t>(rowLength(), 1); }
-  const int64_t *row(int64_t r) {
+  /// Row `r`, or nullptr when a value of it does not fit int64.
+  const RunRow *row(int64_t r) {
     if (r != cachedRow) {
-      cache.resize(rowLength());
-      compute(r, cache.data());
+      cache.clear();
+      cachedOk = compute(r, cache);
       cachedRow = r;
     }
-    return cache.data();
+    return cachedOk ? &cache : nullptr;
   }
 
   const shapes::Shape shape;
+  const bool boolean; ///< i1: runs of slope 0
 
 protected:
-  virtual void compute(int64_t r, int64_t *out) = 0;
+  virtual bool compute(int64_t r, RunRow &out) = 0;
 
 private:
   int64_t cachedRow = -1;
-  std::vector<int64_t> cache;
+  bool cachedOk = false;
+  RunRow cache;
 };
 
 /// The multi-index of row `r` over `shape`'s leading dims (all but the last).
@@ -210,13 +280,16 @@ int64_t flatRow(ArrayRef<int64_t> shape, ArrayRef<int64_t> index) {
 /// A tensor held whole, read by rows.
 class HeldRows : public MaskRows {
 public:
-  explicit HeldRows(std::shared_ptr<const IntTensor> t) : MaskRows(t->shape), t(std::move(t)) {}
+  explicit HeldRows(std::shared_ptr<const IntTensor> t)
+      : MaskRows(t->shape, t->boolean), t(std::move(t)) {}
 
 protected:
-  void compute(int64_t r, int64_t *out) override {
+  bool compute(int64_t r, RunRow &out) override {
     int64_t n = rowLength();
     for (int64_t j = 0; j < n; ++j)
-      out[j] = t->at(r * n + j);
+      if (!appendRun(out, 1, t->at(r * n + j), 0, boolean))
+        return false;
+    return true;
   }
 
 private:
@@ -233,7 +306,7 @@ struct BroadcastRows {
     repeated = this->node->rowLength() == 1 && !outShape.empty() && outShape.back() != 1;
   }
   /// Its row for the result's leading index `outIndex`.
-  const int64_t *row(ArrayRef<int64_t> outIndex) {
+  const RunRow *row(ArrayRef<int64_t> outIndex) {
     ArrayRef<int64_t> in = node->shape;
     size_t leading = in.empty() ? 0 : in.size() - 1, offset = outIndex.size() - leading;
     int64_t r = 0;
@@ -243,77 +316,135 @@ struct BroadcastRows {
   }
 };
 
-/// An elementwise op of one to three operands: out[j] = apply(a[j], b[j], c[j]).
+/// The value base + slope * i of an operand over a stretch where every
+/// operand is one run.
+struct Affine {
+  Wide base, slope;
+};
+
+/// An elementwise op of one to three operands. The operands' rows are cut
+/// where any of them starts a run; `apply(len, operands, out)` appends the
+/// result of such a stretch (false: a value past int64, or a boolean operand
+/// that is not one).
 template <typename Apply>
 class ElementwiseRows : public MaskRows {
 public:
-  ElementwiseRows(ArrayRef<int64_t> shape, std::vector<BroadcastRows> operands, Apply apply)
-      : MaskRows(shape), operands(std::move(operands)), apply(apply) {}
+  ElementwiseRows(ArrayRef<int64_t> shape, bool boolean, std::vector<BroadcastRows> operands,
+                  Apply apply)
+      : MaskRows(shape, boolean), operands(std::move(operands)), apply(apply) {}
 
 protected:
-  void compute(int64_t r, int64_t *out) override {
+  bool compute(int64_t r, RunRow &out) override {
     SmallVector<int64_t> index = rowIndex(shape, r);
     const int64_t n = rowLength();
-    // Every operand row at full length (a repeated one filled in), so the
-    // loop below reads all three alike and vectorizes: this loop is most of
-    // a long mask's evaluation.
-    const int64_t *in[3];
-    for (size_t k = 0; k < 3; ++k) {
-      if (k < operands.size() && !operands[k].repeated) {
-        in[k] = operands[k].row(index);
-        continue;
+    const size_t count = operands.size();
+    const RunRow *in[3] = {};
+    RunRow single[3];
+    for (size_t k = 0; k < count; ++k) {
+      const RunRow *row = operands[k].row(index);
+      if (!row || row->empty())
+        return false;
+      if (operands[k].repeated) { // one element, the same all along the row
+        single[k] = {Run{n, row->front().base, 0}};
+        row = &single[k];
       }
-      int64_t value = k < operands.size() ? operands[k].row(index)[0] : 0;
-      if ((int64_t)filled[k].size() != n || (n > 0 && filled[k][0] != value)) // scalars: once
-        filled[k].assign(n, value);
-      in[k] = filled[k].data();
+      in[k] = row;
     }
-    const int64_t *a = in[0], *b = in[1], *c = in[2];
-    for (int64_t j = 0; j < n; ++j)
-      out[j] = apply(a[j], b[j], c[j]);
+    size_t at[3] = {0, 0, 0};
+    int64_t used[3] = {0, 0, 0};
+    for (int64_t pos = 0; pos < n;) {
+      int64_t len = n - pos;
+      Affine ops[3] = {};
+      for (size_t k = 0; k < count; ++k) {
+        if (at[k] >= in[k]->size())
+          return false;
+        const Run &run = (*in[k])[at[k]];
+        len = std::min(len, run.len - used[k]);
+        ops[k] = {Wide(run.base) + Wide(run.slope) * used[k], run.slope};
+      }
+      if (len <= 0 || !apply(len, ops, out, boolean))
+        return false;
+      pos += len;
+      for (size_t k = 0; k < count; ++k)
+        if ((used[k] += len) == (*in[k])[at[k]].len) {
+          ++at[k];
+          used[k] = 0;
+        }
+    }
+    return true;
   }
 
 private:
   std::vector<BroadcastRows> operands;
   Apply apply;
-  std::vector<int64_t> filled[3];
 };
+
+template <typename Apply>
+std::unique_ptr<MaskRows> elementwiseRows(ArrayRef<int64_t> shape, bool boolean,
+                                          std::vector<BroadcastRows> operands, Apply apply) {
+  return std::make_unique<ElementwiseRows<Apply>>(shape, boolean, std::move(operands), apply);
+}
+
+/// `len` elements that are `value` where i < split and `otherwise` from there.
+bool appendSplit(RunRow &out, int64_t len, Wide split, int64_t value, int64_t otherwise,
+                 bool boolean) {
+  int64_t first = (int64_t)std::clamp<Wide>(split, 0, len);
+  return appendRun(out, first, value, 0, boolean) &&
+         appendRun(out, len - first, otherwise, 0, boolean);
+}
+
+/// `len` elements that are `at` at index `where` (when it lies in the
+/// stretch) and `elsewhere` everywhere else.
+bool appendPoint(RunRow &out, int64_t len, std::optional<Wide> where, int64_t at,
+                 int64_t elsewhere, bool boolean) {
+  if (!where || *where < 0 || *where >= len)
+    return appendRun(out, len, elsewhere, 0, boolean);
+  int64_t i = (int64_t)*where;
+  return appendRun(out, i, elsewhere, 0, boolean) && appendRun(out, 1, at, 0, boolean) &&
+         appendRun(out, len - i - 1, elsewhere, 0, boolean);
+}
+
+/// Where the affine `d` is zero, if at an integer index.
+std::optional<Wide> zeroOf(const Affine &d) {
+  if (d.slope == 0 || (-d.base) % d.slope != 0)
+    return std::nullopt;
+  return -d.base / d.slope;
+}
 
 /// A splat constant too large to decode: every row the same value.
 class SplatRows : public MaskRows {
 public:
-  SplatRows(ArrayRef<int64_t> shape, int64_t value) : MaskRows(shape), value(value) {}
+  SplatRows(ArrayRef<int64_t> shape, bool boolean, int64_t value)
+      : MaskRows(shape, boolean), value(value) {}
 
 protected:
-  void compute(int64_t, int64_t *out) override { std::fill(out, out + rowLength(), value); }
+  bool compute(int64_t, RunRow &out) override {
+    return appendRun(out, rowLength(), value, 0, boolean);
+  }
 
 private:
   int64_t value;
 };
-
-template <typename Apply>
-std::unique_ptr<MaskRows> elementwiseRows(ArrayRef<int64_t> shape,
-                                          std::vector<BroadcastRows> operands, Apply apply) {
-  return std::make_unique<ElementwiseRows<Apply>>(shape, std::move(operands), apply);
-}
 
 /// A reshape: row r of the result is elements [r * n, (r + 1) * n) of the
 /// operand in row-major order (the operand's own row when the last dim stays).
 class ReshapeRows : public MaskRows {
 public:
   ReshapeRows(ArrayRef<int64_t> shape, std::unique_ptr<MaskRows> in)
-      : MaskRows(shape), in(std::move(in)) {}
+      : MaskRows(shape, in->boolean), in(std::move(in)) {}
 
 protected:
-  void compute(int64_t r, int64_t *out) override {
+  bool compute(int64_t r, RunRow &out) override {
     int64_t n = rowLength(), m = in->rowLength();
     for (int64_t j = 0; j < n;) {
       int64_t flat = r * n + j, inRow = flat / m, at = flat % m;
       int64_t take = std::min(n - j, m - at);
-      const int64_t *src = in->row(inRow) + at;
-      std::copy(src, src + take, out + j);
+      const RunRow *src = in->row(inRow);
+      if (!src || !appendRange(out, *src, at, take, boolean))
+        return false;
       j += take;
     }
+    return true;
   }
 
 private:
@@ -325,18 +456,35 @@ class SliceRows : public MaskRows {
 public:
   SliceRows(ArrayRef<int64_t> shape, std::unique_ptr<MaskRows> in, ArrayRef<int64_t> starts,
             ArrayRef<int64_t> strides)
-      : MaskRows(shape), in(std::move(in)), starts(starts), strides(strides) {}
+      : MaskRows(shape, in->boolean), in(std::move(in)), starts(starts), strides(strides) {}
 
 protected:
-  void compute(int64_t r, int64_t *out) override {
+  bool compute(int64_t r, RunRow &out) override {
     SmallVector<int64_t> index = rowIndex(shape, r);
     for (size_t d = 0; d < index.size(); ++d)
       index[d] = starts[d] + strides[d] * index[d];
-    const int64_t *src = in->row(flatRow(in->shape, index));
-    int64_t n = rowLength(), start = starts.empty() ? 0 : starts.back(),
-            stride = strides.empty() ? 1 : strides.back();
-    for (int64_t j = 0; j < n; ++j)
-      out[j] = src[start + stride * j];
+    const RunRow *src = in->row(flatRow(in->shape, index));
+    if (!src)
+      return false;
+    const int64_t n = rowLength(), start = starts.empty() ? 0 : starts.back(),
+                  stride = strides.empty() ? 1 : strides.back();
+    // Output j reads element start + stride * j: those of a source run at
+    // [s0, s0 + len) are a consecutive range of j, affine again.
+    int64_t s0 = 0, written = 0;
+    for (const Run &run : *src) {
+      Wide lo = std::max<Wide>(ceilDiv(Wide(s0) - start, stride), 0);
+      Wide hi = std::min<Wide>(ceilDiv(Wide(s0) + run.len - start, stride), n);
+      if (lo < hi) {
+        if (lo != written)
+          return false; // not in order: a malformed slice
+        Wide first = Wide(run.base) + Wide(run.slope) * (start + stride * lo - s0);
+        if (!appendRun(out, (int64_t)(hi - lo), first, Wide(run.slope) * stride, boolean))
+          return false;
+        written = (int64_t)hi;
+      }
+      s0 += run.len;
+    }
+    return written == n;
   }
 
 private:
@@ -348,15 +496,18 @@ private:
 class PermuteRows : public MaskRows {
 public:
   PermuteRows(ArrayRef<int64_t> shape, std::unique_ptr<MaskRows> in, ArrayRef<int64_t> perm)
-      : MaskRows(shape), in(std::move(in)), perm(perm) {}
+      : MaskRows(shape, in->boolean), in(std::move(in)), perm(perm) {}
 
 protected:
-  void compute(int64_t r, int64_t *out) override {
+  bool compute(int64_t r, RunRow &out) override {
     SmallVector<int64_t> index = rowIndex(shape, r), inIndex(index.size());
     for (size_t d = 0; d < index.size(); ++d)
       inIndex[perm[d]] = index[d];
-    const int64_t *src = in->row(flatRow(in->shape, inIndex));
-    std::copy(src, src + rowLength(), out);
+    const RunRow *src = in->row(flatRow(in->shape, inIndex));
+    if (!src)
+      return false;
+    out = *src;
+    return true;
   }
 
 private:
@@ -364,17 +515,21 @@ private:
   SmallVector<int64_t> perm;
 };
 
-/// Masks evaluated by rows up to 2^32 elements (a [T, T] mask up to 65536
-/// tokens: about a minute of compile time there, once per model).
-constexpr int64_t kMaxMaskElements = int64_t(1) << 32;
+/// Masks evaluated by rows up to 2^40 elements (a [T, T] mask up to 2^20
+/// tokens): the work is the rows times their runs, a few per row for the
+/// masks exporters compute.
+constexpr int64_t kMaxMaskElements = int64_t(1) << 40;
 
 /// All of `rows`, held whole (for a transpose that moves the last dim).
-std::shared_ptr<const IntTensor> holdRows(MaskRows &rows, bool boolean) {
-  auto t = std::make_shared<IntTensor>(rows.shape, boolean);
-  for (int64_t r = 0, n = rows.rowLength(); r < rows.rows(); ++r) {
-    const int64_t *row = rows.row(r);
-    for (int64_t j = 0; j < n; ++j)
-      t->push(row[j]);
+std::shared_ptr<const IntTensor> holdRows(MaskRows &rows) {
+  auto t = std::make_shared<IntTensor>(rows.shape, rows.boolean);
+  for (int64_t r = 0; r < rows.rows(); ++r) {
+    const RunRow *row = rows.row(r);
+    if (!row)
+      return nullptr;
+    for (const Run &run : *row)
+      for (int64_t i = 0; i < run.len; ++i)
+        t->push(run.base + run.slope * i);
   }
   return t;
 }
@@ -386,13 +541,13 @@ std::shared_ptr<const IntTensor> holdRows(MaskRows &rows, bool boolean) {
 std::unique_ptr<MaskRows> maskRows(Value v, DecodedConstants &decoded, unsigned depth = 0) {
   auto type = dyn_cast<RankedTensorType>(v.getType());
   if (!type || !isa<IntegerType>(type.getElementType()) || depth > kMaxMaskDepth ||
-      type.getNumElements() > kMaxMaskElements)
+      !type.hasStaticShape() || type.getNumElements() > kMaxMaskElements)
     return nullptr;
   const bool isBool = type.getElementType().isInteger(1);
   DenseIntElementsAttr constant;
   if (matchPattern(v, m_Constant(&constant))) {
     if (constant.isSplat())
-      return std::make_unique<SplatRows>(type.getShape(),
+      return std::make_unique<SplatRows>(type.getShape(), isBool,
                                          isBool ? (int64_t)constant.getSplatValue<bool>()
                                                 : constant.getSplatValue<APInt>().getSExtValue());
     std::shared_ptr<const IntTensor> values = decodeConstant(constant, type, decoded);
@@ -435,23 +590,29 @@ std::unique_ptr<MaskRows> maskRows(Value v, DecodedConstants &decoded, unsigned 
     // held whole, is read that way.
     if (type.getNumElements() > kMaxHeldElements || !(in = operand(0)))
       return nullptr;
-    std::shared_ptr<const IntTensor> held = holdRows(*in, isBool);
+    std::shared_ptr<const IntTensor> held = holdRows(*in);
+    if (!held)
+      return nullptr;
     SmallVector<int64_t> inStrides = stridesOf(held->shape), steps;
     for (int64_t p : perm)
       steps.push_back(inStrides[p]);
     return std::make_unique<HeldRows>(
         std::make_shared<const IntTensor>(gather(*held, shape, steps)));
   }
+  // The stretch functions below read booleans as runs of slope 0 (false
+  // for anything else: a malformed boolean).
+  auto constant0 = [](const Affine &a) { return a.slope == 0; };
   if (std::optional<BoolOfFloatSelect> select = matchBoolOfFloatSelect(op)) {
     std::unique_ptr<MaskRows> cond = maskRows(select->cond, decoded, depth + 1);
     if (!cond)
       return nullptr;
     std::vector<BroadcastRows> operands;
     operands.emplace_back(std::move(cond), shape);
-    bool onTrue = select->onTrue, onFalse = select->onFalse;
-    return elementwiseRows(shape, std::move(operands),
-                           [onTrue, onFalse](int64_t c, int64_t, int64_t) -> int64_t {
-                             return c ? onTrue : onFalse;
+    int64_t onTrue = select->onTrue, onFalse = select->onFalse;
+    return elementwiseRows(shape, isBool, std::move(operands),
+                           [=](int64_t len, const Affine *x, RunRow &out, bool b) {
+                             return constant0(x[0]) &&
+                                    appendRun(out, len, x[0].base != 0 ? onTrue : onFalse, 0, b);
                            });
   }
   if (!isa<CastOp, BroadcastOp, NotOp, AndOp, EqualOp, LessOp, SubOp, AddOp, WhereOp>(op))
@@ -459,27 +620,60 @@ std::unique_ptr<MaskRows> maskRows(Value v, DecodedConstants &decoded, unsigned 
   std::optional<std::vector<BroadcastRows>> operands = broadcastOperands();
   if (!operands)
     return nullptr;
-  auto apply = [&](auto fn) { return elementwiseRows(shape, std::move(*operands), fn); };
+  auto apply = [&](auto fn) { return elementwiseRows(shape, isBool, std::move(*operands), fn); };
+  auto copy = [](int64_t len, const Affine *x, RunRow &out, bool b) {
+    return appendRun(out, len, x[0].base, x[0].slope, b);
+  };
   if (isa<CastOp>(op)) {
-    if (type.getElementType().isInteger(1))
-      return apply([](int64_t a, int64_t, int64_t) -> int64_t { return a != 0; });
-    return apply([](int64_t a, int64_t, int64_t) { return a; });
+    if (isBool) // a != 0
+      return apply([](int64_t len, const Affine *x, RunRow &out, bool b) {
+        if (x[0].slope == 0)
+          return appendRun(out, len, x[0].base != 0, 0, b);
+        return appendPoint(out, len, zeroOf(x[0]), 0, 1, b);
+      });
+    return apply(copy);
   }
   if (isa<BroadcastOp>(op))
-    return apply([](int64_t a, int64_t, int64_t) { return a; });
+    return apply(copy);
   if (isa<NotOp>(op))
-    return apply([](int64_t a, int64_t, int64_t) -> int64_t { return !a; });
+    return apply([=](int64_t len, const Affine *x, RunRow &out, bool b) {
+      return constant0(x[0]) && appendRun(out, len, x[0].base == 0, 0, b);
+    });
   if (isa<AndOp>(op))
-    return apply([](int64_t a, int64_t b, int64_t) -> int64_t { return a && b; });
+    return apply([=](int64_t len, const Affine *x, RunRow &out, bool b) {
+      return constant0(x[0]) && constant0(x[1]) &&
+             appendRun(out, len, x[0].base != 0 && x[1].base != 0, 0, b);
+    });
   if (isa<EqualOp>(op))
-    return apply([](int64_t a, int64_t b, int64_t) -> int64_t { return a == b; });
+    return apply([](int64_t len, const Affine *x, RunRow &out, bool b) {
+      Affine d{x[0].base - x[1].base, x[0].slope - x[1].slope};
+      if (d.slope == 0)
+        return appendRun(out, len, d.base == 0, 0, b);
+      return appendPoint(out, len, zeroOf(d), 1, 0, b);
+    });
   if (isa<LessOp>(op))
-    return apply([](int64_t a, int64_t b, int64_t) -> int64_t { return a < b; });
+    return apply([](int64_t len, const Affine *x, RunRow &out, bool b) {
+      // a < b where d = a - b = base + slope * i < 0.
+      Affine d{x[0].base - x[1].base, x[0].slope - x[1].slope};
+      if (d.slope == 0)
+        return appendRun(out, len, d.base < 0, 0, b);
+      if (d.slope > 0) // true for i < -base / slope
+        return appendSplit(out, len, ceilDiv(-d.base, d.slope), 1, 0, b);
+      // false up to i <= base / -slope, true after
+      return appendSplit(out, len, floorDiv(d.base, -d.slope) + 1, 0, 1, b);
+    });
   if (isa<SubOp>(op))
-    return apply([](int64_t a, int64_t b, int64_t) { return a - b; });
+    return apply([](int64_t len, const Affine *x, RunRow &out, bool b) {
+      return appendRun(out, len, x[0].base - x[1].base, x[0].slope - x[1].slope, b);
+    });
   if (isa<AddOp>(op))
-    return apply([](int64_t a, int64_t b, int64_t) { return a + b; });
-  return apply([](int64_t c, int64_t t, int64_t f) { return c ? t : f; }); // where
+    return apply([](int64_t len, const Affine *x, RunRow &out, bool b) {
+      return appendRun(out, len, x[0].base + x[1].base, x[0].slope + x[1].slope, b);
+    });
+  return apply([=](int64_t len, const Affine *x, RunRow &out, bool b) { // where
+    const Affine &pick = x[0].base != 0 ? x[1] : x[2];
+    return constant0(x[0]) && appendRun(out, len, pick.base, pick.slope, b);
+  });
 }
 
 /// The attention window of `mask`, broadcast to scores [..., tq, tk], when it
@@ -495,39 +689,49 @@ std::optional<int64_t> causalWindow(MaskRows &mask, int64_t tq, int64_t tk,
   int64_t rank = mask.shape.size();
   int64_t mq = rank >= 2 ? mask.shape[rank - 2] : 1;
   int64_t mk = rank >= 1 ? mask.shape[rank - 1] : 1;
-  if ((mq != 1 && mq != tq) || (mk != 1 && mk != tk) || tq < 1 || tk < 1 || mask.rows() < 1)
+  if (!mask.boolean || (mq != 1 && mq != tq) || (mk != 1 && mk != tk) || tq < 1 || tk < 1 ||
+      mask.rows() < 1)
     return std::nullopt;
-  // Row of the mask that query i of leading position l reads; entry j.
-  auto rowOf = [&](int64_t l, int64_t i) { return mask.row(l * mq + (mq == 1 ? 0 : i)); };
-  auto visible = [&](const int64_t *row, int64_t j) {
-    bool value = row[mk == 1 ? 0 : j] != 0;
-    return trueMeansVisible ? value : !value;
+  // The row query i of leading position l reads, as runs over the tk keys (a
+  // row of one element stands for all of them); nullptr if it cannot be read.
+  RunRow widened;
+  auto rowOf = [&](int64_t l, int64_t i) -> const RunRow * {
+    const RunRow *row = mask.row(l * mq + (mq == 1 ? 0 : i));
+    if (!row || row->empty() || mk != 1)
+      return row;
+    widened = {Run{tk, row->front().base, 0}};
+    return &widened;
   };
+  auto visible = [&](const Run &run) { return (run.base != 0) == trueMeansVisible; };
   // The last query (position tk - 1) sees the window's width of keys, or
   // every key when the band is at least as wide as the sequence.
+  const RunRow *last = rowOf(0, tq - 1);
+  if (!last)
+    return std::nullopt;
   int64_t lastRowKeys = 0;
-  const int64_t *last = rowOf(0, tq - 1);
-  for (int64_t j = 0; j < tk; ++j)
-    lastRowKeys += visible(last, j);
+  for (const Run &run : *last)
+    lastRowKeys += visible(run) ? run.len : 0;
   int64_t window = lastRowKeys == tk ? 0 : lastRowKeys;
   if (lastRowKeys == 0)
     return std::nullopt;
   int64_t leading = mask.rows() / mq;
   for (int64_t l = 0; l < leading; ++l)
     for (int64_t i = 0; i < tq; ++i) {
-      const int64_t *row = rowOf(l, i);
-      // Query i sees exactly the keys first..p.
+      const RunRow *row = rowOf(l, i);
+      if (!row)
+        return std::nullopt;
+      // Query i sees exactly the keys first..p: a visible run lies inside
+      // that range, a hidden one outside it.
       int64_t p = i + (tk - tq), first = window == 0 ? 0 : p - window + 1;
-      if (mk == 1) {
-        for (int64_t j = 0; j < tk; ++j)
-          if (visible(row, 0) != (j >= first && j <= p))
-            return std::nullopt;
-        continue;
+      int64_t start = 0;
+      for (const Run &run : *row) {
+        int64_t end = start + run.len - 1;
+        bool inside = start >= first && end <= p, outside = end < first || start > p;
+        if (run.slope != 0 || !(visible(run) ? inside : outside))
+          return std::nullopt;
+        start = end + 1;
       }
-      bool mismatch = false;
-      for (int64_t j = 0; j < tk; ++j)
-        mismatch |= ((row[j] != 0) == trueMeansVisible) != (j >= first && j <= p);
-      if (mismatch)
+      if (start != tk)
         return std::nullopt;
     }
   return window;
