@@ -5,6 +5,7 @@ to the built target) or defaults to build/bin/pipemesh-run.
 """
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -12,15 +13,38 @@ import sys
 import tempfile
 import unittest
 
-import numpy as np
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
+PIPEMESH_RUN = os.environ.get("PIPEMESH_RUN", os.path.join(REPO, "build", "bin", "pipemesh-run"))
+
+
+def runtime_blas_core():
+    """The OpenBLAS core pipemesh-run's sums run on (`--version`; it picks one
+    itself for a CPU its OpenBLAS does not know), or None."""
+    try:
+        out = subprocess.run([PIPEMESH_RUN, "--version"], capture_output=True, text=True,
+                             timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"OpenBLAS core (\w+)", out)
+    return m.group(1) if m else None
+
+
+# The PyTorch references sum in the runtime's order: Debian's numpy and torch
+# call the system OpenBLAS, which on a CPU that OpenBLAS 0.3.21 does not know
+# takes its generic Prescott kernels where pipemesh-run takes SkylakeX's, and
+# the bf16 storage tests compare which elements round which way. Set before
+# numpy is imported (it loads OpenBLAS).
+if "OPENBLAS_CORETYPE" not in os.environ and "numpy" not in sys.modules:
+    _core = runtime_blas_core()
+    if _core:
+        os.environ["OPENBLAS_CORETYPE"] = _core
+
+import numpy as np  # noqa: E402
+
 sys.path.insert(0, os.path.join(REPO, "runtime", "tools"))
 
 import make_test_plan as mtp  # noqa: E402
-
-PIPEMESH_RUN = os.environ.get("PIPEMESH_RUN", os.path.join(REPO, "build", "bin", "pipemesh-run"))
 
 # Open MPI as root in containers and more ranks than cores in CI.
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",

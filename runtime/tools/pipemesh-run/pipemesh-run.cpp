@@ -82,8 +82,10 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (cl.version) {
-    std::printf("pipemesh-run (PipeMesh) plan format %u; backends: %s\n",
-                (unsigned)rt::kPlanVersion, rt::availableBackends().c_str());
+    // The cpu backend's BLAS too: which OpenBLAS kernels the sums run on
+    // decides their order (tests run their PyTorch references on the same).
+    std::printf("pipemesh-run (PipeMesh) plan format %u; cpu %s; backends: %s\n",
+                (unsigned)rt::kPlanVersion, blas.c_str(), rt::availableBackends().c_str());
     return 0;
   }
   if (!cl.writeDefaultCorpus.empty()) {
