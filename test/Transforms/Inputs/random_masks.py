@@ -37,6 +37,8 @@ class Gen:
         self.f, self.rng = f, rng
 
     def const(self, values, shape, elt):
+        """A constant of `shape` (one value broadcast, or `values` reshaped), written as a
+        splat when every element is the same."""
         values = np.asarray(values)
         values = np.full(shape, values.reshape(-1)[0]) if values.size == 1 else values.reshape(shape)
         if elt == "i1":
