@@ -9,7 +9,14 @@
 namespace pipemesh::rt::activity {
 namespace {
 
-std::atomic<const char *> current{"start-up"};
+/// The activity, copied: set() writes the slot the handler does not read and
+/// then publishes it. The handler interrupts the thread that calls set(), so
+/// the published slot is never being written while it reads it, and what it
+/// prints does not depend on the caller's string still being alive (an
+/// executor unwound by an error frees its instructions' descriptions before
+/// the launcher's SIGTERM may come).
+char slots[2][256] = {"start-up", ""};
+std::atomic<int> published{0};
 std::atomic<int64_t> currentStep{-1};
 int rankId = 0;
 
@@ -50,8 +57,7 @@ void onTerminate(int sig) {
     n = putInt(buf, n, cap, step + 1);
     n = put(buf, n, cap, ", ");
   }
-  const char *what = current.load(std::memory_order_relaxed);
-  n = put(buf, n, cap, what ? what : "?");
+  n = put(buf, n, cap, current());
   n = put(buf, n, cap,
           ": the launcher ended the job (another rank failed or died; its message or the "
           "launcher's says which)\n");
@@ -62,7 +68,17 @@ void onTerminate(int sig) {
 
 } // namespace
 
-void set(const char *what) { current.store(what, std::memory_order_relaxed); }
+void set(const char *what) {
+  const int next = 1 - published.load(std::memory_order_relaxed);
+  char *slot = slots[next];
+  size_t n = 0;
+  for (; what && what[n] && n + 1 < sizeof slots[next]; ++n)
+    slot[n] = what[n];
+  slot[n] = '\0';
+  published.store(next, std::memory_order_release);
+}
+
+const char *current() { return slots[published.load(std::memory_order_acquire)]; }
 
 void setStep(int64_t step) { currentStep.store(step, std::memory_order_relaxed); }
 

@@ -18,9 +18,10 @@
 
 namespace pipemesh::rt::activity {
 
-/// Records the current activity; `what` must outlive the next set() call
-/// (string literals, or strings the executor keeps).
+/// Records the current activity (a copy of `what`, cut at 255 bytes).
 void set(const char *what);
+/// The activity recorded last (what the SIGTERM handler prints).
+const char *current();
 /// The 0-based step being run (-1 outside the step loop); the message
 /// numbers it from 1, like the progress lines.
 void setStep(int64_t step);
