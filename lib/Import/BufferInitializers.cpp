@@ -353,41 +353,47 @@ findBufferInitializers(const onnx::GraphProto &g,
     return u;
   };
 
-  // Rule 3: a table of rank >= 2 that only ever multiplies activations, or
-  // is only added to them and holds a mask's values.
+  // Rules 3 and 4, on the tables of rank >= 2 the rules above left; their
+  // values are read (once) only for a table whose uses qualify it.
   for (const auto &[name, init] : candidates) {
     if (buffers.count(name) || init->dims_size() < 2 || declaredParameter(name))
       continue;
+    std::optional<TableValues> values;
+    auto valuesOfTable = [&] {
+      if (!values)
+        values = valuesOf(*init);
+      return *values;
+    };
+    // Rule 3: a table that only ever multiplies activations, or is only
+    // added to them and holds a mask's values. A learned additive table is
+    // legitimate; one whose values are 0 or "minus infinity" is a mask, and a
+    // parameter starting at -inf or finfo.min could not be trained (AdamW's
+    // decay turns it into NaN).
     TableUses u = tableUses(name, /*shifts=*/false);
-    if (u.table && u.firstMul >= 0 && u.firstAdd < 0)
+    if (u.table && u.firstMul >= 0 && u.firstAdd < 0) {
       buffers.emplace(name, BufferUse{"it only ever multiplies activations (first at node " +
                                           nodeName(g, u.firstMul) +
                                           "), as a rotary cos or sin table does",
                                       /*forced=*/false});
-    // A learned additive table is legitimate; one whose values are 0 or
-    // "minus infinity" is a mask, and a parameter starting at -inf or
-    // finfo.min could not be trained (AdamW's decay turns it into NaN).
-    else if (u.table && u.firstAdd >= 0 && valuesOf(*init) == TableValues::AdditiveMask)
+      continue;
+    }
+    if (u.table && u.firstAdd >= 0 && valuesOfTable() == TableValues::AdditiveMask) {
       buffers.emplace(name, BufferUse{"it is only added to activations (first at node " +
                                           nodeName(g, u.firstAdd) +
                                           ") and holds a mask's values (0 and -inf or "
                                           "below -1e4)",
                                       /*forced=*/true});
-  }
-
-  // Rule 4: a table of 0s and 1s of rank >= 2 that multiplies activations
-  // and, shifted and scaled by constants, is added to them: GPT-1's causal
-  // table in `w * b + -1e4 * (1 - b)`, as exported without the exporter's
-  // BUFFER declaration and without folding the right-hand term (which rule 3
-  // would then read as a mask). A weight starts from random values, not from
-  // a 0/1 pattern.
-  for (const auto &[name, init] : candidates) {
-    if (buffers.count(name) || init->dims_size() < 2 || declaredParameter(name))
       continue;
-    TableUses u = tableUses(name, /*shifts=*/true);
-    if (!u.table || (u.firstMul < 0 && !(u.shifted && u.firstAdd >= 0)))
-      continue;
-    if (valuesOf(*init) != TableValues::ZeroOne)
+    }
+    // Rule 4: a table of 0s and 1s that multiplies activations and, shifted
+    // and scaled by constants, is added to them: GPT-1's causal table in
+    // `w * b + -1e4 * (1 - b)`, as exported without the exporter's BUFFER
+    // declaration and without folding the right-hand term (which rule 3
+    // would then read as a mask). A weight starts from random values, not
+    // from a 0/1 pattern.
+    u = tableUses(name, /*shifts=*/true);
+    if (!u.table || (u.firstMul < 0 && !(u.shifted && u.firstAdd >= 0)) ||
+        valuesOfTable() != TableValues::ZeroOne)
       continue;
     int first = u.firstMul >= 0 ? u.firstMul : u.firstAdd;
     buffers.emplace(name, BufferUse{"it holds only 0s and 1s and masks activations (first at "

@@ -57,7 +57,6 @@ struct IntTensor {
   }
   void reserve(int64_t n) { boolean ? bools.reserve(n) : ints.reserve(n); }
   int64_t at(int64_t i) const { return boolean ? bools[i] : ints[i]; }
-  int64_t size() const { return boolean ? (int64_t)bools.size() : (int64_t)ints.size(); }
   void push(int64_t v) { boolean ? bools.push_back(v != 0) : ints.push_back(v); }
 };
 
@@ -339,7 +338,6 @@ protected:
     const int64_t n = rowLength();
     const size_t count = operands.size();
     const RunRow *in[3] = {};
-    RunRow single[3];
     for (size_t k = 0; k < count; ++k) {
       const RunRow *row = operands[k].row(index);
       if (!row || row->empty())
@@ -377,6 +375,7 @@ protected:
 private:
   std::vector<BroadcastRows> operands;
   Apply apply;
+  RunRow single[3]; ///< a repeated operand's row, widened (kept: no allocation per row)
 };
 
 template <typename Apply>
