@@ -171,6 +171,18 @@ def main():
     mask = f.op(f"pmesh.transpose {upper} perm = [1, 0]", f"{b} -> {b}")
     funcs.append(f.emit(mask, tt))
 
+    # Positions offset by 2^63 - 2 on both sides overflow int64 (ONNX wraps
+    # them, and the order breaks): the evaluator refuses values past int64, so
+    # the attention stays decomposed rather than read as causal.
+    f = Func("overflowing_positions", t)
+    rows, cols = f.positions([t, 1]), f.positions([1, t])
+    big = f.op(f"pmesh.constant dense<{2**63 - 2}>", "tensor<i64>")
+    rows = f.op(f"pmesh.add {rows}, {big}", f"({ty([t, 1], 'i64')}, tensor<i64>) -> {ty([t, 1], 'i64')}")
+    cols = f.op(f"pmesh.add {cols}, {big}", f"({ty([1, t], 'i64')}, tensor<i64>) -> {ty([1, t], 'i64')}")
+    less = f.op(f"pmesh.less {rows}, {cols}", f"({ty([t, 1], 'i64')}, {ty([1, t], 'i64')}) -> {b}")
+    mask = f.op(f"pmesh.not {less}", b)
+    funcs.append(f.emit(mask, tt))
+
     # transformers' export: an additive where(mask, 0, finfo.min) and PyTorch's
     # NaN guard on the probabilities, dropped with the causal mask.
     f = Func("additive_with_nan_guard", t)
