@@ -4,6 +4,7 @@
 #include "llvm/ADT/APFloat.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -143,28 +144,56 @@ shapes::Shape stridesOf(llvm::ArrayRef<int64_t> shape) {
   return s;
 }
 
-/// Flat index into a tensor of shape `from` broadcast to `to`, for the
-/// multi-index `idx` of `to`.
-static int64_t broadcastIndex(llvm::ArrayRef<int64_t> idx, llvm::ArrayRef<int64_t> from,
-                              llvm::ArrayRef<int64_t> fromStrides) {
-  size_t off = idx.size() - from.size();
-  int64_t flat = 0;
+/// The strides of an operand of shape `from`, numpy-broadcast to `to`, along
+/// each dim of `to`: 0 where it is broadcast.
+static shapes::Shape broadcastStrides(llvm::ArrayRef<int64_t> from, llvm::ArrayRef<int64_t> to) {
+  shapes::Shape strides(to.size(), 0);
+  shapes::Shape own = stridesOf(from);
+  size_t lead = to.size() - from.size();
   for (size_t d = 0; d < from.size(); ++d)
     if (from[d] != 1)
-      flat += idx[off + d] * fromStrides[d];
-  return flat;
+      strides[lead + d] = own[d];
+  return strides;
 }
 
-/// Calls fn(flat, multiIndex) for every element of `shape`.
-static void forEachIndex(llvm::ArrayRef<int64_t> shape,
-                         llvm::function_ref<void(int64_t, llvm::ArrayRef<int64_t>)> fn) {
+/// Visits every element of `shape` in row-major order as body(k, offsets):
+/// k its flat index, offsets[j] the flat index into operand j, which moves by
+/// strides[j][d] along dim d (0 where broadcast). The last dim is a plain
+/// loop and the offsets advance incrementally: a [T, T] mask folded at 4096
+/// tokens is 2^24 elements, where a multi-index per element cost more than the
+/// arithmetic.
+template <size_t N, typename Body>
+static void walkStrided(llvm::ArrayRef<int64_t> shape,
+                        const std::array<shapes::Shape, N> &strides, Body &&body) {
   int64_t n = shapes::numElements(shape);
-  shapes::Shape idx(shape.size(), 0);
-  for (int64_t k = 0; k < n; ++k) {
-    fn(k, idx);
-    for (int64_t d = (int64_t)shape.size() - 1; d >= 0; --d) {
-      if (++idx[d] < shape[d])
+  if (n == 0)
+    return;
+  std::array<int64_t, N> base{};
+  if (shape.empty()) {
+    body(0, base);
+    return;
+  }
+  const size_t rank = shape.size();
+  const int64_t inner = shape.back();
+  std::array<int64_t, N> innerStride;
+  for (size_t j = 0; j < N; ++j)
+    innerStride[j] = strides[j][rank - 1];
+  shapes::Shape idx(rank - 1, 0);
+  for (int64_t k = 0; k < n; k += inner) {
+    std::array<int64_t, N> off = base;
+    for (int64_t e = 0; e < inner; ++e) {
+      body(k + e, off);
+      for (size_t j = 0; j < N; ++j)
+        off[j] += innerStride[j];
+    }
+    for (int64_t d = (int64_t)rank - 2; d >= 0; --d) {
+      if (++idx[d] < shape[d]) {
+        for (size_t j = 0; j < N; ++j)
+          base[j] += strides[j][d];
         break;
+      }
+      for (size_t j = 0; j < N; ++j)
+        base[j] -= strides[j][d] * (shape[d] - 1);
       idx[d] = 0;
     }
   }
@@ -176,15 +205,20 @@ std::optional<ConstTensor> foldBinary(const ConstTensor &a, const ConstTensor &b
   if (!shape)
     return std::nullopt;
   ConstTensor out = ConstTensor::zeros(outType, *shape);
-  auto sa = stridesOf(a.shape), sb = stridesOf(b.shape);
-  bool floatMath = a.isFloat() || b.isFloat();
-  forEachIndex(*shape, [&](int64_t k, llvm::ArrayRef<int64_t> idx) {
-    int64_t ka = broadcastIndex(idx, a.shape, sa), kb = broadcastIndex(idx, b.shape, sb);
-    if (floatMath)
-      out.set(k, ffn(a.asDouble(ka), b.asDouble(kb)));
-    else
-      out.setInt(k, ifn(a.i[ka], b.i[kb]));
-  });
+  std::array<shapes::Shape, 2> strides = {broadcastStrides(a.shape, *shape),
+                                          broadcastStrides(b.shape, *shape)};
+  if (a.isFloat() || b.isFloat())
+    walkStrided(*shape, strides, [&](int64_t k, const std::array<int64_t, 2> &off) {
+      out.set(k, ffn(a.asDouble(off[0]), b.asDouble(off[1])));
+    });
+  else if (outType == DType::Bool) // comparisons and logic: no wrapping to do
+    walkStrided(*shape, strides, [&](int64_t k, const std::array<int64_t, 2> &off) {
+      out.i[k] = ifn(a.i[off[0]], b.i[off[1]]) != 0;
+    });
+  else
+    walkStrided(*shape, strides, [&](int64_t k, const std::array<int64_t, 2> &off) {
+      out.setInt(k, ifn(a.i[off[0]], b.i[off[1]]));
+    });
   return out;
 }
 
@@ -209,11 +243,12 @@ std::optional<ConstTensor> foldMatMul(const ConstTensor &a, const ConstTensor &b
     return std::nullopt;
   shapes::Shape batch(shape->begin(), shape->end() - 2);
   shapes::Shape batchA(sa.begin(), sa.end() - 2), batchB(sb.begin(), sb.end() - 2);
-  auto stA = stridesOf(batchA), stB = stridesOf(batchB);
   ConstTensor out = ConstTensor::zeros(a.dtype, *shape);
-  forEachIndex(batch, [&](int64_t bk, llvm::ArrayRef<int64_t> idx) {
-    int64_t offA = broadcastIndex(idx, batchA, stA) * m * k;
-    int64_t offB = broadcastIndex(idx, batchB, stB) * k * n;
+  std::array<shapes::Shape, 2> strides = {broadcastStrides(batchA, batch),
+                                          broadcastStrides(batchB, batch)};
+  walkStrided(batch, strides, [&](int64_t bk, const std::array<int64_t, 2> &batchOff) {
+    int64_t offA = batchOff[0] * m * k;
+    int64_t offB = batchOff[1] * k * n;
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) {
         double acc = 0;
@@ -258,11 +293,13 @@ std::optional<ConstTensor> foldWhere(const ConstTensor &c, const ConstTensor &a,
   if (!shape)
     return std::nullopt;
   ConstTensor out = ConstTensor::zeros(a.dtype, *shape);
-  auto sc = stridesOf(c.shape), sa = stridesOf(a.shape), sb = stridesOf(b.shape);
-  forEachIndex(*shape, [&](int64_t k, llvm::ArrayRef<int64_t> idx) {
-    bool cond = c.asInt(broadcastIndex(idx, c.shape, sc)) != 0;
+  std::array<shapes::Shape, 3> strides = {broadcastStrides(c.shape, *shape),
+                                          broadcastStrides(a.shape, *shape),
+                                          broadcastStrides(b.shape, *shape)};
+  walkStrided(*shape, strides, [&](int64_t k, const std::array<int64_t, 3> &off) {
+    bool cond = c.asInt(off[0]) != 0;
     const ConstTensor &src = cond ? a : b;
-    int64_t ks = broadcastIndex(idx, src.shape, cond ? sa : sb);
+    int64_t ks = cond ? off[1] : off[2];
     if (out.isFloat())
       out.f[k] = src.asDouble(ks);
     else
@@ -338,51 +375,46 @@ ConstTensor foldReshape(const ConstTensor &a, llvm::ArrayRef<int64_t> shape) {
   return out;
 }
 
-/// Generic gather by a source-index function over the output shape.
-static ConstTensor remap(const ConstTensor &a, llvm::ArrayRef<int64_t> outShape,
-                         llvm::function_ref<int64_t(llvm::ArrayRef<int64_t>)> srcIndex) {
+/// The elements of `a` at `start` + sum over d of idx[d] * strides[d], for
+/// every multi-index idx of `outShape` (transpose, slice, broadcast).
+static ConstTensor gatherStrided(const ConstTensor &a, llvm::ArrayRef<int64_t> outShape,
+                                 shapes::Shape strides, int64_t start) {
   ConstTensor out = ConstTensor::zeros(a.dtype, outShape);
-  forEachIndex(outShape, [&](int64_t k, llvm::ArrayRef<int64_t> idx) {
-    int64_t s = srcIndex(idx);
+  std::array<shapes::Shape, 1> operand = {std::move(strides)};
+  walkStrided(outShape, operand, [&](int64_t k, const std::array<int64_t, 1> &off) {
     if (out.isFloat())
-      out.f[k] = a.f[s];
+      out.f[k] = a.f[start + off[0]];
     else
-      out.i[k] = a.i[s];
+      out.i[k] = a.i[start + off[0]];
   });
   return out;
 }
 
 ConstTensor foldTranspose(const ConstTensor &a, llvm::ArrayRef<int64_t> perm) {
-  shapes::Shape outShape;
-  for (int64_t p : perm)
-    outShape.push_back(a.shape[p]);
+  shapes::Shape outShape, strides;
   auto st = stridesOf(a.shape);
-  return remap(a, outShape, [&](llvm::ArrayRef<int64_t> idx) {
-    int64_t s = 0;
-    for (size_t d = 0; d < perm.size(); ++d)
-      s += idx[d] * st[perm[d]];
-    return s;
-  });
+  for (int64_t p : perm) {
+    outShape.push_back(a.shape[p]);
+    strides.push_back(st[p]);
+  }
+  return gatherStrided(a, outShape, std::move(strides), 0);
 }
 
 ConstTensor foldSlice(const ConstTensor &a, llvm::ArrayRef<int64_t> starts,
                       llvm::ArrayRef<int64_t> limits, llvm::ArrayRef<int64_t> strides) {
-  shapes::Shape outShape;
-  for (size_t d = 0; d < a.shape.size(); ++d)
-    outShape.push_back((limits[d] - starts[d] + strides[d] - 1) / strides[d]);
+  shapes::Shape outShape, steps;
   auto st = stridesOf(a.shape);
-  return remap(a, outShape, [&](llvm::ArrayRef<int64_t> idx) {
-    int64_t s = 0;
-    for (size_t d = 0; d < idx.size(); ++d)
-      s += (starts[d] + idx[d] * strides[d]) * st[d];
-    return s;
-  });
+  int64_t start = 0;
+  for (size_t d = 0; d < a.shape.size(); ++d) {
+    outShape.push_back((limits[d] - starts[d] + strides[d] - 1) / strides[d]);
+    steps.push_back(strides[d] * st[d]);
+    start += starts[d] * st[d];
+  }
+  return gatherStrided(a, outShape, std::move(steps), start);
 }
 
 ConstTensor foldBroadcast(const ConstTensor &a, llvm::ArrayRef<int64_t> shape) {
-  auto st = stridesOf(a.shape);
-  return remap(a, shape,
-               [&](llvm::ArrayRef<int64_t> idx) { return broadcastIndex(idx, a.shape, st); });
+  return gatherStrided(a, shape, broadcastStrides(a.shape, shape), 0);
 }
 
 ConstTensor foldReduce(const ConstTensor &a, llvm::ArrayRef<int64_t> axes, bool keepdims,
@@ -390,9 +422,9 @@ ConstTensor foldReduce(const ConstTensor &a, llvm::ArrayRef<int64_t> axes, bool 
   std::string why;
   shapes::Shape kept = *shapes::reduce(a.shape, axes, /*keepdims=*/true, why);
   ConstTensor acc = ConstTensor::zeros(DType::F64, kept);
-  auto sk = stridesOf(kept);
-  forEachIndex(a.shape, [&](int64_t k, llvm::ArrayRef<int64_t> idx) {
-    acc.f[broadcastIndex(idx, kept, sk)] += a.asDouble(k);
+  std::array<shapes::Shape, 1> into = {broadcastStrides(kept, a.shape)};
+  walkStrided(a.shape, into, [&](int64_t k, const std::array<int64_t, 1> &off) {
+    acc.f[off[0]] += a.asDouble(k);
   });
   int64_t count = a.numel() / std::max<int64_t>(1, acc.numel());
   ConstTensor out = ConstTensor::zeros(a.dtype, keepdims ? kept
@@ -530,16 +562,19 @@ bool hasUniformDim(const ConstTensor &a) {
 }
 
 ConstTensor compressUniformDims(const ConstTensor &a) {
-  ConstTensor cur = a;
-  for (size_t d = 0; d < cur.shape.size(); ++d) {
-    if (!isUniformDim(cur, d))
+  // Sliced from `a` itself until a dim compresses: `a` may be a mask of 2^24
+  // elements, not worth copying.
+  std::optional<ConstTensor> cur;
+  for (size_t d = 0; d < a.shape.size(); ++d) {
+    const ConstTensor &from = cur ? *cur : a;
+    if (!isUniformDim(from, d))
       continue;
-    llvm::SmallVector<int64_t> lo(cur.shape.size(), 0), hi(cur.shape.begin(), cur.shape.end()),
-        st(cur.shape.size(), 1);
+    llvm::SmallVector<int64_t> lo(from.shape.size(), 0), hi(from.shape.begin(), from.shape.end()),
+        st(from.shape.size(), 1);
     hi[d] = 1;
-    cur = foldSlice(cur, lo, hi, st);
+    cur = foldSlice(from, lo, hi, st);
   }
-  return cur;
+  return cur ? std::move(*cur) : a;
 }
 
 } // namespace pipemesh::onnximport

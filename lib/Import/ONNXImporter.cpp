@@ -1479,9 +1479,22 @@ bool softmaxRowsAlwaysDefined(Value scores, int64_t axis) {
   if (axis < 0)
     axis += rank;
   shapes::Shape shape = Importer::shapeOf(mask);
-  std::vector<bool> hidden;
-  for (const APFloat &v : values.getValues<APFloat>())
-    hidden.push_back(v.isNaN() || (v.isInfinity() && v.isNegative()));
+  // Read as native floats where the attribute holds them: a mask folded at
+  // 4096 tokens has 2^24 values (an APFloat each cost most of a second).
+  std::vector<uint8_t> hidden(values.getNumElements());
+  auto hides = [](double v) { return std::isnan(v) || v == -INFINITY; };
+  size_t k = 0;
+  if (auto fs = values.tryGetValues<float>(); succeeded(fs))
+    for (float v : *fs)
+      hidden[k++] = hides(v);
+  else if (auto ds = values.tryGetValues<double>(); succeeded(ds))
+    for (double v : *ds)
+      hidden[k++] = hides(v);
+  else
+    for (const APFloat &v : values.getValues<APFloat>())
+      hidden[k++] = v.isNaN() || (v.isInfinity() && v.isNegative());
+  if (!hidden.empty() && std::find(hidden.begin(), hidden.end(), 1) == hidden.end())
+    return true;
   // The mask is aligned to the scores' last dims; without the softmax axis
   // every element is a row of its own.
   int64_t maskAxis = axis - (rank - (int64_t)shape.size());
