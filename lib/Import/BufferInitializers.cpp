@@ -359,9 +359,10 @@ findBufferInitializers(const onnx::GraphProto &g,
     if (buffers.count(name) || init->dims_size() < 2 || declaredParameter(name))
       continue;
     std::optional<TableValues> values;
+    const onnx::TensorProto &table = *init; // C++17 lambdas cannot capture a structured binding
     auto valuesOfTable = [&] {
       if (!values)
-        values = valuesOf(*init);
+        values = valuesOf(table);
       return *values;
     };
     // Rule 3: a table that only ever multiplies activations, or is only

@@ -1024,7 +1024,8 @@ Thunk bindLoadMicrobatch(OpContext &c, CudaBackend &b) {
   const Plan &plan = c.env.plan;
   const int64_t j = (int64_t)c.field("index");
   const int64_t n = plan.model.batch * plan.model.seq;
-  std::string what = c.inst.json.value("what", std::string("both"));
+  const nlohmann::json *whatField = c.fieldValue("what"); // validated by the CPU binder
+  std::string what = whatField ? whatField->get<std::string>() : "both";
   std::vector<TensorRef> outs;
   for (size_t i = 0; i < c.numOut(); ++i)
     outs.push_back(c.out(i));
@@ -1215,11 +1216,22 @@ Thunk bindRecv(OpContext &c, CudaBackend &b) {
   };
 }
 
+/// A wait's optional "keep": how many of the most recent sends or
+/// collectives it leaves outstanding.
+int64_t keepField(OpContext &c) {
+  const nlohmann::json *it = c.fieldValue("keep");
+  if (!it)
+    return 0;
+  if (!it->is_number_integer() || it->get<int64_t>() < 0)
+    c.error("\"keep\" must be a non-negative integer, got ", it->dump());
+  return it->get<int64_t>();
+}
+
 Thunk bindWaitSends(OpContext &c, CudaBackend &b) {
   c.cls = InstrClass::Comm;
   c.expectCounts(0, 0, 0, 0);
   CudaBackend *bp = &b;
-  size_t keep = (size_t)std::max<int64_t>(0, c.inst.json.value("keep", (int64_t)0));
+  size_t keep = (size_t)keepField(c);
   return [bp, keep] { bp->waitSends(keep); };
 }
 
@@ -1235,10 +1247,7 @@ Thunk bindWaitSends(OpContext &c, CudaBackend &b) {
 Thunk bindWaitCollectives(OpContext &c, CudaBackend &b) {
   c.cls = InstrClass::Comm;
   c.expectCounts(0, 0, 0, 0);
-  int64_t keep = c.inst.json.value("keep", (int64_t)0);
-  if (keep < 0)
-    c.error("\"keep\" must be a non-negative integer, got ", keep);
-  if (keep > 0)
+  if (keepField(c) > 0)
     return [] {};
   CudaBackend *bp = &b;
   return [bp] { bp->waitCollectives(); };
@@ -1255,8 +1264,17 @@ struct Collective {
   int size, me;
 };
 
+/// A collective's stream and size by its "group". Every collective binder
+/// asks it, so the fields every collective may carry are read here too:
+/// "async" (this backend runs collectives on their own streams anyway) and a
+/// reduction's "dtype", which must be "f32": this backend's NCCL sums are f32
+/// (refuseBf16Storage turns away plans compiled with grad-reduce=bf16).
 Collective collectiveOf(OpContext &c, CudaBackend &b, bool tiedAllowed) {
-  std::string g = c.inst.json.value("group", std::string());
+  (void)c.flag("async", false);
+  if (const nlohmann::json *dtype = c.fieldValue("dtype"); dtype && *dtype != "f32")
+    c.error("\"dtype\" ", dtype->dump(), " is not run by this backend, whose sums are f32");
+  const nlohmann::json *group = c.fieldValue("group");
+  std::string g = group && group->is_string() ? group->get<std::string>() : "";
   if (g == "dp")
     return {b.dpStream, nullptr, (int)b.rank.dpGroup.size(), 0};
   if (g == "tied" && tiedAllowed)
@@ -1265,8 +1283,8 @@ Collective collectiveOf(OpContext &c, CudaBackend &b, bool tiedAllowed) {
 }
 
 std::vector<TensorRef> bufList(OpContext &c) {
-  auto it = c.inst.json.find("bufs");
-  if (it == c.inst.json.end() || !it->is_array() || it->empty())
+  const nlohmann::json *it = c.fieldValue("bufs");
+  if (!it || !it->is_array() || it->empty())
     c.error("needs a non-empty \"bufs\" array of buffer ids");
   std::vector<TensorRef> out;
   for (const auto &id : *it) {
@@ -1294,7 +1312,7 @@ Thunk collectiveThunk(CudaBackend &b, size_t ev, cudaStream_t s, std::function<v
 Thunk bindAllreduce(OpContext &c, CudaBackend &b) {
   c.cls = InstrClass::Comm;
   Collective col = collectiveOf(c, b, true);
-  const bool tied = c.inst.json.value("group", std::string()) == "tied";
+  const bool tied = *c.fieldValue("group") == "tied"; // collectiveOf checked it
   if (col.size == 0)
     c.error("rank ", b.rank.rank, " is in no ", tied ? "tied" : "dp", " group");
   std::vector<TensorRef> bufs = bufList(c);

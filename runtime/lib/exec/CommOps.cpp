@@ -87,8 +87,8 @@ Thunk bindRecv(OpContext &c) {
 /// A wait's optional "keep": how many of the most recent sends or
 /// collectives it leaves outstanding.
 int64_t keepField(OpContext &c) {
-  auto it = c.inst.json.find("keep");
-  if (it == c.inst.json.end())
+  const nlohmann::json *it = c.fieldValue("keep");
+  if (!it)
     return 0;
   if (!it->is_number_integer() || it->get<int64_t>() < 0)
     c.error("\"keep\" must be a non-negative integer, got ", it->dump());
@@ -106,21 +106,26 @@ Thunk bindWaitSends(OpContext &c) {
   return [env, keep] { env->pendingSends.waitAllBut((size_t)keep); };
 }
 
+/// A collective's group ("dp", or "tied" where allowed). Every collective
+/// binder asks it, so its "async" is read here too: such a collective may
+/// complete at a later wait_collectives, and running it to completion where
+/// it is issued is one valid schedule of it.
 Group groupOf(OpContext &c, bool tiedAllowed) {
-  auto it = c.inst.json.find("group");
-  std::string g = it != c.inst.json.end() && it->is_string() ? it->get<std::string>() : "";
+  (void)c.flag("async", false);
+  const nlohmann::json *it = c.fieldValue("group");
+  std::string g = it && it->is_string() ? it->get<std::string>() : "";
   if (g == "dp")
     return Group::Dp;
   if (g == "tied" && tiedAllowed)
     return Group::Tied;
   c.error("\"group\" must be ", tiedAllowed ? "\"dp\" or \"tied\"" : "\"dp\"", ", got ",
-          it == c.inst.json.end() ? std::string("nothing") : it->dump());
+          it ? it->dump() : std::string("nothing"));
 }
 
 /// Buffer ids of a field that lists them ("bufs").
 std::vector<TensorRef> bufferList(OpContext &c, const char *key) {
-  auto it = c.inst.json.find(key);
-  if (it == c.inst.json.end() || !it->is_array() || it->empty())
+  const nlohmann::json *it = c.fieldValue(key);
+  if (!it || !it->is_array() || it->empty())
     c.error("needs a non-empty \"", key, "\" array of buffer ids");
   std::vector<TensorRef> out;
   for (const auto &id : *it) {
@@ -148,8 +153,8 @@ void scaleInPlace(float *x, int64_t n, float s) {
 /// A reduction's element type on the wire: "dtype": "bf16" (grad-reduce=bf16)
 /// rounds the f32 buffers to bf16, sums bf16 and widens the result back.
 bool reducesInBf16(OpContext &c) {
-  auto it = c.inst.json.find("dtype");
-  if (it == c.inst.json.end())
+  const nlohmann::json *it = c.fieldValue("dtype");
+  if (!it)
     return false;
   if (!it->is_string() || (*it != "bf16" && *it != "f32"))
     c.error("\"dtype\" must be \"f32\" or \"bf16\", got ", it->dump());
@@ -381,8 +386,7 @@ Thunk bindWaitCollectives(OpContext &c) {
 Thunk bindFree(OpContext &c) {
   // Informational: the plan's memory planner already reuses the bytes.
   c.cls = InstrClass::Control;
-  auto it = c.inst.json.find("bufs");
-  if (it != c.inst.json.end()) {
+  if (const nlohmann::json *it = c.fieldValue("bufs")) {
     if (!it->is_array())
       c.error("\"bufs\" must be an array of buffer ids");
     for (const auto &id : *it) {

@@ -28,7 +28,7 @@ Thunk bindLoadMicrobatch(OpContext &c) {
   // stage). The rank's dp_rank picks its sequences (canonical sampling).
   c.cls = InstrClass::Control;
   std::string what = "both";
-  if (auto it = c.inst.json.find("what"); it != c.inst.json.end()) {
+  if (const nlohmann::json *it = c.fieldValue("what")) {
     if (!it->is_string())
       c.error("\"what\" must be \"tokens\", \"targets\" or \"both\", got ", it->dump());
     what = it->get<std::string>();
@@ -138,8 +138,8 @@ Thunk bindAdamW(OpContext &c) {
   // Entries may be ZeRO shards (elem_offset / shard_numel): AdamW is
   // elementwise, so a shard updates on its own; the global gradient norm is
   // sqrt(sum over ranks of sum over entries of norm_weight * ||grad||^2).
-  auto it = c.inst.json.find("params");
-  if (it == c.inst.json.end() || !it->is_array())
+  const nlohmann::json *it = c.fieldValue("params");
+  if (!it || !it->is_array())
     c.error("needs a \"params\" array of {param, grad, m, v, decay}");
   std::vector<AdamParam> ps;
   for (size_t i = 0; i < it->size(); ++i) {

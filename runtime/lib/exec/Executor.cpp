@@ -122,6 +122,12 @@ Executor::Executor(ExecEnv &env) : env(env) {
       fail(prefix(env, inst), "attribute '", unknown.front(), "' is unknown to this runtime's '",
            inst.op, "' (it may change what the op computes; the plan may come from a newer "
            "compiler)");
+    // The same for the fields outside "attrs": a "keep" or "scale" this
+    // runtime did not read would be a wait or a sum it does differently.
+    if (std::vector<std::string> unknown = ctx.unaskedFields(); !unknown.empty())
+      fail(prefix(env, inst), "field '", unknown.front(), "' is unknown to this runtime's '",
+           inst.op, "' (it may change what the instruction does; the plan may come from a "
+           "newer compiler)");
     b.run = withStaging(std::move(b.run), std::move(copies));
     b.cls = ctx.cls;
     b.activity = concat("instruction ", inst.index, " (",

@@ -56,7 +56,12 @@ Thunk bindMatmul(OpContext &c) {
   const bool accumulate = c.flag("accumulate", false);
   if (accumulate && bias)
     c.error("accumulate cannot add a bias into the gradient it accumulates into");
-  const float alpha = accumulate ? (float)c.field("scale", 1.0) : 1.0f;
+  // "scale" multiplies the product added into the gradient; on a plain
+  // matmul it would be silently dropped, so it is refused there.
+  const float scale = (float)c.field("scale", 1.0);
+  if (!accumulate && scale != 1.0f)
+    c.error("\"scale\" ", scale, " applies only to an accumulating matmul (\"accumulate\": true)");
+  const float alpha = accumulate ? scale : 1.0f;
   const float *A = a.as<float>(), *B = b.as<float>();
   float *C = o.as<float>();
   int64_t aCount = ops::product(aBatch, 0, aBatch.size());

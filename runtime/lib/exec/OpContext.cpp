@@ -57,7 +57,23 @@ std::vector<std::string> OpContext::unaskedAttributes() const {
   return out;
 }
 
+std::vector<std::string> OpContext::unaskedFields() const {
+  static const std::set<std::string, std::less<>> kAlwaysKnown = {
+      "op", "in", "out", "attrs", "action", "bytes", "flops"};
+  std::vector<std::string> out;
+  for (const auto &kv : inst.json.items())
+    if (!kAlwaysKnown.count(kv.key()) && !fieldsAsked.count(kv.key()))
+      out.push_back(kv.key());
+  return out;
+}
+
 const nlohmann::json &OpContext::attr(const char *name) const { return inst.attrs.at(name); }
+
+const nlohmann::json *OpContext::fieldValue(const char *name) const {
+  fieldsAsked.insert(name);
+  auto it = inst.json.find(name);
+  return it == inst.json.end() ? nullptr : &*it;
+}
 
 double OpContext::f64(const char *name, std::optional<double> dflt) const {
   if (!has(name)) {
@@ -129,8 +145,8 @@ int64_t OpContext::axis(int64_t a, int64_t rank, const char *what) const {
 }
 
 double OpContext::field(const char *name, std::optional<double> dflt) const {
-  auto it = inst.json.find(name);
-  if (it == inst.json.end()) {
+  const nlohmann::json *it = fieldValue(name);
+  if (!it) {
     if (!dflt)
       error("has no field '", name, "'");
     return *dflt;
@@ -141,8 +157,8 @@ double OpContext::field(const char *name, std::optional<double> dflt) const {
 }
 
 bool OpContext::flag(const char *name, bool dflt) const {
-  auto it = inst.json.find(name);
-  if (it == inst.json.end())
+  const nlohmann::json *it = fieldValue(name);
+  if (!it)
     return dflt;
   if (!it->is_boolean())
     error("field '", name, "' must be true or false, got ", it->dump());

@@ -64,9 +64,13 @@ public:
 
   /// A non-negative axis for a tensor of `rank` dims (Error when out of range).
   int64_t axis(int64_t axis, int64_t rank, const char *what = "axis") const;
-  /// A numeric field of a control instruction (outside "attrs").
+  /// A field of the instruction outside "attrs" ("peer", "keep", "params"),
+  /// nullptr when absent. Every field accessor goes through it and records
+  /// the name, as has() does for attributes.
+  const nlohmann::json *fieldValue(const char *name) const;
+  /// A numeric field (outside "attrs").
   double field(const char *name, std::optional<double> dflt = std::nullopt) const;
-  /// A boolean field of an instruction (outside "attrs"), `dflt` when absent.
+  /// A boolean field (outside "attrs"), `dflt` when absent.
   bool flag(const char *name, bool dflt) const;
 
   template <typename... Args> [[noreturn]] void error(Args &&...args) const {
@@ -77,12 +81,18 @@ public:
   /// as a host fallback's) asked about as asked here.
   void noteAttributesAsked(const OpContext &other) const {
     attrsAsked.insert(other.attrsAsked.begin(), other.attrsAsked.end());
+    fieldsAsked.insert(other.fieldsAsked.begin(), other.fieldsAsked.end());
   }
   /// The instruction's attributes its binder never asked about, by name.
   std::vector<std::string> unaskedAttributes() const;
+  /// Its fields outside "attrs" that no binder asked about, by name, other
+  /// than the ones every instruction may carry (op, in, out, attrs) and the
+  /// compiler's annotations that change nothing it computes (action, bytes,
+  /// flops).
+  std::vector<std::string> unaskedFields() const;
 
 private:
-  mutable std::set<std::string, std::less<>> attrsAsked;
+  mutable std::set<std::string, std::less<>> attrsAsked, fieldsAsked;
 
   const nlohmann::json &attr(const char *name) const;
 };

@@ -163,6 +163,31 @@ class PlanErrors(common.TempDirTest):
                              "to this runtime's 'attention'")
         self.assertNotIn("step 1/", r.stdout, "the error must come before any step runs")
 
+    def test_unknown_field(self):
+        # The same for a field outside "attrs": a misspelled "accumulate" would
+        # overwrite the gradient instead of adding to it, and a "scale" on a
+        # matmul that does not accumulate would be dropped. Both are refused.
+        b, _, y = embedding_builder(16, 16)
+        w = b.param("w", np.ones((4, 4), np.float32))
+        b.emit("matmul", [b.reshape(y, [4, 4]), w], [b.grad("w")])
+        m = b.manifest()
+        prog = m["ranks"][0]["program"]
+        i = next(k for k, x in enumerate(prog) if x["op"] == "matmul")
+        for field, value, message in (
+                ("acumulate", True, "field 'acumulate' is unknown to this runtime's 'matmul'"),
+                ("scale", 0.5, '"scale" 0.5 applies only to an accumulating matmul')):
+            with self.subTest(field=field):
+                bad = copy.deepcopy(m)
+                bad["ranks"][0]["program"][i][field] = value
+                r = self.check_fails(self.run_tokens(b, bad, [3, 5, 7, 7, 1, 2]),
+                                     f"instruction {i} (matmul)", message)
+                self.assertNotIn("step 1/", r.stdout, "the error must come before any step runs")
+        # The compiler's annotations (action, bytes, flops) change nothing and are accepted.
+        fine = copy.deepcopy(m)
+        fine["ranks"][0]["program"][i].update(action="F0.0", bytes=128, flops=256)
+        r = self.run_tokens(b, fine, [3, 5, 7, 7, 1, 2])
+        self.assertEqual(r.returncode, 0, r.stderr)
+
     def test_attention_heads_that_do_not_group(self):
         # k and v may have fewer heads than q (grouped-query attention) only when
         # theirs divide q's: 3 key heads for 4 query heads is refused by name.
