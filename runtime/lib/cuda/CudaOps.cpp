@@ -1216,22 +1216,11 @@ Thunk bindRecv(OpContext &c, CudaBackend &b) {
   };
 }
 
-/// A wait's optional "keep": how many of the most recent sends or
-/// collectives it leaves outstanding.
-int64_t keepField(OpContext &c) {
-  const nlohmann::json *it = c.fieldValue("keep");
-  if (!it)
-    return 0;
-  if (!it->is_number_integer() || it->get<int64_t>() < 0)
-    c.error("\"keep\" must be a non-negative integer, got ", it->dump());
-  return it->get<int64_t>();
-}
-
 Thunk bindWaitSends(OpContext &c, CudaBackend &b) {
   c.cls = InstrClass::Comm;
   c.expectCounts(0, 0, 0, 0);
   CudaBackend *bp = &b;
-  size_t keep = (size_t)keepField(c);
+  size_t keep = (size_t)c.count("keep");
   return [bp, keep] { bp->waitSends(keep); };
 }
 
@@ -1247,7 +1236,7 @@ Thunk bindWaitSends(OpContext &c, CudaBackend &b) {
 Thunk bindWaitCollectives(OpContext &c, CudaBackend &b) {
   c.cls = InstrClass::Comm;
   c.expectCounts(0, 0, 0, 0);
-  if (keepField(c) > 0)
+  if (c.count("keep") > 0)
     return [] {};
   CudaBackend *bp = &b;
   return [bp] { bp->waitCollectives(); };

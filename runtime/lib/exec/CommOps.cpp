@@ -84,24 +84,13 @@ Thunk bindRecv(OpContext &c) {
   };
 }
 
-/// A wait's optional "keep": how many of the most recent sends or
-/// collectives it leaves outstanding.
-int64_t keepField(OpContext &c) {
-  const nlohmann::json *it = c.fieldValue("keep");
-  if (!it)
-    return 0;
-  if (!it->is_number_integer() || it->get<int64_t>() < 0)
-    c.error("\"keep\" must be a non-negative integer, got ", it->dump());
-  return it->get<int64_t>();
-}
-
 Thunk bindWaitSends(OpContext &c) {
   c.cls = InstrClass::Comm;
   c.expectCounts(0, 0, 0, 0);
   commOf(c);
   // "keep": leave the k most recent sends outstanding (the compiler places
   // such waits mid-step so that older sent buffers can be reused).
-  int64_t keep = keepField(c);
+  int64_t keep = c.count("keep");
   ExecEnv *env = &c.env;
   return [env, keep] { env->pendingSends.waitAllBut((size_t)keep); };
 }
@@ -379,7 +368,7 @@ Thunk bindAllgather(OpContext &c) {
 Thunk bindWaitCollectives(OpContext &c) {
   c.cls = InstrClass::Comm;
   c.expectCounts(0, 0, 0, 0);
-  keepField(c);
+  c.count("keep");
   return [] {};
 }
 

@@ -165,6 +165,15 @@ bool OpContext::flag(const char *name, bool dflt) const {
   return it->get<bool>();
 }
 
+int64_t OpContext::count(const char *name) const {
+  const nlohmann::json *it = fieldValue(name);
+  if (!it)
+    return 0;
+  if (!it->is_number_integer() || it->get<int64_t>() < 0)
+    error("\"", name, "\" must be a non-negative integer, got ", it->dump());
+  return it->get<int64_t>();
+}
+
 const OpTable &opTable() {
   static const OpTable table = [] {
     OpTable t;

@@ -72,6 +72,10 @@ public:
   double field(const char *name, std::optional<double> dflt = std::nullopt) const;
   /// A boolean field (outside "attrs"), `dflt` when absent.
   bool flag(const char *name, bool dflt) const;
+  /// A non-negative integer field (outside "attrs"), 0 when absent (a wait's
+  /// "keep": how many of the most recent sends or collectives it leaves
+  /// outstanding).
+  int64_t count(const char *name) const;
 
   template <typename... Args> [[noreturn]] void error(Args &&...args) const {
     fail(std::forward<Args>(args)...);
