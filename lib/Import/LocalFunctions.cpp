@@ -45,10 +45,9 @@ private:
 class Inliner {
 public:
   // A 1000-layer GPT has about 50,000 nodes; importing takes about 50 us a
-  // node, so this bounds what a few kilobytes of nested calls can cost (10 s).
-  static constexpr size_t kMaxNodes = 200'000;
-
-  Inliner(onnx::ModelProto &model) : model(model) {
+  // node, so the default 200,000 (ImportOptions::maxInlinedNodes) bounds
+  // what a few kilobytes of nested calls can cost (10 s).
+  Inliner(onnx::ModelProto &model, size_t maxNodes) : model(model), maxNodes(maxNodes) {
     for (const onnx::FunctionProto &fn : model.functions())
       functions[key(fn.domain(), fn.name())] = &fn;
     const onnx::GraphProto &g = model.graph();
@@ -68,10 +67,10 @@ public:
     // so that a model built that way is refused at once.
     size_t total = 0;
     for (const onnx::NodeProto &node : model.graph().node())
-      total = std::min(kMaxNodes + 1, total + expandedSize(node));
-    if (total > kMaxNodes) {
+      total = std::min(maxNodes + 1, total + expandedSize(node));
+    if (total > maxNodes) {
       why = "inlining the model's functions would make more than " +
-            std::to_string(kMaxNodes) + " nodes";
+            std::to_string(maxNodes) + " nodes";
       return false;
     }
     std::vector<onnx::NodeProto> nodes;
@@ -88,6 +87,7 @@ public:
 
 private:
   onnx::ModelProto &model;
+  const size_t maxNodes;
   std::map<std::string, const onnx::FunctionProto *> functions;
   NameSet names;        // every tensor name in use
   NameSet callPrefixes; // prefixes given to calls so far
@@ -95,7 +95,7 @@ private:
 
   std::map<const onnx::FunctionProto *, size_t> sizes; // nodes of each body, inlined
 
-  /// The nodes `node` becomes, at most kMaxNodes + 1 (a function that calls
+  /// The nodes `node` becomes, at most maxNodes + 1 (a function that calls
   /// itself counts as one node here; emit() reports it).
   size_t expandedSize(const onnx::NodeProto &node) {
     const onnx::FunctionProto *fn = calledFunction(node);
@@ -106,7 +106,7 @@ private:
       return it->second;
     size_t total = 0;
     for (const onnx::NodeProto &inner : fn->node())
-      total = std::min(kMaxNodes + 1, total + expandedSize(inner));
+      total = std::min(maxNodes + 1, total + expandedSize(inner));
     return sizes[fn] = total;
   }
 
@@ -216,8 +216,8 @@ private:
 
 } // namespace
 
-bool inlineLocalFunctions(onnx::ModelProto &model, std::string &why) {
-  return Inliner(model).run(why);
+bool inlineLocalFunctions(onnx::ModelProto &model, size_t maxNodes, std::string &why) {
+  return Inliner(model, maxNodes).run(why);
 }
 
 } // namespace pipemesh::onnximport

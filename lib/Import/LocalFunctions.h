@@ -23,8 +23,8 @@ namespace pipemesh::onnximport {
 /// `why` (naming the function and the call) for what cannot be inlined: a
 /// function that calls itself, a call with more inputs or outputs than the function
 /// declares, a function on another version of the default domain, a body node
-/// with a subgraph, more than 200,000 nodes once inlined.
-bool inlineLocalFunctions(onnx::ModelProto &model, std::string &why);
+/// with a subgraph, more than `maxNodes` nodes once inlined.
+bool inlineLocalFunctions(onnx::ModelProto &model, size_t maxNodes, std::string &why);
 
 } // namespace pipemesh::onnximport
 

@@ -3559,7 +3559,7 @@ OwningOpRef<ModuleOp> pipemesh::importONNXBuffer(StringRef bytes, bool isText,
   context->loadDialect<pm::PMeshDialect, func::FuncDialect>();
   onnx::ModelProto model;
   std::string why;
-  if (!parseModel(bytes, isText, model, why) || !inlineLocalFunctions(model, why)) {
+  if (!parseModel(bytes, isText, model, why) || !inlineLocalFunctions(model, options.maxInlinedNodes, why)) {
     emitError(FileLineColLoc::get(context, sourceName, 0, 0)) << why;
     return nullptr;
   }

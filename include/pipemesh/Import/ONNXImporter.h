@@ -49,6 +49,11 @@ struct ImportOptions {
   /// plan feeds it: a training window has no padding), so the masks computed
   /// from it fold. Set when compiling a plan; a plain import keeps it an input.
   bool attentionMaskOnes = false;
+  /// Model-local functions are inlined into at most this many nodes (calls
+  /// nested n deep, each calling twice, make 2^n). The default bounds what a
+  /// few kilobytes of nested calls can cost at about 10 s; the fuzzer, whose
+  /// sanitizers run the importer ~10x slower, sets less.
+  size_t maxInlinedNodes = 200'000;
 };
 
 /// Imports `path` (`.onnx` binary or `.onnxtxt` text). Returns null after
