@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <set>
 
 namespace pipemesh::rt {
 namespace {
@@ -134,6 +135,10 @@ struct AdamParam {
   double normWeight; ///< weight of this gradient's squares in the global norm
 };
 
+/// The keys an adamw entry may have: the ones bindAdamW reads.
+const std::set<std::string, std::less<>> kAdamEntryKeys = {"param", "grad", "m", "v",
+                                                            "copy", "decay", "norm_weight"};
+
 Thunk bindAdamW(OpContext &c) {
   // Entries may be ZeRO shards (elem_offset / shard_numel): AdamW is
   // elementwise, so a shard updates on its own; the global gradient norm is
@@ -151,6 +156,13 @@ Thunk bindAdamW(OpContext &c) {
       c.expectFloat(t, std::string("params[") + std::to_string(i) + "]." + key);
       return t;
     };
+    // As for the instruction's own fields: a key this binder does not read
+    // (a misspelled "decay") would silently change the update.
+    if (e.is_object())
+      for (const auto &kv : e.items())
+        if (!kAdamEntryKeys.count(kv.key()))
+          c.error("params[", i, "] has a field '", kv.key(), "' unknown to this runtime (",
+                  "it may change the update; the plan may come from a newer compiler)");
     AdamParam a{id("param"), id("grad"), id("m"), id("v"), {}, false, 1.0};
     if (a.g.numel != a.p.numel || a.m.numel != a.p.numel || a.v.numel != a.p.numel)
       c.error("params[", i, "]: param, grad, m and v differ in size");

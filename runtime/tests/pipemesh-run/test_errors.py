@@ -116,6 +116,15 @@ class PlanErrors(common.TempDirTest):
                     common.run([self.write("ac.plan", manifest=m, builder=b), "--steps", 1]),
                     "(adamw)", needle)
 
+    def test_unknown_adamw_entry_field(self):
+        # A misspelled "decay" would update with the default decay: refused by name.
+        b = tiny()
+        m = b.manifest()
+        adamw = next(i for i in m["ranks"][0]["program"] if i["op"] == "adamw")
+        adamw["params"][1]["decya"] = False
+        self.check_fails(common.run([self.write("ad.plan", manifest=m, builder=b), "--steps", 1]),
+                         "(adamw)", "params[1] has a field 'decya' unknown to this runtime")
+
     def test_param_copy_must_be_bf16(self):
         # A params=bf16 copy declared with the master's f32 type.
         b = tiny()
