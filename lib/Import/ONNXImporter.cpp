@@ -14,6 +14,7 @@
 #include "ConstTensor.h"
 #include "LocalFunctions.h"
 #include "ONNXModelLoader.h"
+#include "pipemesh/Dialect/PMesh/FloatConstants.h"
 #include "pipemesh/Dialect/PMesh/PMesh.h"
 #include "pipemesh/Dialect/PMesh/ShapeFunctions.h"
 
@@ -1479,20 +1480,12 @@ bool softmaxRowsAlwaysDefined(Value scores, int64_t axis) {
   if (axis < 0)
     axis += rank;
   shapes::Shape shape = Importer::shapeOf(mask);
-  // Read as native floats where the attribute holds them: a mask folded at
-  // 4096 tokens has 2^24 values (an APFloat each cost most of a second).
-  std::vector<uint8_t> hidden(values.getNumElements());
-  auto hides = [](double v) { return std::isnan(v) || v == -INFINITY; };
-  size_t k = 0;
-  if (auto fs = values.tryGetValues<float>(); succeeded(fs))
-    for (float v : *fs)
-      hidden[k++] = hides(v);
-  else if (auto ds = values.tryGetValues<double>(); succeeded(ds))
-    for (double v : *ds)
-      hidden[k++] = hides(v);
-  else
-    for (const APFloat &v : values.getValues<APFloat>())
-      hidden[k++] = v.isNaN() || (v.isInfinity() && v.isNegative());
+  std::vector<uint8_t> hidden;
+  hidden.reserve(values.getNumElements());
+  pm::forEachFloat(values, [&](double v) {
+    hidden.push_back(std::isnan(v) || v == -INFINITY);
+    return true;
+  });
   if (!hidden.empty() && std::find(hidden.begin(), hidden.end(), 1) == hidden.end())
     return true;
   // The mask is aligned to the scores' last dims; without the softmax axis

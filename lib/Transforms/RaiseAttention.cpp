@@ -23,6 +23,7 @@
 //===----------------------------------------------------------------------===//
 #include "RaiseUtils.h"
 
+#include "pipemesh/Dialect/PMesh/FloatConstants.h"
 #include "pipemesh/Dialect/PMesh/ShapeFunctions.h"
 
 #include "mlir/IR/Matchers.h"
@@ -753,13 +754,6 @@ int64_t intersectWindows(int64_t a, int64_t b) {
 /// well above it, so it is not raised.
 constexpr double kMaxMaskFill = -1e9;
 
-bool isMaskFill(const APFloat &v) {
-  bool lost = false;
-  APFloat d = v;
-  d.convert(APFloat::IEEEdouble(), APFloat::rmNearestTiesToEven, &lost);
-  return !d.isNaN() && d.convertToDouble() <= kMaxMaskFill;
-}
-
 /// An additive mask constant of 0 on the visible keys and a mask fill on the
 /// hidden ones, as its 0/1 visibility; nullopt for any other value (which
 /// would shift the scores). PyTorch 2's exports of transformers' models mask
@@ -769,31 +763,17 @@ std::optional<IntTensor> additiveMaskVisibility(Attribute constant) {
   if (!attr || attr.getNumElements() > kMaxConstantBoolMaskElements)
     return std::nullopt;
   IntTensor visible(attr.getType().getShape(), /*boolean=*/true);
-  // f32 and f64 are read as native values: a mask folded at 4096 tokens has
-  // 2^24 of them, and an APFloat per element cost a second of compile time.
-  auto readNative = [&](auto values) {
-    for (auto value : values) {
-      if (value == 0)
-        visible.push(1);
-      else if (!std::isnan(value) && (double)value <= kMaxMaskFill)
-        visible.push(0);
-      else
-        return false;
-    }
-    return true;
-  };
-  if (auto values = attr.tryGetValues<float>(); succeeded(values))
-    return readNative(*values) ? std::optional(std::move(visible)) : std::nullopt;
-  if (auto values = attr.tryGetValues<double>(); succeeded(values))
-    return readNative(*values) ? std::optional(std::move(visible)) : std::nullopt;
-  for (const APFloat &value : attr.getValues<APFloat>()) {
-    if (value.isZero())
+  bool additive = forEachFloat(attr, [&](double value) {
+    if (value == 0)
       visible.push(1);
-    else if (isMaskFill(value))
+    else if (!std::isnan(value) && value <= kMaxMaskFill)
       visible.push(0);
     else
-      return std::nullopt;
-  }
+      return false;
+    return true;
+  });
+  if (!additive)
+    return std::nullopt;
   return visible;
 }
 

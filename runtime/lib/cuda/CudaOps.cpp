@@ -1251,6 +1251,7 @@ struct Collective {
   cudaStream_t stream;
   ncclComm_t comm;
   int size, me;
+  bool tied; ///< the tied-embedding group, not dp
 };
 
 /// A collective's stream and size by its "group". Every collective binder
@@ -1265,9 +1266,9 @@ Collective collectiveOf(OpContext &c, CudaBackend &b, bool tiedAllowed) {
   const nlohmann::json *group = c.fieldValue("group");
   std::string g = group && group->is_string() ? group->get<std::string>() : "";
   if (g == "dp")
-    return {b.dpStream, nullptr, (int)b.rank.dpGroup.size(), 0};
+    return {b.dpStream, nullptr, (int)b.rank.dpGroup.size(), 0, false};
   if (g == "tied" && tiedAllowed)
-    return {b.tiedStream, nullptr, (int)b.rank.tiedGroup.size(), 0};
+    return {b.tiedStream, nullptr, (int)b.rank.tiedGroup.size(), 0, true};
   c.error("\"group\" must be ", tiedAllowed ? "\"dp\" or \"tied\"" : "\"dp\"");
 }
 
@@ -1301,7 +1302,7 @@ Thunk collectiveThunk(CudaBackend &b, size_t ev, cudaStream_t s, std::function<v
 Thunk bindAllreduce(OpContext &c, CudaBackend &b) {
   c.cls = InstrClass::Comm;
   Collective col = collectiveOf(c, b, true);
-  const bool tied = *c.fieldValue("group") == "tied"; // collectiveOf checked it
+  const bool tied = col.tied;
   if (col.size == 0)
     c.error("rank ", b.rank.rank, " is in no ", tied ? "tied" : "dp", " group");
   std::vector<TensorRef> bufs = bufList(c);

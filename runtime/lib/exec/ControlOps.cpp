@@ -135,10 +135,6 @@ struct AdamParam {
   double normWeight; ///< weight of this gradient's squares in the global norm
 };
 
-/// The keys an adamw entry may have: the ones bindAdamW reads.
-const std::set<std::string, std::less<>> kAdamEntryKeys = {"param", "grad", "m", "v",
-                                                            "copy", "decay", "norm_weight"};
-
 Thunk bindAdamW(OpContext &c) {
   // Entries may be ZeRO shards (elem_offset / shard_numel): AdamW is
   // elementwise, so a shard updates on its own; the global gradient norm is
@@ -149,46 +145,52 @@ Thunk bindAdamW(OpContext &c) {
   std::vector<AdamParam> ps;
   for (size_t i = 0; i < it->size(); ++i) {
     const auto &e = (*it)[i];
+    // Every key read is recorded, as OpContext does for the instruction's own
+    // fields: a key no read asked about (a misspelled "decay") is refused.
+    std::set<std::string, std::less<>> read;
+    auto entryField = [&](const char *key) -> const nlohmann::json * {
+      read.insert(key);
+      auto f = e.find(key); // end() for an entry that is not an object
+      return f == e.end() ? nullptr : &*f;
+    };
     auto id = [&](const char *key) -> TensorRef {
-      if (!e.is_object() || !e.contains(key) || !e[key].is_number_integer())
+      const nlohmann::json *f = entryField(key);
+      if (!f || !f->is_number_integer())
         c.error("params[", i, "] needs an integer buffer id \"", key, "\"");
-      TensorRef t = c.env.arena.tensor(e[key].get<int64_t>());
+      TensorRef t = c.env.arena.tensor(f->get<int64_t>());
       c.expectFloat(t, std::string("params[") + std::to_string(i) + "]." + key);
       return t;
     };
-    // As for the instruction's own fields: a key this binder does not read
-    // (a misspelled "decay") would silently change the update.
-    if (e.is_object())
-      for (const auto &kv : e.items())
-        if (!kAdamEntryKeys.count(kv.key()))
-          c.error("params[", i, "] has a field '", kv.key(), "' unknown to this runtime (",
-                  "it may change the update; the plan may come from a newer compiler)");
     AdamParam a{id("param"), id("grad"), id("m"), id("v"), {}, false, 1.0};
     if (a.g.numel != a.p.numel || a.m.numel != a.p.numel || a.v.numel != a.p.numel)
       c.error("params[", i, "]: param, grad, m and v differ in size");
-    if (e.contains("copy")) {
-      if (!e["copy"].is_number_integer())
+    if (const nlohmann::json *copy = entryField("copy")) {
+      if (!copy->is_number_integer())
         c.error("params[", i, "].copy must be an integer buffer id");
-      a.copy = c.env.arena.tensor(e["copy"].get<int64_t>());
+      a.copy = c.env.arena.tensor(copy->get<int64_t>());
       if (a.copy.dtype != DType::BF16 || a.copy.numel != a.p.numel)
         c.error("params[", i, "].copy must be a bf16 buffer of the param's ", a.p.numel,
-                " elements; buffer ", e["copy"].get<int64_t>(), " is ", dtypeName(a.copy.dtype),
+                " elements; buffer ", copy->get<int64_t>(), " is ", dtypeName(a.copy.dtype),
                 " ", shapeStr(a.copy.shape));
     }
-    if (e.contains("decay")) {
-      if (!e["decay"].is_boolean())
+    if (const nlohmann::json *decay = entryField("decay")) {
+      if (!decay->is_boolean())
         c.error("params[", i, "].decay must be true or false");
-      a.decay = e["decay"].get<bool>();
+      a.decay = decay->get<bool>();
     } else if (const ParamInfo *pi = c.env.plan.findParam(a.p.info->param)) {
       a.decay = pi->decay; // the parameter's, not the (1-D) shard's rank
     } else {
       a.decay = a.p.rank() >= 2;
     }
-    if (e.contains("norm_weight")) {
-      if (!e["norm_weight"].is_number() || e["norm_weight"].get<double>() < 0)
+    if (const nlohmann::json *w = entryField("norm_weight")) {
+      if (!w->is_number() || w->get<double>() < 0)
         c.error("params[", i, "].norm_weight must be a non-negative number");
-      a.normWeight = e["norm_weight"].get<double>();
+      a.normWeight = w->get<double>();
     }
+    for (const auto &kv : e.items())
+      if (!read.count(kv.key()))
+        c.error("params[", i, "] has a field '", kv.key(), "' unknown to this runtime (",
+                "it may change the update; the plan may come from a newer compiler)");
     ps.push_back(a);
   }
   ExecEnv *env = &c.env;

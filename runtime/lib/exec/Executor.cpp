@@ -115,19 +115,14 @@ Executor::Executor(ExecEnv &env) : env(env) {
     } catch (const Error &e) {
       throw Error(prefix(env, inst) + e.what());
     }
-    // A plan from a newer compiler may carry an attribute that changes what
-    // the op computes (attention's window did); running without it would be
-    // silently wrong, so an attribute the binder never asked about is refused.
-    if (std::vector<std::string> unknown = ctx.unaskedAttributes(); !unknown.empty())
-      fail(prefix(env, inst), "attribute '", unknown.front(), "' is unknown to this runtime's '",
-           inst.op, "' (it may change what the op computes; the plan may come from a newer "
+    // A plan from a newer compiler may carry an attribute or a field that
+    // changes what the instruction does (attention's window did); running
+    // without it would be silently wrong, so one no binder asked about is
+    // refused.
+    if (std::string unknown = ctx.firstUnasked(); !unknown.empty())
+      fail(prefix(env, inst), unknown, " is unknown to this runtime's '", inst.op,
+           "' (it may change what the instruction does; the plan may come from a newer "
            "compiler)");
-    // The same for the fields outside "attrs": a "keep" or "scale" this
-    // runtime did not read would be a wait or a sum it does differently.
-    if (std::vector<std::string> unknown = ctx.unaskedFields(); !unknown.empty())
-      fail(prefix(env, inst), "field '", unknown.front(), "' is unknown to this runtime's '",
-           inst.op, "' (it may change what the instruction does; the plan may come from a "
-           "newer compiler)");
     b.run = withStaging(std::move(b.run), std::move(copies));
     b.cls = ctx.cls;
     b.activity = concat("instruction ", inst.index, " (",

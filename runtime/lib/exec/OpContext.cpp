@@ -49,22 +49,16 @@ void OpContext::expectShape(const TensorRef &t, const Dims &want, const std::str
     error(role, " ", describe(t), " must have shape ", shapeStr(want));
 }
 
-std::vector<std::string> OpContext::unaskedAttributes() const {
-  std::vector<std::string> out;
+std::string OpContext::firstUnasked() const {
   for (const auto &kv : inst.attrs.items())
     if (!attrsAsked.count(kv.key()))
-      out.push_back(kv.key());
-  return out;
-}
-
-std::vector<std::string> OpContext::unaskedFields() const {
+      return "attribute '" + kv.key() + "'";
   static const std::set<std::string, std::less<>> kAlwaysKnown = {
       "op", "in", "out", "attrs", "action", "bytes", "flops"};
-  std::vector<std::string> out;
   for (const auto &kv : inst.json.items())
     if (!kAlwaysKnown.count(kv.key()) && !fieldsAsked.count(kv.key()))
-      out.push_back(kv.key());
-  return out;
+      return "field '" + kv.key() + "'";
+  return "";
 }
 
 const nlohmann::json &OpContext::attr(const char *name) const { return inst.attrs.at(name); }

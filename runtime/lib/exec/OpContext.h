@@ -87,13 +87,12 @@ public:
     attrsAsked.insert(other.attrsAsked.begin(), other.attrsAsked.end());
     fieldsAsked.insert(other.fieldsAsked.begin(), other.fieldsAsked.end());
   }
-  /// The instruction's attributes its binder never asked about, by name.
-  std::vector<std::string> unaskedAttributes() const;
-  /// Its fields outside "attrs" that no binder asked about, by name, other
-  /// than the ones every instruction may carry (op, in, out, attrs) and the
+  /// The first attribute, then field outside "attrs", of the instruction that
+  /// no binder asked about ("attribute 'window'", "field 'keep'"); empty when
+  /// none. Fields every instruction may carry (op, in, out, attrs) and the
   /// compiler's annotations that change nothing it computes (action, bytes,
-  /// flops).
-  std::vector<std::string> unaskedFields() const;
+  /// flops) count as asked.
+  std::string firstUnasked() const;
 
 private:
   mutable std::set<std::string, std::less<>> attrsAsked, fieldsAsked;
