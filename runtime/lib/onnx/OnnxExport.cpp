@@ -193,11 +193,25 @@ std::string resolveModelSource(const std::string &source, const std::string &pla
   std::error_code ec;
   if (fs::exists(source, ec))
     return source;
-  fs::path rel = fs::path(planPath).parent_path() / source;
-  if (!fs::path(source).is_absolute() && fs::exists(rel, ec))
-    return rel.string();
-  fail("--export-onnx: the plan's source model '", source, "' does not exist (also tried '",
-       rel.string(), "'); pass --onnx-source PATH");
+  // pipemesh-opt records an absolute path: a plan and its model moved
+  // together are found by the model's file name beside the plan.
+  const fs::path beside = fs::path(planPath).parent_path() /
+                          (fs::path(source).is_absolute() ? fs::path(source).filename()
+                                                          : fs::path(source));
+  if (fs::exists(beside, ec))
+    return beside.string();
+  fail("--export-onnx: the plan's source model '", source, "' does not exist (nor does '",
+       beside.string(), "' beside the plan); pass --onnx-source PATH");
+}
+
+std::string checkModelSource(const std::string &onnxSource, const std::string &planSource,
+                             const std::string &planPath) {
+  if (onnxSource.empty())
+    return resolveModelSource(planSource, planPath);
+  std::error_code ec;
+  if (!fs::is_regular_file(onnxSource, ec))
+    fail("--onnx-source '", onnxSource, "' is not a file");
+  return onnxSource;
 }
 
 ExportSummary exportOnnx(const std::string &sourceModel, const std::string &out,

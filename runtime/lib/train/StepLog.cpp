@@ -13,17 +13,23 @@
 #include <cstring>
 
 namespace pipemesh::rt {
+namespace {
+/// printf writes a NaN with its sign bit ("-nan" for x86's 0 * inf); the
+/// lines say "nan" as the error messages do (Error.h).
+double unsignedNan(double v) { return std::isnan(v) ? std::fabs(v) : v; }
+} // namespace
 
 std::string progressLine(const StepRecord &r) {
   char buf[256];
   char norm[32];
   if (r.hasGradNorm)
-    std::snprintf(norm, sizeof norm, "%.3g", r.gradNorm);
+    std::snprintf(norm, sizeof norm, "%.3g", unsignedNan(r.gradNorm));
   else
     std::snprintf(norm, sizeof norm, "-");
   int n = std::snprintf(
       buf, sizeof buf, "step %lld/%lld | loss %.6f | lr %.2e | grad_norm %s | %.1f ms | %.0f tok/s",
-      (long long)(r.step + 1), (long long)r.steps, r.loss, r.lr, norm, r.ms, r.tokensPerS);
+      (long long)(r.step + 1), (long long)r.steps, unsignedNan(r.loss), r.lr, norm,
+      r.ms, r.tokensPerS);
   if (r.tflopsPerRank > 0 && n > 0 && n < (int)sizeof buf)
     n += r.tflopsPerRank >= 1
              ? std::snprintf(buf + n, sizeof buf - n, " | %.1f TFLOP/s/rank", r.tflopsPerRank)
@@ -65,7 +71,7 @@ std::string progressLine(const EvalRecord &r) {
   char buf[256];
   std::snprintf(buf, sizeof buf,
                 "eval after step %lld/%lld | val loss %.6f | %lld %s, %lld tokens | %.1f ms",
-                (long long)(r.step + 1), (long long)r.steps, r.valLoss, (long long)r.batches,
+                (long long)(r.step + 1), (long long)r.steps, unsignedNan(r.valLoss), (long long)r.batches,
                 r.batches == 1 ? "batch" : "batches", (long long)r.tokens, r.ms);
   return buf;
 }

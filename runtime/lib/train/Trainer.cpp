@@ -42,8 +42,6 @@ Trainer::Trainer(const RunOptions &o, Communicator &comm, std::ostream &log)
   const BackendFactory *factory = nullptr;
   if (o.backend != "cpu")
     factory = &loadBackend(o.backend);
-  if (!factory && o.precision != "fp32")
-    fail("--precision ", o.precision, " needs a device backend (--backend cuda)");
   if (o.steps <= 0)
     fail("--steps must be positive (got ", o.steps, ")");
 
@@ -53,11 +51,6 @@ Trainer::Trainer(const RunOptions &o, Communicator &comm, std::ostream &log)
                                       p.parallel.microbatches, o.shuffleSeed);
 
   if (o.valDataPath) {
-    // Evaluation skips instructions of the step; a device backend's
-    // streams and events have not been checked to allow that.
-    if (factory)
-      fail("--val-data: evaluation runs on the cpu backend only (this run uses --backend ",
-           o.backend, ")");
     valData = TokenData::load(*o.valDataPath, p.model.vocab, "--val-data");
     valSampler = std::make_unique<Sampler>(valData, p.model.seq, p.model.batch, p.parallel.dp,
                                            p.parallel.microbatches, std::nullopt);

@@ -466,15 +466,18 @@ class CommandLine(common.TempDirTest):
                                          "--checkpoint-every", 1]),
                              "instruction", "(adamw): step 2: the global gradient norm is",
                              "stopped before the update")
+        # Not finite: inf, or nan without the sign bit printf would show ("-nan").
+        self.assertRegex(r.stderr, r"the global gradient norm is (inf|nan): stopped")
         self.assertIn("step 1/4", r.stdout)
         self.assertNotIn("step 2/4", r.stdout)
         self.assertEqual(sorted(os.listdir(ckpt)), ["latest", "step-1"])
         weights = mtp.read_safetensors(common.read_bytes(os.path.join(ckpt, "step-1", "rank-0.safetensors")))
         self.assertTrue(all(np.isfinite(v).all() for v in weights.values()))
         log = self.path("off.jsonl")
-        self.check_ok(common.run([path, "--steps", 4, "--lr", "1e30", "--nan-check", "off",
-                                  "--log-json", log]))
+        r = self.check_ok(common.run([path, "--steps", 4, "--lr", "1e30", "--nan-check", "off",
+                                      "--log-json", log]))
         self.assertEqual(len(common.read_log(log)), 4)
+        self.assertNotIn("-nan", r.stdout + r.stderr)
         # Several ranks reach the same verdict: rank 0 alone reports it.
         manifest, weights = mtp.build_mlp(dp=2, microbatches=1)
         dp2 = self.path("dp2.plan")
@@ -485,16 +488,29 @@ class CommandLine(common.TempDirTest):
 
     def test_bad_flags(self):
         path = self.write_tiny_plan("p.plan", **TINY)
-        cases = [([path], "--steps N is required"),
-                 ([path, "--steps", "x"], "--steps expects an integer"),
-                 ([path, "--steps", 1, "--lr-schedule", "step"], "constant, cosine, linear or wsd"),
-                 ([path, "--steps", 1, "--nan-check", "maybe"], "--nan-check must be on or off"),
-                 ([path, "--steps", 1, "--max-minutes", "-1"], "--max-minutes must not be negative"),
-                 ([path, "--steps", 1, "--bogus"], "unknown option '--bogus'"),
-                 ([path, "--steps", 1, "--resume"], "--resume needs --checkpoint-dir"),
-                 ([path, "--steps", 1, "--backend", "tpu"], "backend 'tpu' is not available")]
-        for args, needle in cases:
-            self.check_fails(common.run(args), needle)
+        # What the command line alone rules out exits 2 (docs/pipemesh-run.md, Failures),
+        # before a backend is loaded or the plan read; a backend this installation does
+        # not have is found when loading it (1).
+        val = self.path("val.bin")
+        common.write_shard(val, np.arange(300) % 64)
+        cases = [([path], "--steps N is required", 2),
+                 ([path, "--steps", "x"], "--steps expects an integer", 2),
+                 ([path, "--steps", 1, "--lr-schedule", "step"], "constant, cosine, linear or wsd", 2),
+                 ([path, "--steps", 1, "--nan-check", "maybe"], "--nan-check must be on or off", 2),
+                 ([path, "--steps", 1, "--max-minutes", "-1"], "--max-minutes must not be negative", 2),
+                 ([path, "--steps", 1, "--bogus"], "unknown option '--bogus'", 2),
+                 ([path, "--steps", 1, "--resume"], "--resume needs --checkpoint-dir", 2),
+                 ([path, "--steps", 1, "--precision", "bf16"],
+                  "--precision bf16 needs a device backend (--backend cuda)", 2),
+                 ([path, "--steps", 1, "--backend", "cuda", "--val-data", val],
+                  "--val-data: evaluation runs on the cpu backend only (this run uses --backend cuda)", 2),
+                 ([path, "--steps", 1, "--backend", "tpu"], "backend 'tpu' is not available", 1)]
+        for args, needle, code in cases:
+            r = self.check_fails(common.run(args), needle)
+            self.assertEqual(r.returncode, code, f"{args}: {r.stderr}")
+        # --eval-interval's default spelled out: evaluation after the last step only.
+        r = self.check_ok(common.run([path, "--steps", 2, "--val-data", val, "--eval-interval", 0]))
+        self.assertEqual(r.stdout.count("eval after step"), 1, r.stdout)
 
 
 if __name__ == "__main__":

@@ -150,9 +150,35 @@ class OnnxExport(common.TempDirTest):
         self.assertFalse(os.path.exists(out))
 
     def test_missing_source(self):
+        # Found missing before the first step, not after the last (a run does
+        # not train for hours, then fail to export); on 2 ranks rank 0 alone says so.
         plan = self.write_tiny_plan(batch=2, seq=16, embd=32, heads=4, source="nowhere.onnx")
-        self.check_fails(common.run([plan, "--steps", 1, "--export-onnx", self.path("o.onnx")]),
-                         "source model 'nowhere.onnx' does not exist")
+        r = self.check_fails(common.run([plan, "--steps", 1, "--export-onnx", self.path("o.onnx")]),
+                             "source model 'nowhere.onnx' does not exist")
+        self.assertNotIn("step 1/1", r.stdout)
+        r = self.check_fails(common.run([plan, "--steps", 1, "--export-onnx", self.path("o.onnx"),
+                                         "--onnx-source", self.path("gone.onnx")]),
+                             "--onnx-source '" + self.path("gone.onnx") + "' is not a file")
+        self.assertNotIn("step 1/1", r.stdout)
+        manifest, weights = mtp.build_mlp(dp=2, microbatches=1)
+        manifest["model"]["source"] = "nowhere.onnx"
+        dp2 = self.path("dp2.plan")
+        mtp.write_plan(dp2, manifest, weights)
+        r = self.check_fails(common.run([dp2, "--steps", 1, "--export-onnx", self.path("o2.onnx")],
+                                        np_=2, timeout=120), "does not exist")
+        self.assertEqual(r.stderr.count("does not exist"), 1, r.stderr)
+        self.assertNotIn("step 1/1", r.stdout)
+
+    def test_source_moved_with_its_plan(self):
+        # pipemesh-opt records the model's absolute path; a plan moved together with
+        # its model finds the model by its file name beside the plan.
+        b, w = mtp.build_tiny_gpt(batch=2, seq=16, embd=32, heads=4,
+                                  source="/nonexistent/dir/tiny_gpt.onnx")
+        plan = self.path("tiny.plan")
+        mtp.write_plan(plan, b.manifest(), b.weights)
+        source_model(w, self.path("tiny_gpt.onnx"))
+        r = self.check_ok(common.run([plan, "--steps", 1, "--export-onnx", self.path("t.onnx")]))
+        self.assertIn("(from " + self.path("tiny_gpt.onnx") + ":", r.stdout)
 
     def test_export_over_its_source_and_a_failed_one(self):
         # Written beside its path and renamed over it: the source model itself

@@ -116,7 +116,7 @@ CommandLine parseCommandLine(int argc, char **argv) {
   std::map<std::string, Handler> valued = {
       {"--data", [&](auto &, auto &v) { r.dataPath = v; }},
       {"--val-data", [&](auto &, auto &v) { r.valDataPath = v; }},
-      {"--eval-interval", [&](auto &o, auto &v) { r.evalInterval = parseInt(o, v, 1); }},
+      {"--eval-interval", [&](auto &o, auto &v) { r.evalInterval = parseInt(o, v, 0); }},
       {"--eval-iters", [&](auto &o, auto &v) { r.evalIters = parseInt(o, v, 1); }},
       {"--steps",
        [&](auto &o, auto &v) {
@@ -248,6 +248,15 @@ CommandLine parseCommandLine(int argc, char **argv) {
          r.steps - r.warmupSteps, "), got ", r.decaySteps);
   if ((r.evalInterval > 0 || r.evalIters > 0) && !r.valDataPath)
     fail(r.evalInterval > 0 ? "--eval-interval" : "--eval-iters", " needs --val-data");
+  // Backend combinations the command line alone rules out (exit 2, before
+  // any plugin is loaded or plan read).
+  if (r.backend == "cpu" && r.precision != "fp32")
+    fail("--precision ", r.precision, " needs a device backend (--backend cuda)");
+  // Evaluation skips instructions of the step; a device backend's streams and
+  // events have not been checked to allow that.
+  if (r.valDataPath && r.backend != "cpu")
+    fail("--val-data: evaluation runs on the cpu backend only (this run uses --backend ",
+         r.backend, ")");
   if (r.keepCheckpoints > 0 && r.checkpointDir.empty())
     fail("--keep-checkpoints needs --checkpoint-dir");
   if (r.checkpointEvery > 0 && r.checkpointDir.empty())

@@ -110,14 +110,29 @@ int main(int argc, char **argv) {
   cl.run.blasInfo = blas;
   try {
     rt::Trainer trainer(cl.run, *comm, std::cout);
+    // The model --export-onnx copies is looked for now, not after the last
+    // step: rank 0 (which exports) looks, and every rank learns its verdict.
+    std::string source;
+    if (!cl.exportOnnx.empty()) {
+      double missing = 0;
+      std::string why;
+      if (comm->rank() == 0) {
+        try {
+          source = rt::checkModelSource(cl.onnxSource, trainer.plan().model.source,
+                                        trainer.plan().path);
+        } catch (const rt::Error &e) {
+          missing = 1;
+          why = e.what();
+        }
+      }
+      comm->allreduceSum(&missing, 1, "the --export-onnx source check");
+      if (missing > 0)
+        throw rt::UniformError(comm->rank() == 0 ? why : "--export-onnx: no source model");
+    }
     trainer.run();
     if (!cl.exportOnnx.empty()) {
       std::vector<rt::TrainedParam> params = trainer.trainedParams();
       if (comm->rank() == 0) {
-        const rt::Plan &plan = trainer.plan();
-        std::string source = cl.onnxSource.empty()
-                                 ? rt::resolveModelSource(plan.model.source, plan.path)
-                                 : cl.onnxSource;
         std::vector<rt::ExportParam> ep;
         for (const rt::TrainedParam &p : params)
           ep.push_back(

@@ -8,9 +8,11 @@
 #ifndef PIPEMESH_RUNTIME_ERROR_H
 #define PIPEMESH_RUNTIME_ERROR_H
 
+#include <cmath>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 namespace pipemesh::rt {
@@ -28,10 +30,23 @@ public:
   using Error::Error;
 };
 
+namespace detail {
+/// A message's piece; a NaN prints as "nan" whatever its sign bit (x86's
+/// 0 * inf is a negative NaN, which would print "-nan").
+template <typename T> void putPiece(std::ostringstream &os, T &&x) {
+  if constexpr (std::is_floating_point_v<std::decay_t<T>>)
+    if (std::isnan(x)) {
+      os << "nan";
+      return;
+    }
+  os << std::forward<T>(x);
+}
+} // namespace detail
+
 /// Concatenates its arguments with operator<< into one message.
 template <typename... Args> std::string concat(Args &&...args) {
   std::ostringstream os;
-  (os << ... << std::forward<Args>(args));
+  (detail::putPiece(os, std::forward<Args>(args)), ...);
   return os.str();
 }
 

@@ -45,9 +45,16 @@ struct ExportSummary {
 ExportSummary exportOnnx(const std::string &sourceModel, const std::string &out,
                          const std::vector<ExportParam> &params);
 
-/// Finds the plan's source model: `source` as given, else relative to the
-/// plan file's directory. Error naming both candidates when neither exists.
+/// Finds the plan's source model: `source` as given, else beside the plan
+/// file (a relative `source` from the plan's directory, an absolute one by
+/// its file name). Error naming both candidates when neither exists.
 std::string resolveModelSource(const std::string &source, const std::string &planPath);
+
+/// The model --export-onnx reads: `onnxSource` (--onnx-source) when given,
+/// which must be a file, else resolveModelSource. pipemesh-run calls it
+/// before training, so that a missing model fails the run at its start.
+std::string checkModelSource(const std::string &onnxSource, const std::string &planSource,
+                             const std::string &planPath);
 
 } // namespace pipemesh::rt
 
