@@ -111,10 +111,7 @@ template <typename T> struct Problem {
 /// s = exp(s - max s); returns 1 / sum(s) (0, with s zeroed, when the row is
 /// entirely -inf: the query sees no key).
 template <typename T> PIPEMESH_ALWAYS_INLINE T expRowImpl(T *s, int64_t n) {
-  T mx = kNegInf<T>;
-#pragma omp simd reduction(max : mx)
-  for (int64_t c = 0; c < n; ++c)
-    mx = std::max(mx, s[c]);
+  const T mx = rowMax(s, n);
   if (mx == kNegInf<T>) {
     for (int64_t c = 0; c < n; ++c)
       s[c] = T(0);

@@ -21,10 +21,7 @@ namespace {
 /// max and sum(exp(x - max)) of one row.
 template <typename T>
 PIPEMESH_ALWAYS_INLINE void rowMaxSumImpl(const T *x, int64_t V, T *max, Acc *expSum) {
-  T m = -std::numeric_limits<T>::infinity();
-#pragma omp simd reduction(max : m)
-  for (int64_t j = 0; j < V; ++j)
-    m = std::max(m, x[j]);
+  const T m = rowMax(x, V);
   Acc sum = 0;
 #pragma omp simd reduction(+ : sum)
   for (int64_t j = 0; j < V; ++j)
@@ -42,10 +39,7 @@ void rowMaxSum(const double *x, int64_t V, double *max, Acc *expSum) {
 /// once (dx = exp(x - max), summed on the way), then scaled in place.
 template <typename T>
 PIPEMESH_ALWAYS_INLINE void gradRowImpl(const T *x, int64_t t, T d, T *dx, int64_t V) {
-  T m = -std::numeric_limits<T>::infinity();
-#pragma omp simd reduction(max : m)
-  for (int64_t j = 0; j < V; ++j)
-    m = std::max(m, x[j]);
+  const T m = rowMax(x, V);
   Acc sum = 0;
 #pragma omp simd reduction(+ : sum)
   for (int64_t j = 0; j < V; ++j) {

@@ -17,15 +17,6 @@ using namespace detail;
 
 namespace {
 
-/// Largest element (NaNs are skipped here, but they reach the sum and the output).
-template <typename T> PIPEMESH_ALWAYS_INLINE T rowMax(const T *x, int64_t n) {
-  T m = -std::numeric_limits<T>::infinity();
-#pragma omp simd reduction(max : m)
-  for (int64_t j = 0; j < n; ++j)
-    m = std::max(m, x[j]);
-  return m;
-}
-
 template <typename T> PIPEMESH_ALWAYS_INLINE void softmaxRowImpl(const T *xr, T *yr, int64_t cols) {
   const T m = rowMax(xr, cols);
   if (m == -std::numeric_limits<T>::infinity()) {
