@@ -12,7 +12,10 @@ PyTorch gets its best setting: it runs in a fresh process per setting (libgomp r
 environment when it loads): as launched; with OMP_WAIT_POLICY=passive (what pipemesh-run
 sets for itself when the variable is unset: idle OpenMP threads sleep instead of spinning,
 which matters a lot when the cores are shared); and with that on OpenBLAS's OpenMP build
-(the one pipemesh-run links). The fastest counts.
+(the one pipemesh-run links). The fastest counts. Every setting gets the OpenBLAS kernels
+pipemesh-run picks for this CPU (`pipemesh-run --version`: OpenBLAS 0.3.21 does not know the
+newest Xeons and falls back to its generic ones unless OPENBLAS_CORETYPE names the core), and
+so does the sgemm peak.
 On a shared machine the load drifts, so the two sides are measured in alternating rounds
 and each side's time is the median over all rounds' post-warm-up steps.
 
@@ -39,6 +42,18 @@ import cpu_model  # noqa: E402
 
 CFG = dict(layers=6, embd=384, heads=6, vocab=8192, ctx=256)
 B, T = 4, 256
+
+
+def blas_core_env(run):
+    """The OPENBLAS_CORETYPE pipemesh-run sets for itself on this CPU, for PyTorch's
+    processes too (none when the environment already names one, or pipemesh-run
+    needed none)."""
+    if "OPENBLAS_CORETYPE" in os.environ:
+        return {}
+    version = subprocess.run([run, "--version"], capture_output=True, text=True,
+                             check=True).stdout
+    m = re.search(r"OPENBLAS_CORETYPE=(\w+) set by pipemesh", version)
+    return {"OPENBLAS_CORETYPE": m.group(1)} if m else {}
 
 
 def sgemm_peak(threads, n=2048, reps=5):
@@ -86,16 +101,21 @@ def torch_step_times(model_path, tokens, steps, threads):
 
 
 def torch_worker(args):
-    """--torch-worker: PyTorch's step times as JSON on stdout."""
+    """--torch-worker: PyTorch's step times as JSON on stdout (--sgemm-worker: the
+    sgemm peak)."""
+    if args.sgemm_worker:
+        print(json.dumps(sgemm_peak(args.threads)))
+        return
     tokens = np.fromfile(args.torch_worker, dtype=np.uint16, offset=1024).astype(np.int64)
     model = cpu_model.MODEL
     print(json.dumps(torch_step_times(model, tokens, args.steps, args.threads)))
 
 
-def torch_run(shard, steps, threads, extra_env):
+def torch_run(shard, steps, threads, extra_env, sgemm=False):
     env = dict(os.environ, **extra_env)
     out = subprocess.run(["/usr/bin/python3", os.path.abspath(__file__), "--torch-worker", shard,
-                          "--steps", str(steps), "--threads", str(threads)],
+                          "--steps", str(steps), "--threads", str(threads)]
+                         + (["--sgemm-worker"] if sgemm else []),
                          env=env, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -117,6 +137,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of both sides")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--torch-worker", metavar="SHARD", help=argparse.SUPPRESS)
+    ap.add_argument("--sgemm-worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.torch_worker:
         return torch_worker(args)
@@ -136,6 +157,7 @@ def main():
          "L=struct.unpack('<Q',d[16:24])[0];print(json.dumps(json.loads(d[40:40+L])['model']))",
          plan], capture_output=True, text=True, check=True).stdout)["flops_per_step"]
 
+    core = blas_core_env(run)
     ours, rss = [], 0
     theirs = {name: [] for name in TORCH_SETTINGS}
     for r in range(args.rounds):
@@ -144,7 +166,7 @@ def main():
         rss = max(rss, peak_rss)
         line = f"round {r + 1}/{args.rounds}: pipemesh {statistics.median(times[WARMUP:]):.0f} ms"
         for name, extra in TORCH_SETTINGS.items():
-            t = torch_run(shard, args.steps, args.threads, extra)[WARMUP:]
+            t = torch_run(shard, args.steps, args.threads, dict(core, **extra))[WARMUP:]
             theirs[name] += t
             line += f", torch ({name}) {statistics.median(t):.0f} ms"
         print(line, flush=True)
@@ -153,12 +175,14 @@ def main():
     best = min(torch_by_setting, key=torch_by_setting.get)
     torch_ms = torch_by_setting[best]
 
-    peak = sgemm_peak(args.threads)
+    peak = torch_run(shard, args.steps, args.threads,
+                     dict(core, OMP_WAIT_POLICY="passive"), sgemm=True)
     result = {
         "model": CFG, "batch": B, "seq": T, "threads": args.threads,
         "steps_per_run": args.steps, "warmup_steps": WARMUP, "rounds": args.rounds,
         "pipemesh_step_ms": ours_ms, "torch_step_ms": torch_ms,
         "torch_setting": best, "torch_step_ms_by_setting": torch_by_setting,
+        "torch_blas_env": core,
         "pipemesh_step_ms_all": ours, "torch_step_ms_all": theirs,
         "time_ratio_pipemesh_over_torch": ours_ms / torch_ms,
         "flops_per_step": flops, "pipemesh_gflops": flops / ours_ms / 1e6,
