@@ -200,9 +200,15 @@ def fuzz_bytes(args, bins, plans, work, rng):
         path = os.path.join(work, f"bytes-{args.seed}-{i}.plan")
         with open(path, "wb") as f:
             f.write(bytes(data))
+        # Every change but one to the reserved header bytes (12..15) breaks the
+        # container (magic, version, lengths, checksum): each reader must refuse it.
+        must_refuse = data != bytearray(open(src, "rb").read()) and not (
+            op == 2 and 12 <= at < 16)
         for cmd in ([bins["run"], path, "--check-rank", "0"],
                     [bins["sim"], path, "--quiet"], [bins["opt"], "--print-plan", path]):
             why, out = verdict(cmd)
+            if not why and must_refuse and "error" not in out:
+                why = "accepted a damaged container"
             if why:
                 findings += 1
                 print(f"[{i}] {why}: {os.path.basename(src)} {desc}\n  {' '.join(cmd)}\n  "

@@ -455,13 +455,27 @@ bool pipemesh::sim::loadPlanFile(llvm::StringRef path, LoadedPlan &out, std::str
           " weight bytes but only " + std::to_string(body) + " follow";
     return false;
   }
-  auto whole = llvm::MemoryBuffer::getFileSlice(path, manifestLen, plan::kPlanHeaderBytes);
-  if (!whole || (*whole)->getBufferSize() != manifestLen) {
-    why = "plan '" + path.str() + "': cannot read its manifest of " +
-          std::to_string(manifestLen) + " bytes";
+  if (manifestLen + weightsLen != body) {
+    why = "plan '" + path.str() + "' has " + std::to_string(body - manifestLen - weightsLen) +
+          " bytes past the " + std::to_string(manifestLen) + " manifest + " +
+          std::to_string(weightsLen) + " weight bytes its header announces";
     return false;
   }
-  llvm::Expected<json::Value> v = json::parse((*whole)->getBuffer());
+  // The checksum covers the weights too, so the whole file is read (mapped):
+  // a plan with weights is simulated after as long as reading it takes.
+  auto whole = llvm::MemoryBuffer::getFileSlice(path, body, plan::kPlanHeaderBytes);
+  if (!whole || (*whole)->getBufferSize() != body) {
+    why = "plan '" + path.str() + "': cannot read its " + std::to_string(body) + " bytes";
+    return false;
+  }
+  llvm::StringRef manifestText = (*whole)->getBuffer().take_front(manifestLen);
+  if (plan::planChecksum(manifestText, (*whole)->getBuffer().drop_front(manifestLen)) !=
+      u64(32)) {
+    why = "plan '" + path.str() + "' is damaged: its checksum does not match the one in its "
+          "header";
+    return false;
+  }
+  llvm::Expected<json::Value> v = json::parse(manifestText);
   if (!v) {
     why = "plan '" + path.str() + "': invalid manifest JSON: " + toString(v.takeError());
     return false;
@@ -469,6 +483,14 @@ bool pipemesh::sim::loadPlanFile(llvm::StringRef path, LoadedPlan &out, std::str
   const json::Object *m = v->getAsObject();
   if (!m || m->getString("format") != "pipemesh-plan") {
     why = "plan '" + path.str() + "': the manifest is not a pipemesh-plan";
+    return false;
+  }
+  if (m->getInteger("version") != (int64_t)plan::kPlanFormatVersion) {
+    why = "plan '" + path.str() + "' has plan format version " +
+          (m->getInteger("version") ? std::to_string(*m->getInteger("version"))
+                                    : std::string("(none)")) +
+          " in its manifest, this pipemesh-sim reads " +
+          std::to_string(plan::kPlanFormatVersion);
     return false;
   }
   if (!jobFromManifest(*m, out, why)) {

@@ -156,9 +156,17 @@ def main():
     open(overlong, "wb").write(whole[:16] + struct.pack("<Q", 1 << 63) + whole[24:])
     empty = os.path.join(work, "empty.plan")
     open(empty, "wb").close()
+    # One flipped bit in the weights, or bytes appended: refused as pipemesh-run
+    # and --print-plan refuse them (the checksum covers the whole body).
+    damaged = os.path.join(work, "damaged.plan")
+    open(damaged, "wb").write(whole[:-5] + bytes([whole[-5] ^ 0x40]) + whole[-4:])
+    trailing = os.path.join(work, "trailing.plan")
+    open(trailing, "wb").write(whole + b"\0\0\0\0")
     missing_dir = os.path.join(work, "no-such-dir")
     for args, text in (([truncated], "is truncated: the header announces"),
                        ([empty], "is not a PipeMesh plan (0 bytes, shorter than the header)"),
+                       ([damaged], "is damaged: its checksum does not match the one in its header"),
+                       ([trailing], "has 4 bytes past the"),
                        # Outputs go through a temporary file beside the path: a
                        # missing directory is named, nothing is written.
                        ([plan, "--json", os.path.join(missing_dir, "o.json")],
@@ -188,25 +196,21 @@ def main():
     assert [r["rank"] for r in m["ranks"]] == [0, 2], [r["rank"] for r in m["ranks"]]
     m["ranks"] = [mtp.replica_entry(r, d) for r in m["ranks"] for d in range(2)]
     del m["parallel"]["replicas_elided"]
-    text = json.dumps(m).encode()
-    full_plan = os.path.join(work, "dp2-full.plan")
     with open(elided_plan, "rb") as f:
-        head = bytearray(f.read(40))
-    head[16:24] = struct.pack("<Q", len(text))
-    head[24:32] = struct.pack("<Q", 0)
-    with open(full_plan, "wb") as f:
-        f.write(bytes(head) + text)
+        head = bytes(f.read(40))
+    def manifest_only(path, m):
+        """A plan of manifest `m` and no weights (the simulator reads none), with
+        its lengths and checksum set."""
+        text = json.dumps(m).encode()
+        with open(path, "wb") as f:
+            f.write(head[:16] + struct.pack("<QQQ", len(text), 0, mtp.checksum64(text)) + text)
+        return path
+    full_plan = manifest_only(os.path.join(work, "dp2-full.plan"), m)
     # A malformed manifest: the loader names the JSON path and what is wrong.
     def broken(name, edit):
         bm = manifest(elided_plan)
         edit(bm)
-        btext = json.dumps(bm).encode()
-        bhead = bytearray(head)
-        bhead[16:24] = struct.pack("<Q", len(btext))
-        path = os.path.join(work, name + ".plan")
-        with open(path, "wb") as f:
-            f.write(bytes(bhead) + btext)
-        return path
+        return manifest_only(os.path.join(work, name + ".plan"), bm)
     def set_program_entry(bm):
         bm["ranks"][0]["program"][3] = 5
     def dup_id(bm):
@@ -220,7 +224,9 @@ def main():
             ("nobufs", lambda bm: bm["ranks"][1].pop("buffers"), "ranks[1].buffers: missing"),
             ("dupid", dup_id, "ranks[0].buffers[1].id: duplicate buffer id"),
             ("alias", bad_alias, "ranks[0].buffers[1].alias_of: unknown buffer id"),
-            ("badin", bad_in, "ranks[0].program[2].in: unknown buffer id")):
+            ("badin", bad_in, "ranks[0].program[2].in: unknown buffer id"),
+            ("version2", lambda bm: bm.update(version=2),
+             "has plan format version 2 in its manifest, this pipemesh-sim reads 3")):
         p = run([sim, broken(name, edit), "--cluster", "a100-40g-25gbps"], ok=False)
         assert p.returncode == 1 and text in p.stderr, (name, p.returncode, p.stderr)
     results = []

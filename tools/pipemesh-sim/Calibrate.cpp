@@ -235,11 +235,11 @@ std::map<std::string, KernelSamples> measureKernels(double budget, bool quick) {
       cpu::adamw<float>(p, p + n, p + 2 * n, p + 3 * n, n, 1e-4, 0.9, 0.95, 1e-8, 0.1, 2, 1.0);
     });
   // Attention, forward and backward apart (their loops differ): causal, head
-  // size 32, timed by the flops the cost model counts. The kernels' time
-  // follows the visible (query, key) pairs more than the flops: at head size
-  // 64 they run about twice the flop rate of head size 32 (the same time per
-  // pair), which a rate per flop cannot express; the rows hold for head size
-  // 32, the small models', and over-predict larger heads.
+  // size 32, timed by the flops the cost model counts. Their flop rate grows
+  // with the head size (about 1.3x from 32 to 64) and the sequence length
+  // (about 2x from 128 to 1024 tokens), which one rate per flop cannot
+  // express: the rows hold for the small models' shapes and over-predict
+  // larger heads and longer sequences (docs/pipemesh-sim.md, "Known limits").
   out["attention"].byFlops = out["attention_grad"].byFlops = true;
   struct Att {
     int64_t bh, t, d;

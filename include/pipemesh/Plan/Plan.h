@@ -114,10 +114,6 @@ constexpr int64_t kMaxMessageTag = 32767;
 /// Prints a plan file as readable text; false with `why` for a bad file.
 bool printPlan(llvm::StringRef path, llvm::raw_ostream &os, std::string &why);
 
-/// The plan container's checksum: XXH3-64 of the manifest bytes followed by
-/// the weight bytes (docs/plan-format.md).
-uint64_t planChecksum(llvm::StringRef manifest, llvm::StringRef weights);
-
 } // namespace pipemesh::plan
 
 #endif // PIPEMESH_PLAN_PLAN_H

@@ -8,6 +8,8 @@
 #ifndef PIPEMESH_PLAN_PLANFORMAT_H
 #define PIPEMESH_PLAN_PLANFORMAT_H
 
+#include "llvm/ADT/StringRef.h"
+
 #include <cstdint>
 
 namespace pipemesh::plan {
@@ -18,6 +20,11 @@ constexpr uint32_t kPlanFormatVersion = 3;
 constexpr char kPlanMagic[8] = {'P', 'M', 'P', 'L', 'A', 'N', 0, 0};
 /// magic, version, reserved, manifest and weight lengths, checksum.
 constexpr uint64_t kPlanHeaderBytes = 40;
+
+/// The plan container's checksum: XXH3-64 of the manifest bytes followed by
+/// the weight bytes (docs/plan-format.md). In PMeshPlanFormat, which links
+/// only LLVM Support, so that pipemesh-sim's loader checks it too.
+uint64_t planChecksum(llvm::StringRef manifest, llvm::StringRef weights);
 
 } // namespace pipemesh::plan
 

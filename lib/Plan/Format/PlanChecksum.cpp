@@ -4,7 +4,7 @@
 // Checksum.cpp); inlined from the header so no shared library is needed.
 //
 //===----------------------------------------------------------------------===//
-#include "pipemesh/Plan/Plan.h"
+#include "pipemesh/Plan/PlanFormat.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
