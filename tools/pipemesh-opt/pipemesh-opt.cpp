@@ -183,6 +183,8 @@ int compileToPlan(StringRef inputFilename, StringRef outputFilename, DialectRegi
     errs() << "error: --pipemesh-compile: " << why << "\n";
     return 1;
   }
+  // The import flag says the same as the compile option: a plan without weights.
+  copts.shapesOnly |= shapesOnlyOpt;
   if (outputFilename == "-") {
     errs() << "error: --pipemesh-compile writes a binary plan: give -o NAME.plan\n";
     return 1;
