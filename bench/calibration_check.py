@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Simulated vs measured time per op of one plan on this machine.
 
 Issue 5's acceptance check for `pipemesh-sim --calibrate`: calibrate (or take a

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """What reading a plan, writing a checkpoint and resuming from one cost a pipemesh-run process.
 
 Each of these reads or writes every byte of a file as big as the model (the plan's weights;

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """How long pipemesh-opt takes to compile the paper-setting plans (issue 5: "the search
 should take seconds, not minutes, for 64 ranks and 128 micro-batches").
 

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Gives a shapes-only plan of a gen_gpt2.py model its initial weights.
 
 A GPT-2 124M plan holds 0.5 GB of weights (350M: 1.4 GB), too much to ship to

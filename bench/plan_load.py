@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """How long one pipemesh-run process takes to read a large elided plan, and its peak RSS.
 
 pipemesh-opt writes one program per pipeline rank for dp > 1 (parallel.replicas_elided);

@@ -76,8 +76,11 @@ def log(msg):
 
 
 def model_file(name):
+    """The shapes-only model of `name`, written on first use (compile_time.py calls this
+    without sim_paper's main, so the folder may not exist yet)."""
     path = os.path.join(WORK, f"gpt_{name}.onnx")
     if not os.path.exists(path):
+        os.makedirs(WORK, exist_ok=True)
         layers, embd, heads = MODELS[name]
         subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "models", "gen_gpt2.py"),
                         "--layers", str(layers), "--embd", str(embd), "--heads", str(heads),

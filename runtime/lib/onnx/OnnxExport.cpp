@@ -191,14 +191,14 @@ std::string resolveModelSource(const std::string &source, const std::string &pla
   if (source.empty())
     fail("--export-onnx: the plan names no source model (model.source); pass --onnx-source");
   std::error_code ec;
-  if (fs::exists(source, ec))
+  if (fs::is_regular_file(source, ec))
     return source;
   // pipemesh-opt records an absolute path: a plan and its model moved
   // together are found by the model's file name beside the plan.
   const fs::path beside = fs::path(planPath).parent_path() /
                           (fs::path(source).is_absolute() ? fs::path(source).filename()
                                                           : fs::path(source));
-  if (fs::exists(beside, ec))
+  if (fs::is_regular_file(beside, ec))
     return beside.string();
   fail("--export-onnx: the plan's source model '", source, "' does not exist (nor does '",
        beside.string(), "' beside the plan); pass --onnx-source PATH");
