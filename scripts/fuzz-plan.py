@@ -180,7 +180,8 @@ def fuzz_bytes(args, bins, plans, work, rng):
     findings = 0
     for i in range(args.count):
         src = rng.choice(list(plans.values()))
-        data = bytearray(open(src, "rb").read())
+        original = open(src, "rb").read()
+        data = bytearray(original)
         op = rng.randrange(4)
         if op == 0:
             cut = rng.choice([rng.randrange(41), rng.randrange(len(data))])
@@ -202,7 +203,7 @@ def fuzz_bytes(args, bins, plans, work, rng):
             f.write(bytes(data))
         # Every change but one to the reserved header bytes (12..15) breaks the
         # container (magic, version, lengths, checksum): each reader must refuse it.
-        must_refuse = data != bytearray(open(src, "rb").read()) and not (
+        must_refuse = data != original and not (
             op == 2 and 12 <= at < 16)
         for cmd in ([bins["run"], path, "--check-rank", "0"],
                     [bins["sim"], path, "--quiet"], [bins["opt"], "--print-plan", path]):

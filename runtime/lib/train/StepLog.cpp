@@ -13,11 +13,6 @@
 #include <cstring>
 
 namespace pipemesh::rt {
-namespace {
-/// printf writes a NaN with its sign bit ("-nan" for x86's 0 * inf); the
-/// lines say "nan" as the error messages do (Error.h).
-double unsignedNan(double v) { return std::isnan(v) ? std::fabs(v) : v; }
-} // namespace
 
 std::string progressLine(const StepRecord &r) {
   char buf[256];

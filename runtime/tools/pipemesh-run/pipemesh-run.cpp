@@ -114,19 +114,16 @@ int main(int argc, char **argv) {
     // step: rank 0 (which exports) looks, and every rank learns its verdict.
     std::string source;
     if (!cl.exportOnnx.empty()) {
-      double missing = 0;
       std::string why;
       if (comm->rank() == 0) {
         try {
           source = rt::checkModelSource(cl.onnxSource, trainer.plan().model.source,
                                         trainer.plan().path);
         } catch (const rt::Error &e) {
-          missing = 1;
           why = e.what();
         }
       }
-      comm->allreduceSum(&missing, 1, "the --export-onnx source check");
-      if (missing > 0)
+      if (!comm->allOk(why.empty(), "the --export-onnx source check"))
         throw rt::UniformError(comm->rank() == 0 ? why : "--export-onnx: no source model");
     }
     trainer.run();

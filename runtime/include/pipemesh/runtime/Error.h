@@ -30,16 +30,17 @@ public:
   using Error::Error;
 };
 
+/// `v` with a NaN's sign bit cleared: streams and printf write a negative NaN
+/// (x86's 0 * inf) as "-nan"; messages and log lines say "nan".
+inline double unsignedNan(double v) { return std::isnan(v) ? std::fabs(v) : v; }
+
 namespace detail {
-/// A message's piece; a NaN prints as "nan" whatever its sign bit (x86's
-/// 0 * inf is a negative NaN, which would print "-nan").
+/// A message's piece; floating values through unsignedNan.
 template <typename T> void putPiece(std::ostringstream &os, T &&x) {
   if constexpr (std::is_floating_point_v<std::decay_t<T>>)
-    if (std::isnan(x)) {
-      os << "nan";
-      return;
-    }
-  os << std::forward<T>(x);
+    os << unsignedNan(x);
+  else
+    os << std::forward<T>(x);
 }
 } // namespace detail
 
