@@ -226,7 +226,9 @@ def main():
             ("alias", bad_alias, "ranks[0].buffers[1].alias_of: unknown buffer id"),
             ("badin", bad_in, "ranks[0].program[2].in: unknown buffer id"),
             ("version2", lambda bm: bm.update(version=2),
-             "has plan format version 2 in its manifest, this pipemesh-sim reads 3")):
+             "has plan format version 2 in its manifest, this pipemesh-sim reads 3"),
+            ("noversion", lambda bm: bm.pop("version"),
+             "has plan format version (none) in its manifest")):
         p = run([sim, broken(name, edit), "--cluster", "a100-40g-25gbps"], ok=False)
         assert p.returncode == 1 and text in p.stderr, (name, p.returncode, p.stderr)
     results = []
