@@ -4,9 +4,7 @@
 
 #include "llvm/Support/Format.h"
 #include "llvm/Support/JSON.h"
-#include "llvm/Support/MemoryBuffer.h"
 
-#include <cstring>
 
 namespace json = llvm::json;
 
@@ -40,37 +38,10 @@ std::string ids(const json::Array *a) {
 } // namespace
 
 bool printPlan(llvm::StringRef path, llvm::raw_ostream &os, std::string &why) {
-  auto buffer = llvm::MemoryBuffer::getFile(path, false, false);
-  if (!buffer) {
-    why = "cannot open '" + path.str() + "': " + buffer.getError().message();
+  PlanContainer container;
+  if (!readPlanContainer(path, "pipemesh-opt", container, why))
     return false;
-  }
-  llvm::StringRef bytes = (*buffer)->getBuffer();
-  if (bytes.size() < kPlanHeaderBytes || std::memcmp(bytes.data(), kPlanMagic, 8) != 0) {
-    why = "'" + path.str() + "' is not a PipeMesh plan";
-    return false;
-  }
-  uint32_t version;
-  uint64_t lm, lw, hash;
-  std::memcpy(&version, bytes.data() + 8, 4);
-  std::memcpy(&lm, bytes.data() + 16, 8);
-  std::memcpy(&lw, bytes.data() + 24, 8);
-  std::memcpy(&hash, bytes.data() + 32, 8);
-  if (version != kPlanFormatVersion) {
-    why = "plan format version " + std::to_string(version) + ", this tool reads " +
-          std::to_string(kPlanFormatVersion);
-    return false;
-  }
-  llvm::StringRef body = bytes.drop_front(kPlanHeaderBytes);
-  if (body.size() < lm || body.size() - lm != lw) {
-    why = "plan is truncated or has trailing bytes";
-    return false;
-  }
-  if (planChecksum(body.take_front(lm), body.drop_front(lm)) != hash) {
-    why = "plan is damaged (checksum mismatch)";
-    return false;
-  }
-  auto parsed = json::parse(body.take_front(lm));
+  auto parsed = json::parse(container.manifest);
   if (!parsed) {
     why = "plan manifest is not valid JSON: " + llvm::toString(parsed.takeError());
     return false;
@@ -95,7 +66,7 @@ bool printPlan(llvm::StringRef path, llvm::raw_ostream &os, std::string &why) {
     why = "plan manifest lacks model, parallel or ranks";
     return false;
   }
-  os << "plan format " << version << ", " << lw << " bytes of weights" << elided << "\n";
+  os << "plan format " << kPlanFormatVersion << ", " << container.weights.size() << " bytes of weights" << elided << "\n";
   os << "model: " << model->getString("source").value_or("?")
      << "  batch=" << model->getInteger("batch").value_or(0)
      << " seq=" << model->getInteger("seq").value_or(0)

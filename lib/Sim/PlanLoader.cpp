@@ -3,9 +3,6 @@
 #include "pipemesh/Plan/PlanFormat.h"
 
 #include "llvm/ADT/DenseMap.h"
-#include "llvm/Support/Endian.h"
-#include "llvm/Support/FileSystem.h"
-#include "llvm/Support/MemoryBuffer.h"
 
 #include <algorithm>
 #include <climits>
@@ -412,69 +409,12 @@ bool pipemesh::sim::jobFromManifest(const json::Object &m, LoadedPlan &out, std:
 }
 
 bool pipemesh::sim::loadPlanFile(llvm::StringRef path, LoadedPlan &out, std::string &why) {
-  // Slices may be mapped, not read: past the end of the file their pages
-  // would fault. So every length is checked against the file's size first.
-  uint64_t fileSize = 0;
-  if (std::error_code ec = llvm::sys::fs::file_size(path, fileSize)) {
-    why = "cannot read plan '" + path.str() + "': " + ec.message();
+  // A plan with weights is simulated after as long as reading it takes: the
+  // checksum covers them.
+  plan::PlanContainer container;
+  if (!plan::readPlanContainer(path, "pipemesh-sim", container, why))
     return false;
-  }
-  if (fileSize < plan::kPlanHeaderBytes) {
-    why = "'" + path.str() + "' is not a PipeMesh plan (" + std::to_string(fileSize) +
-          " bytes, shorter than the header)";
-    return false;
-  }
-  auto head = llvm::MemoryBuffer::getFileSlice(path, plan::kPlanHeaderBytes, 0);
-  if (!head) {
-    why = "cannot read plan '" + path.str() + "': " + head.getError().message();
-    return false;
-  }
-  llvm::StringRef h = (*head)->getBuffer();
-  if (h.size() < plan::kPlanHeaderBytes ||
-      h.substr(0, 8) != llvm::StringRef(plan::kPlanMagic, 8)) {
-    why = "'" + path.str() + "' is not a PipeMesh plan (bad magic)";
-    return false;
-  }
-  auto u32 = [&](size_t at) {
-    return llvm::support::endian::read32le(h.data() + at);
-  };
-  auto u64 = [&](size_t at) {
-    return llvm::support::endian::read64le(h.data() + at);
-  };
-  if (u32(8) != plan::kPlanFormatVersion) {
-    why = "plan '" + path.str() + "': format version " + std::to_string(u32(8)) +
-          ", this pipemesh-sim reads version " + std::to_string(plan::kPlanFormatVersion) +
-          " (recompile it with a matching pipemesh-opt)";
-    return false;
-  }
-  uint64_t manifestLen = u64(16), weightsLen = u64(24);
-  const uint64_t body = fileSize - plan::kPlanHeaderBytes;
-  if (manifestLen > body || weightsLen > body - manifestLen) {
-    why = "plan '" + path.str() + "' is truncated: the header announces " +
-          std::to_string(manifestLen) + " manifest + " + std::to_string(weightsLen) +
-          " weight bytes but only " + std::to_string(body) + " follow";
-    return false;
-  }
-  if (manifestLen + weightsLen != body) {
-    why = "plan '" + path.str() + "' has " + std::to_string(body - manifestLen - weightsLen) +
-          " bytes past the " + std::to_string(manifestLen) + " manifest + " +
-          std::to_string(weightsLen) + " weight bytes its header announces";
-    return false;
-  }
-  // The checksum covers the weights too, so the whole file is read (mapped):
-  // a plan with weights is simulated after as long as reading it takes.
-  auto whole = llvm::MemoryBuffer::getFileSlice(path, body, plan::kPlanHeaderBytes);
-  if (!whole || (*whole)->getBufferSize() != body) {
-    why = "plan '" + path.str() + "': cannot read its " + std::to_string(body) + " bytes";
-    return false;
-  }
-  llvm::StringRef manifestText = (*whole)->getBuffer().take_front(manifestLen);
-  if (plan::planChecksum(manifestText, (*whole)->getBuffer().drop_front(manifestLen)) !=
-      u64(32)) {
-    why = "plan '" + path.str() + "' is damaged: its checksum does not match the one in its "
-          "header";
-    return false;
-  }
+  llvm::StringRef manifestText = container.manifest;
   llvm::Expected<json::Value> v = json::parse(manifestText);
   if (!v) {
     why = "plan '" + path.str() + "': invalid manifest JSON: " + toString(v.takeError());

@@ -163,6 +163,22 @@ def main():
     trailing = os.path.join(work, "trailing.plan")
     open(trailing, "wb").write(whole + b"\0\0\0\0")
     missing_dir = os.path.join(work, "no-such-dir")
+    # The container checks are one reader's (PMeshPlanFormat), which
+    # pipemesh-opt --print-plan uses too: the same refusal from both.
+    wrong_version = os.path.join(work, "version9.plan")
+    open(wrong_version, "wb").write(whole[:8] + struct.pack("<I", 9) + whole[12:])
+    for path, text in ((truncated, "is truncated: the header announces"),
+                       (empty, "is not a PipeMesh plan (0 bytes, shorter than the header)"),
+                       (out_json, "is not a PipeMesh plan (bad magic)"),
+                       (damaged, "is damaged: its checksum does not match the one in its header"),
+                       (trailing, "has 4 bytes past the"),
+                       (overlong, "is truncated: the header announces 9223372036854775808"),
+                       (wrong_version, "format version 9, this %s reads version 3")):
+        for tool in ("pipemesh-sim", "pipemesh-opt"):
+            cmd = [sim, path] if tool == "pipemesh-sim" else [opt, "--print-plan", path]
+            p = run(cmd, ok=False)
+            expected = text % tool if "%s" in text else text
+            assert p.returncode == 1 and expected in p.stderr, (cmd, p.returncode, p.stderr)
     for args, text in (([truncated], "is truncated: the header announces"),
                        ([empty], "is not a PipeMesh plan (0 bytes, shorter than the header)"),
                        ([damaged], "is damaged: its checksum does not match the one in its header"),

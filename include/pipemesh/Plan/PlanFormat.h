@@ -1,4 +1,4 @@
-//===- PlanFormat.h - the plan container's constants ------------*- C++ -*-===//
+//===- PlanFormat.h - the plan container: constants and reader --*- C++ -*-===//
 //
 // What the compiler writes and its readers (--print-plan, pipemesh-sim) check
 // first; docs/plan-format.md. pipemesh-run, which links no LLVM, states the
@@ -9,8 +9,11 @@
 #define PIPEMESH_PLAN_PLANFORMAT_H
 
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/MemoryBuffer.h"
 
 #include <cstdint>
+#include <memory>
+#include <string>
 
 namespace pipemesh::plan {
 
@@ -25,6 +28,20 @@ constexpr uint64_t kPlanHeaderBytes = 40;
 /// the weight bytes (docs/plan-format.md). In PMeshPlanFormat, which links
 /// only LLVM Support, so that pipemesh-sim's loader checks it too.
 uint64_t planChecksum(llvm::StringRef manifest, llvm::StringRef weights);
+
+/// A plan file whose container checked out; `manifest` (JSON text, not yet
+/// parsed) and `weights` view into `file`.
+struct PlanContainer {
+  std::unique_ptr<llvm::MemoryBuffer> file;
+  llvm::StringRef manifest, weights;
+};
+
+/// Reads `path` and checks its container: the magic, the format version
+/// (`tool` names the reader in the message), the lengths its header announces
+/// against the file's size (before anything past them is mapped) and the
+/// checksum. On failure `why` names the file and what is wrong with it.
+bool readPlanContainer(llvm::StringRef path, llvm::StringRef tool, PlanContainer &out,
+                       std::string &why);
 
 } // namespace pipemesh::plan
 
