@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 
 using namespace pipemesh::cost;
 namespace json = llvm::json;
@@ -580,6 +581,34 @@ double Cluster::collectiveTime(Collective c, double bytes,
   if (members.size() <= 1)
     return 0.0;
   return collectiveTime(c, bytes, (int64_t)members.size(), groupLink(members));
+}
+
+Cluster::Spread Cluster::spreadOf(llvm::ArrayRef<int64_t> members) const {
+  std::map<int64_t, int64_t> perNode;
+  for (int64_t m : members)
+    ++perNode[nodeOf(m)];
+  Spread s;
+  s.nodes = (int64_t)perNode.size();
+  s.perNode = perNode.empty() ? 0 : perNode.begin()->second;
+  for (const auto &node : perNode)
+    s.even &= node.second == s.perNode;
+  return s;
+}
+
+double Cluster::hierarchicalCollectiveTime(Collective c, double bytes,
+                                           llvm::ArrayRef<int64_t> members) const {
+  const Spread s = spreadOf(members);
+  if (!s.even || s.nodes <= 1 || s.perNode <= 1)
+    return collectiveTime(c, bytes, members);
+  const int64_t g = s.perNode, k = s.nodes;
+  Link shared = interNode;
+  shared.bandwidth /= (double)g;
+  // Each member's part between the nodes is 1/g of the buffer.
+  if (c == Collective::AllReduce)
+    return collectiveTime(Collective::ReduceScatter, bytes, g, intraNode) +
+           collectiveTime(Collective::AllReduce, bytes / g, k, shared) +
+           collectiveTime(Collective::AllGather, bytes, g, intraNode);
+  return collectiveTime(c, bytes, g, intraNode) + collectiveTime(c, bytes / g, k, shared);
 }
 
 std::string Cluster::checkFits(int64_t worldSize) const {

@@ -157,6 +157,12 @@ bool parseCompileOptions(llvm::StringRef text, CompileOptions &opts, std::string
         return false;
       }
       opts.gradReduce = value.str();
+    } else if (key == "dp-collectives") {
+      if (value != "flat" && value != "hierarchical") {
+        why = "dp-collectives must be flat or hierarchical, got '" + value.str() + "'";
+        return false;
+      }
+      opts.dpCollectives = value.str();
     } else if (key == "shapes-only") {
       if (!llvm::is_contained({"true", "false", "1", "0"}, value)) {
         why = "shapes-only must be true or false, got '" + value.str() + "'";

@@ -363,6 +363,8 @@ json::Object PlanBuilder::parallelJson() {
                         {"world_size", o.pp * o.dp}};
   if (o.dp > 1)
     parallel["replicas_elided"] = true; // one program per pipeline rank
+  if (o.dpCollectives != "flat")
+    parallel["dp_collectives"] = o.dpCollectives;
   if (effectiveKind(sh.sched) == ScheduleKind::Interleaved)
     parallel["group"] = effectiveGroup(sh.sched);
   if (llvm::any_of(sh.zeroChunks, [&](int64_t z) { return z != sh.zeroChunks[0]; })) {
@@ -624,6 +626,7 @@ bool PlanBuilder::jobOfRanks(const std::vector<RankPlan> &ranks, sim::LoadedPlan
   info.zero = *llvm::max_element(sh.zeroChunks);
   info.schedule = o.schedule;
   info.shapesOnly = o.shapesOnly;
+  info.hierarchicalDp = o.dpCollectives == "hierarchical";
   info.flopsPerStep = sh.flopsPerMicrobatch * o.microbatches * o.dp;
   std::vector<InstrProgramView> views;
   views.reserve(ranks.size()); // sources point into it
@@ -747,6 +750,20 @@ LogicalResult PlanBuilder::run(llvm::raw_ostream &os) {
     std::string why;
     if (!cost::Cluster::load(sh.opts.cluster, cluster, why))
       return sh.module.emitError() << "cluster=" << sh.opts.cluster << ": " << why;
+    // The runtime refuses an uneven layout; the search would simulate none.
+    if (sh.opts.dpCollectives == "hierarchical")
+      for (int64_t p = 0; p < sh.opts.pp; ++p) {
+        std::vector<int64_t> members;
+        for (int64_t d = 0; d < sh.opts.dp; ++d)
+          members.push_back(p * sh.opts.dp + d);
+        if (!cluster.spreadOf(members).even)
+          return sh.module.emitError()
+                 << "dp-collectives=hierarchical needs the same number of each dp group's ranks "
+                    "on every node; pipeline rank "
+                 << p << "'s group (ranks " << members.front() << "-" << members.back()
+                 << ") is spread unevenly over the nodes of " << cluster.gpusPerNode
+                 << " of cluster=" << sh.opts.cluster;
+      }
   }
   // zero=auto first (with the schedule's default groups), then the groups
   // for the chosen sharding.

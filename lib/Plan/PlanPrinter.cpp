@@ -102,6 +102,8 @@ bool printPlan(llvm::StringRef path, llvm::raw_ostream &os, std::string &why) {
     os << " zero-per-chunk=" << intList(zc, ",");
   else if (auto zero = par->getInteger("zero"))
     os << " zero=" << *zero;
+  if (auto dc = par->getString("dp_collectives"))
+    os << " dp-collectives=" << *dc;
   if (auto prefetch = par->getInteger("prefetch"))
     os << " prefetch=" << *prefetch;
   if (const json::Object *ps = par->getObject("prefetch_search")) {

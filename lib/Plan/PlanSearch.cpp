@@ -166,9 +166,10 @@ sim::SimResult PlanBuilder::skeletonStep(const cost::Cluster &cluster) {
   for (int64_t lag : kWaitLags) {
     if (failed(buildRankPrograms(lag)))
       break;
-    r = sim::simulate(
-        detail::skeletonJob(sh.module, sh.step, sh.sched, sh.opts.dp, cluster.device, tokens),
-        cluster);
+    sim::Job job =
+        detail::skeletonJob(sh.module, sh.step, sh.sched, sh.opts.dp, cluster.device, tokens);
+    job.hierarchicalDp = sh.opts.dpCollectives == "hierarchical";
+    r = sim::simulate(job, cluster);
     if (r.ok)
       break;
   }

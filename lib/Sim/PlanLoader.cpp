@@ -316,6 +316,7 @@ bool pipemesh::sim::jobFromRanks(const PlanInfo &info, bool replicasElided,
                                  llvm::ArrayRef<RankSource> ranks, LoadedPlan &out,
                                  std::string &why) {
   out.info = info;
+  out.job.hierarchicalDp = info.hierarchicalDp;
   const size_t numRanks = replicasElided ? (size_t)info.worldSize : ranks.size();
   Job &job = out.job;
   job.ranks.assign(numRanks, Program());
@@ -354,7 +355,8 @@ bool pipemesh::sim::jobFromRanks(const PlanInfo &info, bool replicasElided,
   job.description = "pp=" + std::to_string(info.pp) + " dp=" + std::to_string(info.dp) +
                     " vpp=" + std::to_string(info.vpp) +
                     " microbatches=" + std::to_string(info.microbatches) +
-                    " schedule=" + info.schedule + " zero=" + std::to_string(info.zero);
+                    " schedule=" + info.schedule + " zero=" + std::to_string(info.zero) +
+                    (info.hierarchicalDp ? " dp-collectives=hierarchical" : "");
   return true;
 }
 
@@ -382,6 +384,13 @@ bool pipemesh::sim::jobFromManifest(const json::Object &m, LoadedPlan &out, std:
     info.schedule += " (runs " + run->str() + ")";
   if (std::optional<llvm::StringRef> deferW = par->getString("defer_w"))
     info.schedule += " defer-w=" + deferW->str();
+  llvm::StringRef dpCollectives = par->getString("dp_collectives").value_or("flat");
+  if (dpCollectives != "flat" && dpCollectives != "hierarchical") {
+    why = "parallel.dp_collectives: expected flat or hierarchical, got '" + dpCollectives.str() +
+          "'";
+    return false;
+  }
+  info.hierarchicalDp = dpCollectives == "hierarchical";
 
   const json::Array *ranks = m.getArray("ranks");
   if (!ranks) {

@@ -233,7 +233,20 @@ bool Engine::prepare() {
       if ((size_t)k == of.size()) {
         Instance x;
         x.group = in.group, x.kind = in.coll, x.bytes = in.bytes;
-        x.duration = cluster.collectiveTime(in.coll, in.bytes, g.members);
+        if (job.hierarchicalDp && g.name == "dp") {
+          // The runtime refuses such a layout (pipemesh-run, --ranks-per-node).
+          cost::Cluster::Spread s = cluster.spreadOf(g.members);
+          if (!s.even)
+            return fail("dp-collectives=hierarchical needs the same number of the dp group's "
+                        "ranks on every node; the group of rank " +
+                        std::to_string(g.members.front()) + " is spread unevenly over " +
+                        std::to_string(s.nodes) + " nodes of " +
+                        std::to_string(cluster.gpusPerNode) + " on cluster '" + cluster.name +
+                        "'");
+          x.duration = cluster.hierarchicalCollectiveTime(in.coll, in.bytes, g.members);
+        } else {
+          x.duration = cluster.collectiveTime(in.coll, in.bytes, g.members);
+        }
         x.firstRank = r, x.firstInstr = i;
         of.push_back(insts.size());
         insts.push_back(std::move(x));

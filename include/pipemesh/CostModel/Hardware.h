@@ -32,6 +32,10 @@
 // A collective over a group uses the slowest link its ring or tree crosses:
 // the inter-node link as soon as the group spans two nodes. Collectives of
 // different groups do not contend for a node's NIC in this model.
+// Hierarchical collectives (dp-collectives=hierarchical) run within each node
+// first, then between the nodes: the members that share a node share its one
+// inter-node link (one NIC per node), which then carries (nodes - 1) / nodes
+// of the buffer instead of a flat ring's (n - 1) / n.
 //
 //===----------------------------------------------------------------------===//
 #ifndef PIPEMESH_COSTMODEL_HARDWARE_H
@@ -247,6 +251,22 @@ struct Cluster {
   /// cluster's algorithm (Auto: the faster of ring and tree).
   double collectiveTime(Collective c, double bytes, llvm::ArrayRef<int64_t> members) const;
   double collectiveTime(Collective c, double bytes, int64_t n, const Link &link) const;
+  /// How `members` lie on the nodes: `nodes` nodes, each holding `perNode`
+  /// of them when `even`.
+  struct Spread {
+    int64_t nodes = 1, perNode = 0;
+    bool even = true;
+  };
+  Spread spreadOf(llvm::ArrayRef<int64_t> members) const;
+  /// A hierarchical collective over `members` (its whole-buffer bytes): a
+  /// reduce-scatter within each node on the intra-node link, then one over
+  /// the members in the same place on every node on the inter-node link,
+  /// whose bandwidth the node's perNode concurrent transfers share; an
+  /// all-gather the reverse; an all-reduce reduce-scatters within, all-reduces
+  /// between and all-gathers within. Flat (collectiveTime) when the members
+  /// are on one node, one per node, or spread unevenly.
+  double hierarchicalCollectiveTime(Collective c, double bytes,
+                                    llvm::ArrayRef<int64_t> members) const;
   /// Error text when `worldSize` ranks do not fit, else empty.
   std::string checkFits(int64_t worldSize) const;
 

@@ -90,6 +90,11 @@ struct CompileOptions {
   /// the sum widened back: DeepSpeed's communication_data_type, FSDP's
   /// reduce_dtype; half the bytes, bf16 precision in the sum).
   std::string gradReduce = "f32";
+  /// How the data-parallel collectives run: "flat" (one ring or tree over
+  /// the dp group) or "hierarchical" (within each node, then between the
+  /// nodes: a node's inter-node link carries (nodes - 1) / nodes of a buffer
+  /// instead of (dp - 1) / dp; pipemesh-run's CPU backend, and the simulator).
+  std::string dpCollectives = "flat";
   /// How the model's own `labels` input relates to the tokens: "next" (labels
   /// are the next tokens), "same" (labels = input ids, shifted inside the
   /// model, HuggingFace style) or "auto" (same when the graph slices labels).

@@ -55,6 +55,8 @@ struct PlanInfo {
   int64_t batch = 0, seq = 0;
   std::string schedule, source;
   bool shapesOnly = false;
+  /// parallel.dp_collectives == "hierarchical" (Job::hierarchicalDp).
+  bool hierarchicalDp = false;
   double flopsPerStep = 0;
 };
 

@@ -126,6 +126,10 @@ struct Job {
   double flopsPerStep = 0;
   /// Describes the plan for reports (schedule, pp, dp, ...); free text.
   std::string description;
+  /// The plan's dp-collectives=hierarchical: the collectives of the groups
+  /// named "dp" run within each node, then between the nodes
+  /// (cost::Cluster::hierarchicalCollectiveTime).
+  bool hierarchicalDp = false;
 
   /// Index of the group with this name and members, added if new.
   int32_t group(llvm::StringRef name, const std::vector<int64_t> &members);

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstring>
 #include <limits>
 #include <cstdlib>
 #include <sched.h>
@@ -169,7 +170,7 @@ public:
     MPI_Finalized(&finalized);
     if (finalized)
       return;
-    for (MPI_Comm *c : {&dpComm, &tiedComm})
+    for (MPI_Comm *c : {&dpComm, &tiedComm, &dpIntra, &dpInter})
       if (*c != MPI_COMM_NULL)
         MPI_Comm_free(c);
     if (bf16SumOp != MPI_OP_NULL)
@@ -312,13 +313,16 @@ public:
   }
 
   // --- groups ----------------------------------------------------------------------
-  void setupGroups(const std::vector<int64_t> &dp, const std::vector<int64_t> &tied) override {
+  void setupGroups(const std::vector<int64_t> &dp, const std::vector<int64_t> &tied,
+                   bool hierarchicalDp) override {
     // Every rank must get here before the (blocking) splits: the agreement
     // is bounded, so a rank that never arrives ends the job at the deadline.
     if (!allOk(true, "communicator setup"))
       throw CommError("another rank failed before the communicator setup");
     split(dp, dpComm, dpSize, dpRank, "dp");
     split(tied, tiedComm, tiedSize, tiedRank, "tied");
+    if (hierarchicalDp)
+      setupDpHierarchy(dp);
     for (Group g : {Group::Dp, Group::Tied})
       if (groupSize(g) > 0) {
         float x = 1;
@@ -328,6 +332,9 @@ public:
                                  ", expected ", groupSize(g)));
       }
   }
+  std::pair<int, int> dpHierarchy() const override {
+    return hier.on ? std::pair<int, int>{hier.nodes, hier.perNode} : std::pair<int, int>{1, dpSize};
+  }
   int groupSize(Group g) const override { return g == Group::Dp ? dpSize : tiedSize; }
   int groupRank(Group g) const override { return g == Group::Dp ? dpRank : tiedRank; }
 
@@ -336,20 +343,22 @@ public:
   }
   void groupReduceScatter(Group g, const float *in, float *out, int64_t block,
                           const std::string &what) override {
-    reduceScatter(g, in, out, block, MPI_FLOAT, MPI_SUM, what);
+    reduceScatter(g, in, out, block, sizeof(float), MPI_FLOAT, MPI_SUM, what);
   }
   void groupAllreduceBf16(Group g, uint16_t *data, int64_t n, const std::string &what) override {
     allreduce(g, data, n, sizeof(uint16_t), MPI_UINT16_T, bf16Op(what), what);
   }
   void groupReduceScatterBf16(Group g, const uint16_t *in, uint16_t *out, int64_t block,
                               const std::string &what) override {
-    reduceScatter(g, in, out, block, MPI_UINT16_T, bf16Op(what), what);
+    reduceScatter(g, in, out, block, sizeof(uint16_t), MPI_UINT16_T, bf16Op(what), what);
   }
   void groupAllgather(Group g, const void *in, void *out, uint64_t blockBytes,
                       const std::string &what) override {
     MPI_Comm c = comm(g, what);
     if (blockBytes > INT_MAX)
       throw CommError(concat(what, ": a shard of ", blockBytes, " bytes exceeds MPI's int count"));
+    if (g == Group::Dp && hier.on)
+      return hierarchicalAllgather(in, out, blockBytes, what);
     MPI_Request req;
     check(MPI_Iallgather(in, (int)blockBytes, MPI_BYTE, out, (int)blockBytes, MPI_BYTE, c, &req),
           what);
@@ -367,22 +376,188 @@ private:
     MPI_Comm c = comm(g, what);
     for (int64_t off = 0; off < n; off += INT_MAX) {
       int k = (int)std::min<int64_t>(n - off, INT_MAX);
+      char *piece = static_cast<char *>(data) + off * elemSize;
+      if (g == Group::Dp && hier.on) {
+        hierarchicalAllreduce(piece, k, elemSize, type, op, what);
+        continue;
+      }
       MPI_Request req;
-      check(MPI_Iallreduce(MPI_IN_PLACE, static_cast<char *>(data) + off * elemSize, k, type, op,
-                           c, &req),
-            what);
+      check(MPI_Iallreduce(MPI_IN_PLACE, piece, k, type, op, c, &req), what);
       waitFor(req, timeoutSeconds, what);
     }
   }
-  void reduceScatter(Group g, const void *in, void *out, int64_t block, MPI_Datatype type,
-                     MPI_Op op, const std::string &what) {
+  void reduceScatter(Group g, const void *in, void *out, int64_t block, size_t elemSize,
+                     MPI_Datatype type, MPI_Op op, const std::string &what) {
     MPI_Comm c = comm(g, what);
     if (block > INT_MAX)
       throw CommError(concat(what, ": a shard of ", block, " elements exceeds MPI's int count"));
+    if (g == Group::Dp && hier.on)
+      return hierarchicalReduceScatter(in, out, block, elemSize, type, op, what);
     MPI_Request req;
     check(MPI_Ireduce_scatter_block(in, out, (int)block, type, op, c, &req), what);
     waitFor(req, timeoutSeconds, what);
   }
+
+  // --- hierarchical dp collectives ---------------------------------------------
+  // The dp group's members sit on `nodes` nodes, `perNode` on each: member r
+  // at node(r), place(r) (its order among its node's members). dpIntra joins
+  // a node's members (ordered by place), dpInter the members at one place on
+  // every node (ordered by node). A reduce-scatter first sums within the
+  // node, each member a `nodes`-chunk slab, then between the nodes, so that
+  // only 1/perNode of the buffer leaves each member's node and, with one
+  // network link per node, (nodes - 1) / nodes of it crosses that link,
+  // against a flat ring's (n - 1) / n. Group rank r's chunk is put in slot
+  // place(r) * nodes + node(r) first, so the shards are the flat ones.
+
+  /// Which nodes the dp members are on (collective over the world, every
+  /// rank calls it), the evenness check, and the two communicators.
+  void setupDpHierarchy(const std::vector<int64_t> &dp) {
+    std::vector<int> nodeOf(worldSize);
+    const std::string w = "finding the nodes for dp-collectives=hierarchical";
+    if (ranksPerNode > 0) {
+      for (int r = 0; r < worldSize; ++r)
+        nodeOf[r] = (int)(r / ranksPerNode);
+    } else {
+      // A node is named by its lowest world rank.
+      MPI_Comm shared;
+      check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rankId, MPI_INFO_NULL,
+                                &shared),
+            w);
+      int leader = rankId;
+      MPI_Request req;
+      check(MPI_Iallreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, shared, &req), w);
+      waitFor(req, timeoutSeconds, w);
+      MPI_Comm_free(&shared);
+      check(MPI_Iallgather(&leader, 1, MPI_INT, nodeOf.data(), 1, MPI_INT, MPI_COMM_WORLD, &req),
+            w);
+      waitFor(req, timeoutSeconds, w);
+    }
+    if (dpComm == MPI_COMM_NULL)
+      return;
+    std::vector<int> nodes, count; // nodes in order of first member
+    std::vector<int64_t> firstMember;
+    hier.node.assign(dp.size(), 0);
+    hier.place.assign(dp.size(), 0);
+    for (size_t i = 0; i < dp.size(); ++i) {
+      int n = nodeOf[dp[i]];
+      size_t at = std::find(nodes.begin(), nodes.end(), n) - nodes.begin();
+      if (at == nodes.size()) {
+        nodes.push_back(n);
+        count.push_back(0);
+        firstMember.push_back(dp[i]);
+      }
+      hier.node[i] = (int)at;
+      hier.place[i] = count[at]++;
+    }
+    if (anyDiffers(count)) {
+      std::string spread;
+      for (size_t j = 0; j < nodes.size(); ++j)
+        spread += concat(j ? ", " : "", count[j], " on the node of rank ", firstMember[j]);
+      throw CommError(concat(
+          "dp-collectives=hierarchical needs the same number of the dp group's ranks on every "
+          "node; the group of ranks ",
+          dp.front(), "..", dp.back(), " has ", spread, " (nodes: ",
+          ranksPerNode > 0 ? concat("--ranks-per-node ", ranksPerNode)
+                           : std::string("the ranks that share memory"),
+          ")"));
+    }
+    hier.nodes = (int)nodes.size();
+    hier.perNode = count.front();
+    // One node, or one member per node: the flat collective is the same.
+    if (hier.nodes == 1 || hier.perNode == 1)
+      return;
+    check(MPI_Comm_split(dpComm, hier.node[dpRank], hier.place[dpRank], &dpIntra),
+          "creating the dp group's within-node communicator");
+    check(MPI_Comm_split(dpComm, hier.place[dpRank], hier.node[dpRank], &dpInter),
+          "creating the dp group's between-node communicator");
+    for (MPI_Comm c : {dpIntra, dpInter})
+      MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+    hier.on = true;
+  }
+  static bool anyDiffers(const std::vector<int> &v) {
+    return std::any_of(v.begin(), v.end(), [&](int x) { return x != v.front(); });
+  }
+  size_t slot(size_t r) const { return (size_t)hier.place[r] * hier.nodes + hier.node[r]; }
+
+  void hierarchicalReduceScatter(const void *in, void *out, int64_t block, size_t elemSize,
+                                 MPI_Datatype type, MPI_Op op, const std::string &what) {
+    const size_t chunk = (size_t)block * elemSize;
+    if ((int64_t)hier.nodes * block > INT_MAX)
+      throw CommError(concat(what, ": ", hier.nodes, " shards of ", block,
+                             " elements exceed MPI's int count"));
+    hier.scratch.resize(chunk * dpSize);
+    for (size_t r = 0; r < (size_t)dpSize; ++r)
+      std::memcpy(hier.scratch.data() + slot(r) * chunk, static_cast<const char *>(in) + r * chunk,
+                  chunk);
+    hier.slab.resize(chunk * hier.nodes);
+    MPI_Request req;
+    const std::string within = what + " (within the node)", between = what + " (between nodes)";
+    check(MPI_Ireduce_scatter_block(hier.scratch.data(), hier.slab.data(),
+                                    (int)(hier.nodes * block), type, op, dpIntra, &req),
+          within);
+    waitFor(req, timeoutSeconds, within);
+    check(MPI_Ireduce_scatter_block(hier.slab.data(), out, (int)block, type, op, dpInter, &req),
+          between);
+    waitFor(req, timeoutSeconds, between);
+  }
+
+  void hierarchicalAllgather(const void *in, void *out, uint64_t blockBytes,
+                             const std::string &what) {
+    if ((uint64_t)hier.nodes * blockBytes > INT_MAX)
+      throw CommError(concat(what, ": ", hier.nodes, " shards of ", blockBytes,
+                             " bytes exceed MPI's int count"));
+    hier.slab.resize(blockBytes * hier.nodes);
+    hier.scratch.resize(blockBytes * dpSize);
+    MPI_Request req;
+    const std::string within = what + " (within the node)", between = what + " (between nodes)";
+    check(MPI_Iallgather(in, (int)blockBytes, MPI_BYTE, hier.slab.data(), (int)blockBytes,
+                         MPI_BYTE, dpInter, &req),
+          between);
+    waitFor(req, timeoutSeconds, between);
+    const int slabBytes = (int)(blockBytes * hier.nodes);
+    check(MPI_Iallgather(hier.slab.data(), slabBytes, MPI_BYTE, hier.scratch.data(), slabBytes,
+                         MPI_BYTE, dpIntra, &req),
+          within);
+    waitFor(req, timeoutSeconds, within);
+    for (size_t r = 0; r < (size_t)dpSize; ++r)
+      std::memcpy(static_cast<char *>(out) + r * blockBytes,
+                  hier.scratch.data() + slot(r) * blockBytes, blockBytes);
+  }
+
+  /// In place over `n` elements: each member of a node sums one part of them
+  /// within the node, all-reduces it with the members at its place on the
+  /// other nodes, and the node gathers the parts back.
+  void hierarchicalAllreduce(char *data, int n, size_t elemSize, MPI_Datatype type, MPI_Op op,
+                             const std::string &what) {
+    const int g = hier.perNode, me = hier.place[dpRank];
+    std::vector<int> counts(g), displs(g);
+    for (int l = 0, at = 0; l < g; ++l) {
+      counts[l] = n / g + (l < n % g);
+      displs[l] = at;
+      at += counts[l];
+    }
+    hier.slab.resize((size_t)counts[0] * elemSize);
+    MPI_Request req;
+    const std::string within = what + " (within the node)", between = what + " (between nodes)";
+    check(MPI_Ireduce_scatter(data, hier.slab.data(), counts.data(), type, op, dpIntra, &req),
+          within);
+    waitFor(req, timeoutSeconds, within);
+    check(MPI_Iallreduce(MPI_IN_PLACE, hier.slab.data(), counts[me], type, op, dpInter, &req),
+          between);
+    waitFor(req, timeoutSeconds, between);
+    check(MPI_Iallgatherv(hier.slab.data(), counts[me], type, data, counts.data(), displs.data(),
+                          type, dpIntra, &req),
+          within);
+    waitFor(req, timeoutSeconds, within);
+  }
+
+  struct Hierarchy {
+    bool on = false;
+    int nodes = 1, perNode = 1;
+    std::vector<int> node, place; // per dp group rank
+    /// Staging outside the arena: the permuted buffer and one member's slab.
+    std::vector<char> scratch, slab;
+  } hier;
   MPI_Op bf16Op(const std::string &what) {
     if (bf16SumOp == MPI_OP_NULL)
       check(MPI_Op_create(bf16Sum, /*commute=*/1, &bf16SumOp), what);
@@ -420,6 +595,7 @@ private:
 
   int rankId = 0, worldSize = 1, tagUb = 32767;
   MPI_Comm dpComm = MPI_COMM_NULL, tiedComm = MPI_COMM_NULL;
+  MPI_Comm dpIntra = MPI_COMM_NULL, dpInter = MPI_COMM_NULL;
   int dpSize = 0, dpRank = 0, tiedSize = 0, tiedRank = 0;
 };
 

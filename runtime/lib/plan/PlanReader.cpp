@@ -224,6 +224,10 @@ struct PlanParser {
     p.parallel.worldSize = integer(par, "parallel", "world_size");
     p.parallel.zero = integerOr(par, "parallel", "zero", 0);
     p.parallel.schedule = stringOr(par, "parallel", "schedule", "");
+    const std::string dpCollectives = stringOr(par, "parallel", "dp_collectives", "flat");
+    if (dpCollectives != "flat" && dpCollectives != "hierarchical")
+      bad("parallel.dp_collectives", "must be flat or hierarchical, got '" + dpCollectives + "'");
+    p.parallel.hierarchicalDp = dpCollectives == "hierarchical";
     if (p.parallel.zero < 0 || p.parallel.zero > 3)
       bad("parallel.zero", "must be 0, 1, 2 or 3, got " + std::to_string(p.parallel.zero));
     if (p.parallel.pp <= 0 || p.parallel.dp <= 0 || p.parallel.vpp <= 0 ||

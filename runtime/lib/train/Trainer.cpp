@@ -67,7 +67,7 @@ Trainer::Trainer(const RunOptions &o, Communicator &comm, std::ostream &log)
   // The dp and tied sub-communicators (collective, bounded), then the program
   // is bound against them and the point-to-point peers are warmed up.
   activity::set("start-up (creating the communicators)");
-  comm.setupGroups(rankPlan->dpGroup, rankPlan->tiedGroup);
+  comm.setupGroups(rankPlan->dpGroup, rankPlan->tiedGroup, p.parallel.hierarchicalDp);
   if (factory) {
     activity::set("start-up (the compute backend)");
     BackendOptions bo;
@@ -180,6 +180,16 @@ void Trainer::banner() {
       << (backend ? backend->name() : std::string("cpu"));
   if (comm.size() > 1)
     log << "; --comm-timeout " << comm.timeoutSeconds << " s";
+  if (p.parallel.hierarchicalDp) {
+    auto [nodes, perNode] = comm.dpHierarchy();
+    if (nodes > 1 && perNode > 1)
+      log << "; dp collectives hierarchical (" << nodes << " nodes x " << perNode
+          << " ranks per dp group)";
+    else
+      log << "; dp collectives flat (rank 0's dp group has " << perNode << " rank"
+          << (perNode == 1 ? "" : "s") << " on each of " << nodes
+          << (nodes == 1 ? " node" : " nodes") << ")";
+  }
   if (!backend && !opts.blasInfo.empty())
     log << " (" << opts.blasInfo << ")";
   log << "\n";

@@ -65,6 +65,8 @@ run
   --precision fp32|bf16    cuda: matmul operands in fp32 (default) or bf16
   --deterministic on|off   cuda: bit-identical runs (default on)
   --comm-timeout SEC       a peer silent this long fails the job (default 300)
+  --ranks-per-node N       nodes of N consecutive ranks for a plan compiled with
+                           dp-collectives=hierarchical (default: ranks sharing memory)
   --peak-tflops X          one rank's peak TFLOP/s (its device's, at the precision it
                            computes in): the step log adds the model FLOPs
                            utilization (MFU) to the TFLOP/s per rank it reports
@@ -185,6 +187,7 @@ CommandLine parseCommandLine(int argc, char **argv) {
          if (c.commTimeout <= 0)
            fail(o, " must be positive");
        }},
+      {"--ranks-per-node", [&](auto &o, auto &v) { c.ranksPerNode = parseInt(o, v, 1); }},
       {"--dump-data", [&](auto &, auto &v) { r.dumpData = v; }},
       {"--write-default-corpus", [&](auto &, auto &v) { c.writeDefaultCorpus = v; }},
       {"--check-rank", [&](auto &o, auto &v) { c.checkRank = parseInt(o, v, 0); }},

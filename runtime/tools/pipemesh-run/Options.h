@@ -17,6 +17,9 @@ struct CommandLine {
   /// --check-rank R: read and check the plan as rank R and exit (no MPI).
   std::optional<int64_t> checkRank;
   double commTimeout = 300;
+  /// --ranks-per-node N: nodes of N consecutive ranks for dp-collectives=
+  /// hierarchical plans (0: the ranks that share memory).
+  int64_t ranksPerNode = 0;
   bool help = false, version = false;
 };
 

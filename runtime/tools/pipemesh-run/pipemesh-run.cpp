@@ -103,6 +103,7 @@ int main(int argc, char **argv) {
 
   std::unique_ptr<rt::Communicator> comm = rt::createMpiCommunicator(&argc, &argv);
   comm->timeoutSeconds = cl.commTimeout;
+  comm->ranksPerNode = cl.ranksPerNode;
   // When another rank dies, mpirun usually ends this one with SIGTERM before
   // any deadline here expires: say where it was (docs/pipemesh-run.md).
   if (comm->size() > 1)

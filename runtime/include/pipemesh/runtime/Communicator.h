@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace pipemesh::rt {
@@ -87,7 +88,15 @@ public:
   /// Collective over the world: splits it into the groups (each rank passes
   /// its own group's members in group order; empty = not in any group of
   /// that kind), then runs one tiny all-reduce on each new communicator.
-  virtual void setupGroups(const std::vector<int64_t> &dp, const std::vector<int64_t> &tied) = 0;
+  /// `hierarchicalDp` (a plan compiled with dp-collectives=hierarchical):
+  /// the dp group's collectives run within each node, then between the
+  /// nodes (nodes: ranksPerNode consecutive ranks, or those sharing memory
+  /// when it is 0); a group spread unevenly over the nodes is a CommError.
+  virtual void setupGroups(const std::vector<int64_t> &dp, const std::vector<int64_t> &tied,
+                           bool hierarchicalDp) = 0;
+  /// The dp group's nodes and members per node when its collectives run
+  /// hierarchically ({1, size} when they run flat), for the start-up line.
+  virtual std::pair<int, int> dpHierarchy() const = 0;
   /// Size of this rank's group (0 when it is in none) and its position.
   virtual int groupSize(Group g) const = 0;
   virtual int groupRank(Group g) const = 0;
@@ -111,6 +120,9 @@ public:
   [[noreturn]] virtual void abort(int code) = 0;
 
   double timeoutSeconds = 300;
+  /// Ranks per node for hierarchical collectives (--ranks-per-node); 0: the
+  /// ranks that share memory (MPI_COMM_TYPE_SHARED) form a node.
+  int64_t ranksPerNode = 0;
 };
 
 /// Initializes MPI (thread level funneled) and returns the world

@@ -133,6 +133,9 @@ struct ParallelInfo {
   int64_t pp = 1, dp = 1, vpp = 1, microbatches = 1, worldSize = 1;
   int64_t zero = 0;     ///< ZeRO level (0..3; default 0)
   std::string schedule; ///< gpipe, 1f1b, interleaved, ... (informational)
+  /// `parallel.dp_collectives`: the dp group's collectives run within each
+  /// node, then between the nodes (Communicator::setupGroups).
+  bool hierarchicalDp = false;
   /// Sequences per step: dp * microbatches * batch.
 };
 
