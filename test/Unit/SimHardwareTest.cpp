@@ -54,6 +54,44 @@ TEST(SimHardware, GroupsSpanningNodesUseTheInterNodeLink) {
   EXPECT_NE(c.checkFits(17), "");
 }
 
+TEST(SimHardware, HierarchicalCollectivesShareTheNodesLink) {
+  Cluster c = *Cluster::preset("a100-40g-25gbps");
+  c.algorithm = CollectiveAlgorithm::Ring;
+  const Link in = c.intraNode, out = c.interNode;
+  Link shared = out;
+  shared.bandwidth = out.bandwidth / 8; // the node's 8 members share its link
+  std::vector<int64_t> twoNodes;
+  for (int64_t r = 0; r < 16; ++r)
+    twoNodes.push_back(r);
+  const double b = 1.6e9;
+  Cluster::Spread s = c.spreadOf(twoNodes);
+  EXPECT_TRUE(s.even);
+  EXPECT_EQ(s.nodes, 2);
+  EXPECT_EQ(s.perNode, 8);
+  // Within the node over 8, then between the 2 nodes on 1/8 of the buffer.
+  EXPECT_DOUBLE_EQ(c.hierarchicalCollectiveTime(Collective::ReduceScatter, b, twoNodes),
+                   ringReduceScatterTime(8, b, in) + ringReduceScatterTime(2, b / 8, shared));
+  EXPECT_DOUBLE_EQ(c.hierarchicalCollectiveTime(Collective::AllGather, b, twoNodes),
+                   ringAllGatherTime(8, b, in) + ringAllGatherTime(2, b / 8, shared));
+  EXPECT_DOUBLE_EQ(c.hierarchicalCollectiveTime(Collective::AllReduce, b, twoNodes),
+                   ringReduceScatterTime(8, b, in) + ringAllReduceTime(2, b / 8, shared) +
+                       ringAllGatherTime(8, b, in));
+  // The node's link carries half the buffer, a flat ring's 15/16 of it: the
+  // hierarchical reduce-scatter is close to half as long.
+  double flat = c.collectiveTime(Collective::ReduceScatter, b, twoNodes);
+  EXPECT_DOUBLE_EQ(flat, ringReduceScatterTime(16, b, out));
+  EXPECT_NEAR(c.hierarchicalCollectiveTime(Collective::ReduceScatter, b, twoNodes) / flat,
+              (0.5 / out.bandwidth + 7.0 / 8 / in.bandwidth) / (15.0 / 16 / out.bandwidth), 0.01);
+  // One node, one member per node, or uneven: flat.
+  EXPECT_DOUBLE_EQ(c.hierarchicalCollectiveTime(Collective::AllGather, b, {0, 1, 2, 3}),
+                   c.collectiveTime(Collective::AllGather, b, {0, 1, 2, 3}));
+  EXPECT_DOUBLE_EQ(c.hierarchicalCollectiveTime(Collective::AllGather, b, {0, 8, 16}),
+                   c.collectiveTime(Collective::AllGather, b, {0, 8, 16}));
+  EXPECT_FALSE(c.spreadOf({0, 1, 2, 8}).even);
+  EXPECT_DOUBLE_EQ(c.hierarchicalCollectiveTime(Collective::AllGather, b, {0, 1, 2, 8}),
+                   c.collectiveTime(Collective::AllGather, b, {0, 1, 2, 8}));
+}
+
 TEST(SimHardware, GemmEfficiencySaturates) {
   Device d = Device::a100_40gb();
   EXPECT_EQ(d.peakFlops(), 312e12);

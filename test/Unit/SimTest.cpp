@@ -339,6 +339,45 @@ TEST(SimCollective, ExposedWhenBlockingHiddenWhenOverlapped) {
   EXPECT_NEAR(partial.stepTimeS, 1 + 2 + 0.5, 1e-12);
 }
 
+TEST(SimCollective, HierarchicalDpCollectivesOnlyOnTheDpGroup) {
+  // Four ranks on two nodes of two: a blocking reduce-scatter on the "dp"
+  // group costs the hierarchical time when the job says so, the flat time
+  // otherwise and on any other group; a layout the runtime refuses is an error.
+  cost::Cluster c = freeCluster();
+  c.gpusPerNode = 2;
+  c.algorithm = cost::CollectiveAlgorithm::Ring;
+  c.intraNode = {"in", 0.0, 10.0};
+  c.interNode = {"out", 0.0, 1.0};
+  auto job = [](const char *groupName, bool hierarchical) {
+    Job j;
+    j.hierarchicalDp = hierarchical;
+    j.ranks.resize(4);
+    int32_t g = j.group(groupName, {0, 1, 2, 3});
+    for (int32_t r = 0; r < 4; ++r) {
+      j.ranks[r].rank = r;
+      j.ranks[r].instrs.push_back(
+          Instr::collective(cost::Collective::ReduceScatter, g, 8.0, /*async=*/false));
+    }
+    return j;
+  };
+  // Within the node: 1/2 of 8 bytes at 10 B/s; between: 1/2 of 4 bytes at 1/2 B/s.
+  const double hier = 0.5 * 8 / 10 + 0.5 * 4 / 0.5, flat = 3.0 / 4 * 8 / 1;
+  SimResult h = simulate(job("dp", true), c);
+  ASSERT_TRUE(h.ok) << h.error;
+  EXPECT_NEAR(h.stepTimeS, hier, 1e-12);
+  SimResult f = simulate(job("dp", false), c);
+  ASSERT_TRUE(f.ok) << f.error;
+  EXPECT_NEAR(f.stepTimeS, flat, 1e-12);
+  SimResult tied = simulate(job("tied", true), c);
+  ASSERT_TRUE(tied.ok) << tied.error;
+  EXPECT_NEAR(tied.stepTimeS, flat, 1e-12);
+  c.gpusPerNode = 3;
+  SimResult uneven = simulate(job("dp", true), c);
+  EXPECT_FALSE(uneven.ok);
+  EXPECT_NE(uneven.error.find("spread unevenly over 2 nodes of 3"), std::string::npos)
+      << uneven.error;
+}
+
 TEST(SimCollective, LatePeerIsBubbleNotExposedComm) {
   cost::Cluster c = freeCluster();
   c.intraNode = c.interNode = {"link", 0.0, 1.0};

@@ -42,7 +42,7 @@ class GeneratedGptTest(common.TempDirTest):
         self.check_ok(r)
         return r, common.read_log(log)
 
-    def torch_run(self, model, dtype=torch.float32, dp=1, grad_reduce="f32"):
+    def torch_run(self, model, dtype=torch.float32, dp=1, grad_reduce="f32", node_size=0):
         """reference.train of MODELS[model] on the same data (dp replicas of B
         sequences): (log, final parameters)."""
         weights = {i.name: onnx.numpy_helper.to_array(i).astype(np.float32)
@@ -53,7 +53,7 @@ class GeneratedGptTest(common.TempDirTest):
             self.check_ok(common.run(["--write-default-corpus", corpus]))
         sampler = reference.Sampler(common.read_shard(corpus), self.T, self.B, dp, self.M)
         return reference.train(model, weights, sampler, self.STEPS, self.HEADS, lr=self.LR,
-                               dtype=dtype, grad_reduce=grad_reduce)
+                               dtype=dtype, grad_reduce=grad_reduce, node_size=node_size)
 
     def assert_cuda_refuses(self, options, world=1):
         """The CUDA backend refuses a plan compiled with `options` (a bf16 storage option

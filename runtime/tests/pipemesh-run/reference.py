@@ -223,14 +223,16 @@ for _a in (False, True):
 
 def train(model, weights, sampler, steps, heads, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
           weight_decay=0.01, grad_clip=0.0, warmup=0, schedule="constant", min_lr=0.0,
-          dtype=torch.float32, grad_reduce="f32", decay_steps=0):
+          dtype=torch.float32, grad_reduce="f32", decay_steps=0, node_size=0):
     """Returns per-step dicts (loss, lr, grad_norm) and the final parameters.
     dtype=torch.float64: the same computation with f64 arithmetic (bf16 rounding
     points stay where they are), to tell a difference in evaluation order from one
     in what is computed. With sampler.dp > 1 each replica's gradient is computed
     apart and then summed over replicas; grad_reduce="bf16" sums them as the runtime's
     bf16 reductions do: each replica's gradient rounded to bf16, every addition rounded
-    (replica order; the same as any order for two replicas)."""
+    (replica order; the same as any order for two replicas). node_size > 0: as
+    dp-collectives=hierarchical sums them, each run of node_size consecutive replicas
+    (a node) first, then the nodes' sums in node order."""
     torch.set_num_threads(1)
     params = {k: torch.tensor(v, dtype=dtype, requires_grad=True) for k, v in weights.items()}
     decay = [p for p in params.values() if p.dim() >= 2]
@@ -261,9 +263,17 @@ def train(model, weights, sampler, steps, heads, lr=1e-3, beta1=0.9, beta2=0.999
         for k, v in params.items():
             parts = [r[k] for r in replicas]
             if grad_reduce == "bf16" and len(parts) > 1:
-                acc = bf16(parts[0])
-                for g in parts[1:]:
-                    acc = bf16(acc + bf16(g))
+                def bf16_sum(xs, rounded=False):
+                    acc = xs[0] if rounded else bf16(xs[0])
+                    for g in xs[1:]:
+                        acc = bf16(acc + (g if rounded else bf16(g)))
+                    return acc
+                if node_size > 0:
+                    nodes = [bf16_sum(parts[i:i + node_size])
+                             for i in range(0, len(parts), node_size)]
+                    acc = bf16_sum(nodes, rounded=True)
+                else:
+                    acc = bf16_sum(parts)
             else:
                 acc = parts[0]
                 for g in parts[1:]:
