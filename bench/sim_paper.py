@@ -53,6 +53,7 @@ GLOBAL_BATCH = 128          # sequences per step = batch * microbatches * dp (--
 ACTIVATIONS = "f32"         # storage type of activation buffers (--activations)
 PARAMS = "f32"              # what F and B read of the parameters (--params)
 GRAD_REDUCE = "f32"         # element type of the dp gradient sums (--grad-reduce)
+DP_COLLECTIVES = "flat"     # how the dp collectives run (--dp-collectives)
 PP = 4                       # pipeline stages for every GPU count; dp = gpus / pp
 NETWORKS = ("a100-40g-25gbps", "a100-40g-100gbps")
 MEM_LIMIT = "40GiB"
@@ -200,6 +201,7 @@ def run_config(opt, simbin, model, gpus, schedule, vpp, extra, label, zero, net=
            f"{'' if ACTIVATIONS == 'f32' else '_' + ACTIVATIONS}"
            f"{'' if PARAMS == 'f32' else '_p' + PARAMS}"
            f"{'' if GRAD_REDUCE == 'f32' else '_g' + GRAD_REDUCE}"
+           f"{'' if DP_COLLECTIVES == 'flat' else '_hier'}"
            .replace("=", "").replace(",", "_"))
     cache = os.path.join(CACHE, key + ".json")
     if os.path.exists(cache):
@@ -210,12 +212,15 @@ def run_config(opt, simbin, model, gpus, schedule, vpp, extra, label, zero, net=
     opts = (f"batch={batch} seq={SEQ} pp={pp} dp={dp} vpp={vpp} microbatches={m} "
             f"schedule={schedule} zero={zero} recompute=auto mem-limit={MEM_LIMIT} "
             f"shapes-only=true activations={ACTIVATIONS} params={PARAMS} "
-            f"grad-reduce={GRAD_REDUCE} {extra}{(' cluster=' + net) if net else ''}"
+            f"grad-reduce={GRAD_REDUCE} "
+            f"{'' if DP_COLLECTIVES == 'flat' else 'dp-collectives=' + DP_COLLECTIVES + ' '}"
+            f"{extra}{(' cluster=' + net) if net else ''}"
             f"{' prefetch=auto' if zero in (3, 'auto') else ''}").strip()
     rec = {"key": key, "model": model, "gpus": gpus, "schedule": schedule, "label": label,
            "pp": pp, "dp": dp, "vpp": vpp, "batch": batch, "microbatches": m, "zero": zero,
            "options": opts, "sims": {}, "bin_hash": BIN_HASH, "global_batch": GLOBAL_BATCH,
-           "activations": ACTIVATIONS, "params": PARAMS, "grad_reduce": GRAD_REDUCE}
+           "activations": ACTIVATIONS, "params": PARAMS, "grad_reduce": GRAD_REDUCE,
+           "dp_collectives": DP_COLLECTIVES}
     plan = os.path.join(WORK, key + ".plan")
     t0 = time.time()
     limit = COMPILE_TIMEOUT["auto" if zero == "auto" else "fixed"]
@@ -375,7 +380,8 @@ def table(rows):
 
 
 def main():
-    global BIN_HASH, GLOBAL_BATCH, LADDER_RECOMPUTE, ACTIVATIONS, PARAMS, GRAD_REDUCE, VPPS
+    global BIN_HASH, GLOBAL_BATCH, LADDER_RECOMPUTE, ACTIVATIONS, PARAMS, GRAD_REDUCE, VPPS, \
+        DP_COLLECTIVES
     global ELASTIC_RECOMPUTE, NETWORKS
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -414,7 +420,11 @@ def main():
     ap.add_argument("--grad-reduce", choices=("f32", "bf16"), default=GRAD_REDUCE,
                     help="grad-reduce= of every plan (bf16: dp gradient sums in bf16; cached "
                          "and written apart, sim_paper..._gbf16.json / .md)")
+    ap.add_argument("--dp-collectives", choices=("flat", "hierarchical"), default=DP_COLLECTIVES,
+                    help="dp-collectives= of every plan (hierarchical: within each node, then "
+                         "between the nodes; cached and written apart, sim_paper..._hier.json / .md)")
     args = ap.parse_args()
+    DP_COLLECTIVES = args.dp_collectives
     GLOBAL_BATCH = args.global_batch
     ACTIVATIONS = args.activations
     PARAMS = args.params
@@ -449,7 +459,8 @@ def main():
             if rec.get("global_batch", 128) == GLOBAL_BATCH and \
                     rec.get("activations", "f32") == ACTIVATIONS and \
                     rec.get("params", "f32") == PARAMS and \
-                    rec.get("grad_reduce", "f32") == GRAD_REDUCE:
+                    rec.get("grad_reduce", "f32") == GRAD_REDUCE and \
+                    rec.get("dp_collectives", "flat") == DP_COLLECTIVES:
                 recs.append(rec)
         if any(r.get("bin_hash") == BIN_HASH for r in recs):
             recs = [r for r in recs if r.get("bin_hash") == BIN_HASH]
@@ -470,6 +481,7 @@ def main():
         ("" if ACTIVATIONS == "f32" else "_" + ACTIVATIONS) + \
         ("" if PARAMS == "f32" else "_p" + PARAMS) + \
         ("" if GRAD_REDUCE == "f32" else "_g" + GRAD_REDUCE) + \
+        ("" if DP_COLLECTIVES == "flat" else "_hier") + \
         ("" if NETWORKS == default_networks else
          "_net" + "-".join(n.split("-")[-1].replace("gbps", "") for n in NETWORKS))
     with open(os.path.join(OUT, f"sim_paper{suffix}.json"), "w") as f:

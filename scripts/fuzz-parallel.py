@@ -9,8 +9,9 @@ Llama-style; or one of the committed exports of models/fixtures, with their loss
 from everything `--pipemesh-compile` takes: pp, dp, vpp, micro-batches and their size,
 schedule (gpipe, 1f1b, interleaved, bfs, zb-h1, zb-h2, elastic with drawn groups or
 groups=auto), defer-w, zero (a level, a level per chunk, or auto), prefetch, recompute
-(with a mem-limit for auto), layers-per-stage, and sometimes bf16 activations,
-parameters or gradient sums. It compiles the plan, trains it `--steps` steps under `mpirun` (one
+(with a mem-limit for auto), layers-per-stage, sometimes hierarchical dp collectives
+(with nodes of a drawn divisor of dp ranks, pipemesh-run's --ranks-per-node), and sometimes
+bf16 activations, parameters or gradient sums. It compiles the plan, trains it `--steps` steps under `mpirun` (one
 process per rank, oversubscribed), and compares the losses and gradient norms with the
 same model at pp=1 dp=1 on the same global batch (canonical sampling: the same data),
 and so the validation losses (--val-data) that every run evaluates after steps 2, 4, ...
@@ -127,6 +128,12 @@ def draw(rng):
             o["cluster"] = o.get("cluster", "a100-40g-25gbps")
         if "3" in o["zero"] and rng.random() < 0.5:
             o["prefetch"] = rng.choice(["1", "2", "auto"])
+        if rng.random() < 0.2:
+            # Within nodes, then between them: nodes of a divisor of dp consecutive ranks
+            # (dp itself: one node per group, which runs flat). Not an option of the plan:
+            # pipemesh-run's --ranks-per-node, kept under a key options_text leaves out.
+            o["dp-collectives"] = "hierarchical"
+            o["_ranks-per-node"] = rng.choice([d for d in range(1, dp + 1) if dp % d == 0])
     r = rng.random()
     if r < 0.25:
         o["recompute"] = rng.choice(["selective", "full"])
@@ -147,7 +154,12 @@ def draw(rng):
 
 
 def options_text(o):
-    return " ".join(f"{k}={v}" for k, v in o.items())
+    return " ".join(f"{k}={v}" for k, v in o.items() if not k.startswith("_"))
+
+
+def run_flags(o):
+    """pipemesh-run's flags that belong to the sample (not to the compile)."""
+    return ["--ranks-per-node", str(o["_ranks-per-node"])] if "_ranks-per-node" in o else []
 
 
 GPT_EXPORTS = {
@@ -272,7 +284,7 @@ def main():
         name = shape if isinstance(shape, str) else "layers=%d embd=%d" % shape[:2] + (
             f" llama (rotary {llama_rotary(shape)})" if len(shape) > 2
             else f" ({gpt_export(shape)})")
-        label = f"{i}: {name} {options_text(o)}"
+        label = f"{i}: {name} {options_text(o)} {' '.join(run_flags(o))}".rstrip()
         plan, ccmd, r = compile_plan(f"s{i}", shape, o)
         text = r.stdout + r.stderr
         if r.returncode < 0 or r.returncode > 2 or any(w in text for w in CRASH_WORDS):
@@ -302,7 +314,7 @@ def main():
         if want is None:
             finding(i, f"reference does not train: {key}: {err}", [rccmd, rcmd])
             continue
-        got, tcmd, err = train(f"s{i}", plan, o["pp"] * o["dp"])
+        got, tcmd, err = train(f"s{i}", plan, o["pp"] * o["dp"], *run_flags(o))
         if got is None:
             finding(i, f"does not train: {label}\n{err}", [ccmd, tcmd])
             continue
@@ -326,10 +338,12 @@ def main():
             ckpt, stop = os.path.join(work, f"s{i}-ckpt"), rng.randint(1, args.steps - 1)
             world = o["pp"] * o["dp"]
             first, c1, err = train(f"s{i}-r", plan, world, "--checkpoint-dir", ckpt,
-                                   "--checkpoint-every", "1", "--stop-at-step", str(stop))
+                                   "--checkpoint-every", "1", "--stop-at-step", str(stop),
+                                   *run_flags(o))
             if first is not None:
                 shutil.copytree(ckpt, ckpt + "-other")
-            again, c2, err2 = train(f"s{i}-r", plan, world, "--checkpoint-dir", ckpt, "--resume")
+            again, c2, err2 = train(f"s{i}-r", plan, world, "--checkpoint-dir", ckpt, "--resume",
+                                    *run_flags(o))
             if first is None or again is None:
                 finding(i, f"checkpoint or resume failed: {label}\n{err or err2}", [ccmd, c1, c2])
                 continue
