@@ -50,6 +50,8 @@ ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIR
 CRASH_WORDS = ("Assertion", "terminate called", "UNREACHABLE", "Stack dump", "Segmentation",
                "internal error", "AddressSanitizer", "runtime error:")
 MAX_WORLD = 8
+# Share of the dp > 1 samples drawn with dp-collectives=hierarchical (--hierarchical-share).
+HIERARCHICAL_SHARE = 0.2
 # Committed exports with dynamic batch and sequence (2 layers each; models/fixtures).
 FIXTURES = ["gpt2_tiny_op13.onnx", "gpt2_tiny_op13_loss.onnx", "gpt2_tiny_op17_loss.onnx",
             "gpt2_tiny_op17_lossonly_shift.onnx", "gpt2_tiny_op18.onnx",
@@ -128,12 +130,16 @@ def draw(rng):
             o["cluster"] = o.get("cluster", "a100-40g-25gbps")
         if "3" in o["zero"] and rng.random() < 0.5:
             o["prefetch"] = rng.choice(["1", "2", "auto"])
-        if rng.random() < 0.2:
+        if rng.random() < HIERARCHICAL_SHARE:
             # Within nodes, then between them: nodes of a divisor of dp consecutive ranks
             # (dp itself: one node per group, which runs flat). Not an option of the plan:
             # pipemesh-run's --ranks-per-node, kept under a key options_text leaves out.
             o["dp-collectives"] = "hierarchical"
-            o["_ranks-per-node"] = rng.choice([d for d in range(1, dp + 1) if dp % d == 0])
+            # Only dp=4 on nodes of 2 splits a group into nodes of several ranks here: mostly.
+            divisors = [d for d in range(1, dp + 1) if dp % d == 0]
+            proper = [d for d in divisors if 1 < d < dp]
+            o["_ranks-per-node"] = rng.choice(proper if proper and rng.random() < 0.8
+                                              else divisors)
     r = rng.random()
     if r < 0.25:
         o["recompute"] = rng.choice(["selective", "full"])
@@ -188,6 +194,7 @@ def llama_rotary(shape):
 
 
 def main():
+    global HIERARCHICAL_SHARE
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", default=os.path.join(REPO, "build"))
     ap.add_argument("--seed", type=int, default=1)
@@ -198,11 +205,15 @@ def main():
     ap.add_argument("--resume-share", type=float, default=0.25,
                     help="share of the trained samples also stopped after a drawn step and "
                     "resumed from its checkpoint (the log must be the same, bit for bit)")
+    ap.add_argument("--hierarchical-share", type=float, default=HIERARCHICAL_SHARE,
+                    help="share of the dp > 1 samples with dp-collectives=hierarchical "
+                         "(default %(default)s)")
     ap.add_argument("--hf-share", type=float, default=0.0,
                     help="share of the drawn fixtures replaced by a PyTorch 2 export of a "
                     "transformers model (HF_FIXTURES)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     args = ap.parse_args()
+    HIERARCHICAL_SHARE = args.hierarchical_share
     opt = os.environ.get("PIPEMESH_OPT", os.path.join(args.build, "bin", "pipemesh-opt"))
     run = os.environ.get("PIPEMESH_RUN", os.path.join(args.build, "bin", "pipemesh-run"))
     rng = random.Random(args.seed)
