@@ -412,7 +412,9 @@ void PlanBuilder::explain(func::FuncOp train, const cost::Cluster &cluster) {
      << " zero=" << groupsText(sh.zeroChunks) << " recompute=" << sh.opts.recompute
      << (sh.opts.memLimit ? " mem-limit=" + std::to_string(sh.opts.memLimit) : std::string())
      << " activations=" << sh.opts.activations << " params=" << sh.opts.params
-     << " grad-reduce=" << sh.opts.gradReduce << " on cluster " << cluster.name
+     << " grad-reduce=" << sh.opts.gradReduce
+     << (sh.opts.dpCollectives == "flat" ? "" : " dp-collectives=" + sh.opts.dpCollectives)
+     << " on cluster " << cluster.name
      << " (simulated step, * = chosen)\n";
   auto nameOf = [&](const ScheduleConfig &c) {
     std::string name = scheduleKindName(c.kind).str();
