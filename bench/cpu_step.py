@@ -113,9 +113,9 @@ def torch_worker(args):
 
 def torch_run(shard, steps, threads, extra_env, sgemm=False):
     env = dict(os.environ, **extra_env)
-    out = subprocess.run(["/usr/bin/python3", os.path.abspath(__file__), "--torch-worker", shard,
-                          "--steps", str(steps), "--threads", str(threads)]
-                         + (["--sgemm-worker"] if sgemm else []),
+    worker = (["--sgemm-worker"] if sgemm else
+              ["--torch-worker", shard, "--steps", str(steps)]) + ["--threads", str(threads)]
+    out = subprocess.run(["/usr/bin/python3", os.path.abspath(__file__)] + worker,
                          env=env, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -139,7 +139,7 @@ def main():
     ap.add_argument("--torch-worker", metavar="SHARD", help=argparse.SUPPRESS)
     ap.add_argument("--sgemm-worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.torch_worker:
+    if args.torch_worker or args.sgemm_worker:
         return torch_worker(args)
     if args.steps <= WARMUP:
         ap.error(f"--steps must be above the {WARMUP} warm-up steps")
