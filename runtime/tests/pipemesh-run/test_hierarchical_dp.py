@@ -43,23 +43,30 @@ class HierarchicalDp(GeneratedGptTest):
                 self.assertLess(worst, 1e-5)
 
     def test_bf16_sums_in_the_hierarchical_order(self):
-        plan = self.compile("bf16.plan", "dp=4 zero=1 grad-reduce=bf16 dp-collectives=hierarchical")
-        _, ours = self.train(plan, "bf16", 4, TWO_NODES)
         nodes, _ = self.torch_run("gpt2", dp=4, grad_reduce="bf16", node_size=2)
         chain, _ = self.torch_run("gpt2", dp=4, grad_reduce="bf16")
-        # The step-1 gradient norm is the first value a sum reaches (two members per
-        # node and two nodes: each bf16 addition's rounding is the same either way
-        # round, so the runtime's sum is exactly PyTorch's in that order).
-        norm_nodes = rel(ours[0]["grad_norm"], nodes[0]["grad_norm"])
-        norm_chain = rel(ours[0]["grad_norm"], chain[0]["grad_norm"])
-        drift = max(rel(a["loss"], b["loss"]) for a, b in zip(ours, nodes))
-        print(f"\n  step-1 gradient norm vs PyTorch's bf16 sums: nodes first {norm_nodes:.1e}, "
-              f"replica order {norm_chain:.1e}; loss over {self.STEPS} steps {drift:.1e}")
-        self.assertLess(norm_nodes, 1e-6)
-        self.assertGreater(norm_chain, 1e-6)  # the order is visible at all
-        # test_grad_reduce_bf16's bound: an ulp of f32 evaluation-order difference in a
-        # replica's gradient becomes a bf16 step of an element now and then.
-        self.assertLess(drift, 5e-4)
+        # zero 0: the all-reduce (reduce-scatter within, all-reduce between, all-gather
+        # within); zero 1: the reduce-scatter.
+        for zero in (0, 1):
+            with self.subTest(zero=zero):
+                plan = self.compile(f"bf16-z{zero}.plan",
+                                    f"dp=4 zero={zero} grad-reduce=bf16 dp-collectives=hierarchical")
+                _, ours = self.train(plan, f"bf16-z{zero}", 4, TWO_NODES)
+                # The step-1 gradient norm is the first value a sum reaches (two members
+                # per node and two nodes: each bf16 addition's rounding is the same
+                # either way round, so the runtime's sum is exactly PyTorch's in that
+                # order).
+                norm_nodes = rel(ours[0]["grad_norm"], nodes[0]["grad_norm"])
+                norm_chain = rel(ours[0]["grad_norm"], chain[0]["grad_norm"])
+                drift = max(rel(a["loss"], b["loss"]) for a, b in zip(ours, nodes))
+                print(f"\n  zero={zero}: step-1 gradient norm vs PyTorch's bf16 sums: nodes "
+                      f"first {norm_nodes:.1e}, replica order {norm_chain:.1e}; loss over "
+                      f"{self.STEPS} steps {drift:.1e}")
+                self.assertLess(norm_nodes, 1e-6)
+                self.assertGreater(norm_chain, 1e-6)  # the order is visible at all
+                # test_grad_reduce_bf16's bound: an ulp of f32 evaluation-order difference
+                # in a replica's gradient becomes a bf16 step of an element now and then.
+                self.assertLess(drift, 5e-4)
 
     def test_uneven_nodes_refused(self):
         plan = self.compile("h.plan", "dp=4 zero=1 dp-collectives=hierarchical")
