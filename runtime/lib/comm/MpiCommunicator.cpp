@@ -333,7 +333,8 @@ public:
       }
   }
   std::pair<int, int> dpHierarchy() const override {
-    return hier.on ? std::pair<int, int>{hier.nodes, hier.perNode} : std::pair<int, int>{1, dpSize};
+    return hier.found ? std::pair<int, int>{hier.nodes, hier.perNode}
+                      : std::pair<int, int>{1, dpSize};
   }
   int groupSize(Group g) const override { return g == Group::Dp ? dpSize : tiedSize; }
   int groupRank(Group g) const override { return g == Group::Dp ? dpRank : tiedRank; }
@@ -463,6 +464,7 @@ private:
     }
     hier.nodes = (int)nodes.size();
     hier.perNode = count.front();
+    hier.found = true;
     // One node, or one member per node: the flat collective is the same.
     if (hier.nodes == 1 || hier.perNode == 1)
       return;
@@ -552,7 +554,8 @@ private:
   }
 
   struct Hierarchy {
-    bool on = false;
+    bool found = false; ///< nodes and perNode describe the dp group
+    bool on = false;    ///< the dp collectives run hierarchically
     int nodes = 1, perNode = 1;
     std::vector<int> node, place; // per dp group rank
     /// Staging outside the arena: the permuted buffer and one member's slab.

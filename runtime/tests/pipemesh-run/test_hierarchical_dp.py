@@ -82,6 +82,12 @@ class HierarchicalDp(GeneratedGptTest):
         self.assertIn("dp collectives flat (rank 0's dp group has 4 ranks on each of 1 node)",
                       r.stdout)
 
+    def test_one_rank_per_node_runs_flat(self):
+        plan = self.compile("h2.plan", "dp=2 zero=1 dp-collectives=hierarchical")
+        r = self.check_ok(common.run([plan, "--steps", 1, "--ranks-per-node", 1], np_=2))
+        self.assertIn("dp collectives flat (rank 0's dp group has 1 rank on each of 2 nodes)",
+                      r.stdout)
+
     def test_cuda_backend_refuses(self):
         self.assert_cuda_refuses("dp=2 dp-collectives=hierarchical", 2)
 

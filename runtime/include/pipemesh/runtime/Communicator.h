@@ -94,8 +94,9 @@ public:
   /// when it is 0); a group spread unevenly over the nodes is a CommError.
   virtual void setupGroups(const std::vector<int64_t> &dp, const std::vector<int64_t> &tied,
                            bool hierarchicalDp) = 0;
-  /// The dp group's nodes and members per node when its collectives run
-  /// hierarchically ({1, size} when they run flat), for the start-up line.
+  /// The dp group's nodes and members per node as setupGroups found them
+  /// for hierarchical collectives ({1, size} when it did not look), for the
+  /// start-up line.
   virtual std::pair<int, int> dpHierarchy() const = 0;
   /// Size of this rank's group (0 when it is in none) and its position.
   virtual int groupSize(Group g) const = 0;
