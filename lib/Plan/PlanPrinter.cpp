@@ -66,7 +66,8 @@ bool printPlan(llvm::StringRef path, llvm::raw_ostream &os, std::string &why) {
     why = "plan manifest lacks model, parallel or ranks";
     return false;
   }
-  os << "plan format " << kPlanFormatVersion << ", " << container.weights.size() << " bytes of weights" << elided << "\n";
+  os << "plan format " << kPlanFormatVersion << ", " << container.weights.size()
+     << " bytes of weights" << elided << "\n";
   os << "model: " << model->getString("source").value_or("?")
      << "  batch=" << model->getInteger("batch").value_or(0)
      << " seq=" << model->getInteger("seq").value_or(0)
