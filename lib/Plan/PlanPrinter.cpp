@@ -43,10 +43,16 @@ bool printPlan(llvm::StringRef path, llvm::raw_ostream &os, std::string &why) {
     return false;
   auto parsed = json::parse(container.manifest);
   if (!parsed) {
-    why = "plan manifest is not valid JSON: " + llvm::toString(parsed.takeError());
+    why = "plan '" + path.str() + "': invalid manifest JSON: " + llvm::toString(parsed.takeError());
     return false;
   }
   const json::Object *m = parsed->getAsObject();
+  if (!m) {
+    why = "plan '" + path.str() + "': the manifest is not a pipemesh-plan";
+    return false;
+  }
+  if (!checkPlanManifest(*m, path, "pipemesh-opt", why))
+    return false;
   // An elided plan holds one entry per pipeline rank; each is printed once
   // per dp replica, derived in turn (a big plan's replicas need not fit in
   // memory together).
@@ -63,7 +69,7 @@ bool printPlan(llvm::StringRef path, llvm::raw_ostream &os, std::string &why) {
   const json::Object *par = m ? m->getObject("parallel") : nullptr;
   const json::Array *ranks = m ? m->getArray("ranks") : nullptr;
   if (!model || !par || !ranks) {
-    why = "plan manifest lacks model, parallel or ranks";
+    why = "plan '" + path.str() + "': the manifest lacks model, parallel or ranks";
     return false;
   }
   os << "plan format " << kPlanFormatVersion << ", " << container.weights.size()

@@ -384,13 +384,8 @@ bool pipemesh::sim::jobFromManifest(const json::Object &m, LoadedPlan &out, std:
     info.schedule += " (runs " + run->str() + ")";
   if (std::optional<llvm::StringRef> deferW = par->getString("defer_w"))
     info.schedule += " defer-w=" + deferW->str();
-  llvm::StringRef dpCollectives = par->getString("dp_collectives").value_or("flat");
-  if (dpCollectives != "flat" && dpCollectives != "hierarchical") {
-    why = "parallel.dp_collectives: expected flat or hierarchical, got '" + dpCollectives.str() +
-          "'";
-    return false;
-  }
-  info.hierarchicalDp = dpCollectives == "hierarchical";
+  // Its value was checked with the manifest (plan::checkPlanManifest).
+  info.hierarchicalDp = par->getString("dp_collectives") == "hierarchical";
 
   const json::Array *ranks = m.getArray("ranks");
   if (!ranks) {
@@ -430,18 +425,12 @@ bool pipemesh::sim::loadPlanFile(llvm::StringRef path, LoadedPlan &out, std::str
     return false;
   }
   const json::Object *m = v->getAsObject();
-  if (!m || m->getString("format") != "pipemesh-plan") {
+  if (!m) {
     why = "plan '" + path.str() + "': the manifest is not a pipemesh-plan";
     return false;
   }
-  if (m->getInteger("version") != (int64_t)plan::kPlanFormatVersion) {
-    why = "plan '" + path.str() + "' has plan format version " +
-          (m->getInteger("version") ? std::to_string(*m->getInteger("version"))
-                                    : std::string("(none)")) +
-          " in its manifest, this pipemesh-sim reads " +
-          std::to_string(plan::kPlanFormatVersion);
+  if (!plan::checkPlanManifest(*m, path, "pipemesh-sim", why))
     return false;
-  }
   if (!jobFromManifest(*m, out, why)) {
     why = "plan '" + path.str() + "': " + why;
     return false;

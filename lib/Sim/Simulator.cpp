@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <map>
 #include <sstream>
 #include <unordered_map>
 
@@ -235,14 +236,21 @@ bool Engine::prepare() {
         x.group = in.group, x.kind = in.coll, x.bytes = in.bytes;
         if (job.hierarchicalDp && g.name == "dp") {
           // The runtime refuses such a layout (pipemesh-run, --ranks-per-node).
-          cost::Cluster::Spread s = cluster.spreadOf(g.members);
-          if (!s.even)
+          if (!cluster.spreadOf(g.members).even) {
+            std::map<int64_t, int64_t> perNode;
+            for (int64_t m : g.members)
+              ++perNode[cluster.nodeOf(m)];
+            std::string spread;
+            for (auto [node, n] : perNode)
+              spread += (spread.empty() ? "" : ", ") + std::to_string(n) + " on node " +
+                        std::to_string(node);
             return fail("dp-collectives=hierarchical needs the same number of the dp group's "
-                        "ranks on every node; the group of rank " +
-                        std::to_string(g.members.front()) + " is spread unevenly over " +
-                        std::to_string(s.nodes) + " nodes of " +
-                        std::to_string(cluster.gpusPerNode) + " on cluster '" + cluster.name +
-                        "'");
+                        "ranks on every node; the group of ranks " +
+                        std::to_string(g.members.front()) + ".." +
+                        std::to_string(g.members.back()) + " has " + spread + " (cluster '" +
+                        cluster.name + "', " + std::to_string(cluster.gpusPerNode) +
+                        " GPUs per node)");
+          }
           x.duration = cluster.hierarchicalCollectiveTime(in.coll, in.bytes, g.members);
         } else {
           x.duration = cluster.collectiveTime(in.coll, in.bytes, g.members);

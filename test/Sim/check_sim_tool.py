@@ -244,9 +244,20 @@ def main():
             ("version2", lambda bm: bm.update(version=2),
              "has plan format version 2 in its manifest, this pipemesh-sim reads 3"),
             ("noversion", lambda bm: bm.pop("version"),
-             "has plan format version (none) in its manifest")):
+             "has plan format version (none) in its manifest"),
+            ("format", lambda bm: bm.update(format="other"), "the manifest is not a pipemesh-plan"),
+            ("dpcoll", lambda bm: bm["parallel"].update(dp_collectives="hierarchial"),
+             'parallel.dp_collectives must be "flat" or "hierarchical", got "hierarchial"'),
+            ("dpcollint", lambda bm: bm["parallel"].update(dp_collectives=1),
+             'parallel.dp_collectives must be "flat" or "hierarchical", got 1')):
         p = run([sim, broken(name, edit), "--cluster", "a100-40g-25gbps"], ok=False)
         assert p.returncode == 1 and text in p.stderr, (name, p.returncode, p.stderr)
+        # The manifest's own checks are the same reader's in --print-plan
+        # (plan::checkPlanManifest); the program checks are the simulator's.
+        if name in ("version2", "noversion", "format", "dpcoll", "dpcollint"):
+            p = run([opt, "--print-plan", broken(name, edit)], ok=False)
+            want = text.replace("pipemesh-sim", "pipemesh-opt")
+            assert p.returncode == 1 and want in p.stderr, (name, p.returncode, p.stderr)
     results = []
     for path in (full_plan, elided_plan):
         out = path + ".json"

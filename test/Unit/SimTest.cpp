@@ -374,7 +374,8 @@ TEST(SimCollective, HierarchicalDpCollectivesOnlyOnTheDpGroup) {
   c.gpusPerNode = 3;
   SimResult uneven = simulate(job("dp", true), c);
   EXPECT_FALSE(uneven.ok);
-  EXPECT_NE(uneven.error.find("spread unevenly over 2 nodes of 3"), std::string::npos)
+  EXPECT_NE(uneven.error.find("the group of ranks 0..3 has 3 on node 0, 1 on node 1 (cluster "),
+            std::string::npos)
       << uneven.error;
 }
 

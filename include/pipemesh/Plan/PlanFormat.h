@@ -9,6 +9,7 @@
 #define PIPEMESH_PLAN_PLANFORMAT_H
 
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <cstdint>
@@ -42,6 +43,12 @@ struct PlanContainer {
 /// checksum. On failure `why` names the file and what is wrong with it.
 bool readPlanContainer(llvm::StringRef path, llvm::StringRef tool, PlanContainer &out,
                        std::string &why);
+
+/// The manifest's own format checks, as pipemesh-run makes them: `format`,
+/// `version` (the container's, again) and `parallel.dp_collectives` (absent,
+/// "flat" or "hierarchical"). False with `why` naming `path`.
+bool checkPlanManifest(const llvm::json::Object &manifest, llvm::StringRef path,
+                       llvm::StringRef tool, std::string &why);
 
 } // namespace pipemesh::plan
 

@@ -86,4 +86,33 @@ bool readPlanContainer(llvm::StringRef path, llvm::StringRef tool, PlanContainer
   return true;
 }
 
+bool checkPlanManifest(const llvm::json::Object &m, llvm::StringRef path, llvm::StringRef tool,
+                       std::string &why) {
+  if (m.getString("format") != "pipemesh-plan") {
+    why = "plan '" + path.str() + "': the manifest is not a pipemesh-plan";
+    return false;
+  }
+  if (m.getInteger("version") != (int64_t)kPlanFormatVersion) {
+    why = "plan '" + path.str() + "' has plan format version " +
+          (m.getInteger("version") ? std::to_string(*m.getInteger("version"))
+                                   : std::string("(none)")) +
+          " in its manifest, this " + tool.str() + " reads " +
+          std::to_string(kPlanFormatVersion);
+    return false;
+  }
+  if (const llvm::json::Object *par = m.getObject("parallel"))
+    if (const llvm::json::Value *dc = par->get("dp_collectives")) {
+      std::optional<llvm::StringRef> s = dc->getAsString();
+      if (!s || (*s != "flat" && *s != "hierarchical")) {
+        std::string got;
+        llvm::raw_string_ostream os(got);
+        os << *dc;
+        why = "plan '" + path.str() + "': parallel.dp_collectives must be \"flat\" or " +
+              "\"hierarchical\", got " + got;
+        return false;
+      }
+    }
+  return true;
+}
+
 } // namespace pipemesh::plan

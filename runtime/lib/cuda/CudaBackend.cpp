@@ -482,7 +482,7 @@ void registerCudaBackend() {
   registerBackend("cuda", [](const Plan &p, const RankPlan &r, Arena &host, Communicator &c,
                              const BackendOptions &o) -> std::unique_ptr<ComputeBackend> {
     refuseBf16Storage(p);
-    if (p.parallel.hierarchicalDp)
+    if (p.parallel.hierarchicalDp && p.parallel.dp > 1)
       fail("backend 'cuda' runs the dp group's collectives as NCCL's flat rings; this plan was "
            "compiled with dp-collectives=hierarchical (compile without it; the cpu backend "
            "runs it)");

@@ -515,7 +515,9 @@ Plan readPlan(const std::string &path, int64_t ownRank) {
   p.file = MappedFile::open(path, "plan");
   const uint8_t *d = p.file->data();
   uint64_t size = p.file->size();
-  if (size < 8 || std::memcmp(d, kPlanMagic, 8) != 0)
+  if (size < 8)
+    fail("'", path, "' is not a PipeMesh plan (", size, " bytes, shorter than the header)");
+  if (std::memcmp(d, kPlanMagic, 8) != 0)
     fail("'", path, "' is not a PipeMesh plan (bad magic; expected \"PMPLAN\\0\\0\")");
   if (size < kPlanHeaderBytes)
     fail("plan '", path, "' is truncated: ", size, " bytes, the header alone is ",

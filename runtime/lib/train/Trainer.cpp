@@ -68,6 +68,14 @@ Trainer::Trainer(const RunOptions &o, Communicator &comm, std::ostream &log)
   // is bound against them and the point-to-point peers are warmed up.
   activity::set("start-up (creating the communicators)");
   comm.setupGroups(rankPlan->dpGroup, rankPlan->tiedGroup, p.parallel.hierarchicalDp);
+  if (p.parallel.hierarchicalDp) {
+    // Each dp group finds its own nodes: the banner counts the ranks whose
+    // collectives run within and between them.
+    auto [nodes, perNode] = comm.dpHierarchy();
+    double on = nodes > 1 && perNode > 1 ? 1 : 0;
+    comm.allreduceSum(&on, 1, "count of ranks with hierarchical dp collectives");
+    hierarchicalRanks = (int64_t)on;
+  }
   if (factory) {
     activity::set("start-up (the compute backend)");
     BackendOptions bo;
@@ -189,6 +197,8 @@ void Trainer::banner() {
       log << "; dp collectives flat (rank 0's dp group has " << perNode << " rank"
           << (perNode == 1 ? "" : "s") << " on each of " << nodes
           << (nodes == 1 ? " node" : " nodes") << ")";
+    if (hierarchicalRanks > 0 && hierarchicalRanks < comm.size())
+      log << "; hierarchical on " << hierarchicalRanks << " of the " << comm.size() << " ranks";
   }
   if (!backend && !opts.blasInfo.empty())
     log << " (" << opts.blasInfo << ")";

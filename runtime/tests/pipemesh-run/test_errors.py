@@ -64,6 +64,11 @@ class PlanErrors(common.TempDirTest):
         with open(path, "wb") as f:
             f.write(mtp.MAGIC + b"\x01\x00\x00\x00")
         self.check_fails(common.run([path, "--steps", 1]), "truncated")
+        # Shorter than the magic: said so, as pipemesh-sim and --print-plan say it.
+        empty = self.path("empty.plan")
+        open(empty, "wb").close()
+        self.check_fails(common.run([empty, "--steps", 1]),
+                         "is not a PipeMesh plan (0 bytes, shorter than the header)")
 
     def test_damaged_checksum(self):
         self.check_fails(common.run([self.write("c.plan", "checksum"), "--steps", 1]),

@@ -88,6 +88,18 @@ class HierarchicalDp(GeneratedGptTest):
         self.assertIn("dp collectives flat (rank 0's dp group has 1 rank on each of 2 nodes)",
                       r.stdout)
 
+    def test_groups_laid_out_differently(self):
+        # pp=2 dp=4 on nodes of 6 ranks: rank 0's group (ranks 0-3) is on one node and
+        # runs flat, the other (4-7) spans two nodes, 2 + 2, and runs hierarchically;
+        # the banner says both, and the losses are the one-rank ones.
+        _, want = self.train(self.compile("one-m4.plan", "microbatches=4"), "one-m4")
+        plan = self.compile("pp2.plan", "pp=2 dp=4 microbatches=1 zero=1 dp-collectives=hierarchical")
+        r, got = self.train(plan, "pp2", 8, ["--ranks-per-node", "6"])
+        self.assertIn("dp collectives flat (rank 0's dp group has 4 ranks on each of 1 node); "
+                      "hierarchical on 4 of the 8 ranks", r.stdout)
+        worst = max(rel(g["loss"], w["loss"]) for g, w in zip(got, want))
+        self.assertLess(worst, 1e-5)
+
     def test_cuda_backend_refuses(self):
         self.assert_cuda_refuses("dp=2 dp-collectives=hierarchical", 2)
 

@@ -114,6 +114,8 @@ private:
   std::shared_ptr<TokenData> valData;
   std::unique_ptr<Sampler> valSampler; ///< without --shuffle: the same batches every time
   std::vector<bool> evalSkips;         ///< evaluationSkips() of this rank's program
+  /// dp-collectives=hierarchical: how many ranks run them so (the banner's).
+  int64_t hierarchicalRanks = 0;
   int64_t evalIters = 0;
   std::unique_ptr<ExecEnv> env;
   std::unique_ptr<Executor> executor;
