@@ -102,6 +102,26 @@ void pipemesh::sim::printSummary(llvm::raw_ostream &os, const Job &job,
      << llvm::format("%.1f", cluster.intraNode.bandwidth / 1e9) << " GB/s within, "
      << cluster.interNode.name << " " << llvm::format("%.2f", cluster.interNode.bandwidth / 1e9)
      << " GB/s between nodes\n";
+  if (job.hierarchicalDp) {
+    // Which dp groups the cluster's nodes split (the others run flat).
+    int64_t groups = 0, split = 0;
+    cost::Cluster::Spread shape;
+    for (const Group &g : job.groups)
+      if (g.name == "dp") {
+        ++groups;
+        cost::Cluster::Spread s = cluster.spreadOf(g.members);
+        if (s.even && s.nodes > 1 && s.perNode > 1)
+          ++split, shape = s;
+      }
+    if (split == 0)
+      os << "  dp collectives flat: every dp group is within one node or has one rank per node\n";
+    else
+      os << "  dp collectives hierarchical on "
+         << (split == groups ? std::string("every dp group")
+                             : std::to_string(split) + " of " + std::to_string(groups) +
+                                   " dp groups (the others flat)")
+         << ": " << shape.nodes << " nodes x " << shape.perNode << "\n";
+  }
   os << "  step " << ms(res.stepTimeS) << " ms, " << llvm::format("%.0f", res.tokensPerS)
      << " tokens/s; bubble " << llvm::format("%.1f", 100 * res.bubbleFrac)
      << "%, exposed comm " << llvm::format("%.1f", 100 * res.exposedCommFrac)
