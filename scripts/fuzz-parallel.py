@@ -10,7 +10,8 @@ from everything `--pipemesh-compile` takes: pp, dp, vpp, micro-batches and their
 schedule (gpipe, 1f1b, interleaved, bfs, zb-h1, zb-h2, elastic with drawn groups or
 groups=auto), defer-w, zero (a level, a level per chunk, or auto), prefetch, recompute
 (with a mem-limit for auto), layers-per-stage, sometimes hierarchical dp collectives
-(with nodes of a drawn divisor of dp ranks, pipemesh-run's --ranks-per-node), and sometimes
+(with nodes of a drawn divisor of dp ranks, pipemesh-run's --ranks-per-node; then also dp
+groups of 6 or 8 at pp=1), and sometimes
 bf16 activations, parameters or gradient sums. It compiles the plan, trains it `--steps` steps under `mpirun` (one
 process per rank, oversubscribed), and compares the losses and gradient norms with the
 same model at pp=1 dp=1 on the same global batch (canonical sampling: the same data),
@@ -135,7 +136,11 @@ def draw(rng):
             # (dp itself: one node per group, which runs flat). Not an option of the plan:
             # pipemesh-run's --ranks-per-node, kept under a key options_text leaves out.
             o["dp-collectives"] = "hierarchical"
-            # Only dp=4 on nodes of 2 splits a group into nodes of several ranks here: mostly.
+            # Groups of 6 and 8 (one pipeline rank) give more nodes and more ranks per node
+            # than dp=4 on nodes of 2: 3 x 2, 2 x 3, 4 x 2, 2 x 4.
+            if pp == 1 and rng.random() < 0.4:
+                dp = o["dp"] = rng.choice([6, 8])
+            # Mostly nodes that split a group into nodes of several ranks.
             divisors = [d for d in range(1, dp + 1) if dp % d == 0]
             proper = [d for d in divisors if 1 < d < dp]
             o["_ranks-per-node"] = rng.choice(proper if proper and rng.random() < 0.8
