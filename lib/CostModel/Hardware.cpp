@@ -590,15 +590,28 @@ Cluster::Spread Cluster::spreadOf(llvm::ArrayRef<int64_t> members) const {
   Spread s;
   s.nodes = (int64_t)perNode.size();
   s.perNode = perNode.empty() ? 0 : perNode.begin()->second;
+  s.counts.assign(perNode.begin(), perNode.end());
   for (const auto &node : perNode)
     s.even &= node.second == s.perNode;
   return s;
 }
 
+std::string Cluster::Spread::describe() const {
+  std::string text;
+  for (auto [node, n] : counts)
+    text += (text.empty() ? "" : ", ") + std::to_string(n) + " on node " + std::to_string(node);
+  return text;
+}
+
 double Cluster::hierarchicalCollectiveTime(Collective c, double bytes,
                                            llvm::ArrayRef<int64_t> members) const {
-  const Spread s = spreadOf(members);
-  if (!s.even || s.nodes <= 1 || s.perNode <= 1)
+  return hierarchicalCollectiveTime(c, bytes, members, spreadOf(members));
+}
+
+double Cluster::hierarchicalCollectiveTime(Collective c, double bytes,
+                                           llvm::ArrayRef<int64_t> members,
+                                           const Spread &s) const {
+  if (!s.splits())
     return collectiveTime(c, bytes, members);
   const int64_t g = s.perNode, k = s.nodes;
   Link shared = interNode;

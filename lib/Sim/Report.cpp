@@ -110,8 +110,8 @@ void pipemesh::sim::printSummary(llvm::raw_ostream &os, const Job &job,
       if (g.name == "dp") {
         ++groups;
         cost::Cluster::Spread s = cluster.spreadOf(g.members);
-        if (s.even && s.nodes > 1 && s.perNode > 1)
-          ++split, shape = s;
+        if (s.splits())
+          ++split, shape = std::move(s);
       }
     if (split == 0)
       os << "  dp collectives flat: every dp group is within one node or has one rank per node\n";

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
-#include <map>
+#include <optional>
 #include <sstream>
 #include <unordered_map>
 
@@ -208,6 +208,22 @@ bool Engine::prepare() {
   // instance; members must agree on what it is.
   std::vector<std::vector<int32_t>> instOf(job.groups.size());
   std::vector<std::vector<int32_t>> count(n, std::vector<int32_t>(job.groups.size(), 0));
+  // The dp groups' spreads over the nodes, when their collectives are
+  // hierarchical; a layout the runtime refuses (pipemesh-run) is an error.
+  std::vector<std::optional<cost::Cluster::Spread>> spread(job.groups.size());
+  if (job.hierarchicalDp)
+    for (size_t gi = 0; gi < job.groups.size(); ++gi) {
+      const Group &g = job.groups[gi];
+      if (g.name != "dp")
+        continue;
+      spread[gi] = cluster.spreadOf(g.members);
+      if (!spread[gi]->even)
+        return fail("dp-collectives=hierarchical needs the same number of the dp group's "
+                    "ranks on every node; the group of ranks " +
+                    std::to_string(g.members.front()) + ".." + std::to_string(g.members.back()) +
+                    " has " + spread[gi]->describe() + " (cluster '" + cluster.name + "', " +
+                    std::to_string(cluster.gpusPerNode) + " GPUs per node)");
+    }
   for (size_t r = 0; r < n; ++r) {
     const std::vector<Instr> &is = job.ranks[r].instrs;
     for (size_t i = 0; i < is.size(); ++i) {
@@ -234,27 +250,9 @@ bool Engine::prepare() {
       if ((size_t)k == of.size()) {
         Instance x;
         x.group = in.group, x.kind = in.coll, x.bytes = in.bytes;
-        if (job.hierarchicalDp && g.name == "dp") {
-          // The runtime refuses such a layout (pipemesh-run, --ranks-per-node).
-          if (!cluster.spreadOf(g.members).even) {
-            std::map<int64_t, int64_t> perNode;
-            for (int64_t m : g.members)
-              ++perNode[cluster.nodeOf(m)];
-            std::string spread;
-            for (auto [node, n] : perNode)
-              spread += (spread.empty() ? "" : ", ") + std::to_string(n) + " on node " +
-                        std::to_string(node);
-            return fail("dp-collectives=hierarchical needs the same number of the dp group's "
-                        "ranks on every node; the group of ranks " +
-                        std::to_string(g.members.front()) + ".." +
-                        std::to_string(g.members.back()) + " has " + spread + " (cluster '" +
-                        cluster.name + "', " + std::to_string(cluster.gpusPerNode) +
-                        " GPUs per node)");
-          }
-          x.duration = cluster.hierarchicalCollectiveTime(in.coll, in.bytes, g.members);
-        } else {
-          x.duration = cluster.collectiveTime(in.coll, in.bytes, g.members);
-        }
+        x.duration = spread[in.group] ? cluster.hierarchicalCollectiveTime(
+                                            in.coll, in.bytes, g.members, *spread[in.group])
+                                      : cluster.collectiveTime(in.coll, in.bytes, g.members);
         x.firstRank = r, x.firstInstr = i;
         of.push_back(insts.size());
         insts.push_back(std::move(x));

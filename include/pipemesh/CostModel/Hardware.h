@@ -50,6 +50,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace pipemesh::cost {
@@ -252,10 +253,16 @@ struct Cluster {
   double collectiveTime(Collective c, double bytes, llvm::ArrayRef<int64_t> members) const;
   double collectiveTime(Collective c, double bytes, int64_t n, const Link &link) const;
   /// How `members` lie on the nodes: `nodes` nodes, each holding `perNode`
-  /// of them when `even`.
+  /// of them when `even`; `counts` (node, members on it) in node order.
   struct Spread {
     int64_t nodes = 1, perNode = 0;
     bool even = true;
+    std::vector<std::pair<int64_t, int64_t>> counts;
+    /// Whether a hierarchical collective differs from the flat one: several
+    /// nodes with several members each, as many on every node.
+    bool splits() const { return even && nodes > 1 && perNode > 1; }
+    /// "3 on node 0, 1 on node 1".
+    std::string describe() const;
   };
   Spread spreadOf(llvm::ArrayRef<int64_t> members) const;
   /// A hierarchical collective over `members` (its whole-buffer bytes): a
@@ -267,6 +274,9 @@ struct Cluster {
   /// are on one node, one per node, or spread unevenly.
   double hierarchicalCollectiveTime(Collective c, double bytes,
                                     llvm::ArrayRef<int64_t> members) const;
+  /// The same with the members' spread already known (spreadOf(members)).
+  double hierarchicalCollectiveTime(Collective c, double bytes, llvm::ArrayRef<int64_t> members,
+                                    const Spread &spread) const;
   /// Error text when `worldSize` ranks do not fit, else empty.
   std::string checkFits(int64_t worldSize) const;
 

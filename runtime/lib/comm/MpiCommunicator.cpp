@@ -358,7 +358,7 @@ public:
     MPI_Comm c = comm(g, what);
     if (blockBytes > INT_MAX)
       throw CommError(concat(what, ": a shard of ", blockBytes, " bytes exceeds MPI's int count"));
-    if (g == Group::Dp && hier.on)
+    if (g == Group::Dp && hier.on())
       return hierarchicalAllgather(in, out, blockBytes, what);
     MPI_Request req;
     check(MPI_Iallgather(in, (int)blockBytes, MPI_BYTE, out, (int)blockBytes, MPI_BYTE, c, &req),
@@ -378,7 +378,7 @@ private:
     for (int64_t off = 0; off < n; off += INT_MAX) {
       int k = (int)std::min<int64_t>(n - off, INT_MAX);
       char *piece = static_cast<char *>(data) + off * elemSize;
-      if (g == Group::Dp && hier.on) {
+      if (g == Group::Dp && hier.on()) {
         hierarchicalAllreduce(piece, k, elemSize, type, op, what);
         continue;
       }
@@ -392,7 +392,7 @@ private:
     MPI_Comm c = comm(g, what);
     if (block > INT_MAX)
       throw CommError(concat(what, ": a shard of ", block, " elements exceeds MPI's int count"));
-    if (g == Group::Dp && hier.on)
+    if (g == Group::Dp && hier.on())
       return hierarchicalReduceScatter(in, out, block, elemSize, type, op, what);
     MPI_Request req;
     check(MPI_Ireduce_scatter_block(in, out, (int)block, type, op, c, &req), what);
@@ -450,7 +450,7 @@ private:
       hier.node[i] = (int)at;
       hier.place[i] = count[at]++;
     }
-    if (anyDiffers(count)) {
+    if (std::any_of(count.begin(), count.end(), [&](int n) { return n != count.front(); })) {
       std::string spread;
       for (size_t j = 0; j < nodes.size(); ++j)
         spread += concat(j ? ", " : "", count[j], " on the node of rank ", firstMember[j]);
@@ -474,10 +474,6 @@ private:
           "creating the dp group's between-node communicator");
     for (MPI_Comm c : {dpIntra, dpInter})
       MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
-    hier.on = true;
-  }
-  static bool anyDiffers(const std::vector<int> &v) {
-    return std::any_of(v.begin(), v.end(), [&](int x) { return x != v.front(); });
   }
   size_t slot(size_t r) const { return (size_t)hier.place[r] * hier.nodes + hier.node[r]; }
 
@@ -555,8 +551,9 @@ private:
 
   struct Hierarchy {
     bool found = false; ///< nodes and perNode describe the dp group
-    bool on = false;    ///< the dp collectives run hierarchically
     int nodes = 1, perNode = 1;
+    /// The dp collectives run hierarchically (the two communicators exist).
+    bool on() const { return found && nodes > 1 && perNode > 1; }
     std::vector<int> node, place; // per dp group rank
     /// Staging outside the arena: the permuted buffer and one member's slab.
     std::vector<char> scratch, slab;
