@@ -504,6 +504,7 @@ class CommandLine(common.TempDirTest):
                  ([path, "--steps", 1, "--nan-check", "maybe"], "--nan-check must be on or off", 2),
                  ([path, "--steps", 1, "--max-minutes", "-1"], "--max-minutes must not be negative", 2),
                  ([path, "--steps", 1, "--bogus"], "unknown option '--bogus'", 2),
+                 ([path, "--steps", 1, "--ranks-per-node", 0], "--ranks-per-node must be at least 1", 2),
                  ([path, "--steps", 1, "--resume"], "--resume needs --checkpoint-dir", 2),
                  ([path, "--steps", 1, "--precision", "bf16"],
                   "--precision bf16 needs a device backend (--backend cuda)", 2),
