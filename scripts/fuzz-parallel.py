@@ -28,7 +28,10 @@ A finding is:
   - losses, gradient norms or validation losses off the reference by more than 1e-5 relative (f32; the
     oracle of docs/parallel-plan.md), or by more than 2e-2 with a bf16 option (bf16
     rounds differently when the sums are ordered differently: that bound catches a
-    wrong gradient or lost data, not rounding);
+    wrong gradient or lost data, not rounding). With dp > 1 and f32 sums, the gradient
+    norms from the third step on are compared with pp=1 at the sample's dp instead
+    (trained once more): the replicas' partial sums are added in another order than one
+    rank's running sum, and Adam's first steps amplify that;
   - a checkpoint or resume that fails, or a resumed log that differs.
 Each finding's plan and command are kept in the work directory, which is removed when
 nothing was found (and --keep is not given).
@@ -284,11 +287,25 @@ def main():
     def evals(log):
         return [e for e in log if "val_loss" in e]
 
+    def reference(shape, ref_o):
+        """A pp=1 plan's log (trained once per model and options): (log, compile
+        command, run command, error)."""
+        key = (shape, options_text(ref_o), tuple(run_flags(ref_o)))
+        if key not in refs:
+            n = len(refs)
+            rplan, rccmd, rr = compile_plan(f"ref{n}", shape, ref_o)
+            if rr.returncode:
+                refs[key] = (None, rccmd, None, f"does not compile: {rr.stderr[-800:]}")
+            else:
+                got, rcmd, err = train(f"ref{n}", rplan, ref_o["dp"], *run_flags(ref_o))
+                refs[key] = (got, rccmd, rcmd, err)
+        return refs[key]
+
     def finding(i, what, cmds):
         findings.append(i)
         with open(os.path.join(work, f"finding-{i}.txt"), "w") as f:
             f.write(what + "\n\n" + "\n".join(" ".join(f"'{c}'" if " " in c else c for c in cmd)
-                                              for cmd in cmds) + "\n")
+                                              for cmd in cmds if cmd) + "\n")
         print(f"FINDING sample {i}: {what}", flush=True)
 
     for i in range(args.count):
@@ -318,35 +335,57 @@ def main():
         ref_o.update(microbatches=o["microbatches"] * o["dp"] // ref_dp, dp=ref_dp)
         if ref_dp > 1:
             ref_o["grad-reduce"] = "bf16"
-        key = (shape, options_text(ref_o))
-        if key not in refs:
-            rplan, rccmd, rr = compile_plan(f"ref{len(refs)}", shape, ref_o)
-            if rr.returncode:
-                finding(i, f"reference does not compile: {key}\n{rr.stderr[-800:]}", [rccmd])
-                continue
-            got, rcmd, err = train(f"ref{len(refs)}", rplan, ref_dp)
-            refs[key] = (got, rccmd, rcmd, err)
-        want, rccmd, rcmd, err = refs[key]
+        want, rccmd, rcmd, err = reference(shape, ref_o)
         if want is None:
-            finding(i, f"reference does not train: {key}: {err}", [rccmd, rcmd])
+            finding(i, f"reference does not train: {options_text(ref_o)}: {err}", [rccmd, rcmd])
             continue
+        # With f32 sums and dp > 1 the replicas' gradients are added as dp partial sums,
+        # the one-rank reference's as one running sum: step 1's gradient norm agrees to
+        # 1e-7, but Adam's first steps at this learning rate amplify the difference in
+        # the gradient norms from the third step on (seed 157: 2.3e-5 in f32, 12 % with bf16
+        # activations; pp=1 dp=2 alone gives the same numbers). So those gradient norms
+        # are compared with pp=1 at the sample's dp (its dp collectives and zero level
+        # where that is one level), which adds in the same order; every loss and the
+        # first two gradient norms still with the one-rank reference.
+        same = None
+        if o["dp"] > ref_dp:
+            same_o = dict(ref_o, dp=o["dp"], microbatches=o["microbatches"])
+            if o.get("zero", "0").isdigit():
+                same_o["zero"] = o["zero"]
+            for k in ("dp-collectives", "_ranks-per-node"):
+                if k in o:
+                    same_o[k] = o[k]
+            same, sccmd, scmd, err = reference(shape, same_o)
+            if same is None:
+                finding(i, f"reference does not train: {options_text(same_o)}: {err}",
+                        [sccmd, scmd])
+                continue
         got, tcmd, err = train(f"s{i}", plan, o["pp"] * o["dp"], *run_flags(o))
         if got is None:
             finding(i, f"does not train: {label}\n{err}", [ccmd, tcmd])
             continue
         trained += 1
         tol = 2e-2 if bf16 else 1e-5
-        worst = max(max(abs(g["loss"] - w["loss"]) / abs(w["loss"]),
-                        abs(g["grad_norm"] - w["grad_norm"]) / w["grad_norm"])
+        rel = lambda a, b: abs(a - b) / abs(b)
+        worst = max(max(rel(g["loss"], w["loss"]),
+                        rel(g["grad_norm"], w["grad_norm"]) if same is None or g["step"] < 2
+                        else 0.0)
                     for g, w in zip(steps(got), steps(want)))
-        worst = max([worst] + [abs(g["val_loss"] - w["val_loss"]) / w["val_loss"]
+        worst = max([worst] + [rel(g["val_loss"], w["val_loss"])
                                for g, w in zip(evals(got), evals(want))])
         shape_of = lambda log: [(e["step"], "val_loss" in e) for e in log]
+        cmds = [ccmd, tcmd, rccmd, rcmd]
+        if same is not None and shape_of(got) == shape_of(want):
+            # The later gradient norms against pp=1 at the same dp.
+            norms = max([0.0] + [rel(g["grad_norm"], w["grad_norm"])
+                                 for g, w in zip(steps(got), steps(same)) if g["step"] >= 2])
+            if norms > worst:
+                worst, want, cmds = norms, same, [ccmd, tcmd, sccmd, scmd]
         if shape_of(got) != shape_of(want) or not worst <= tol:
             finding(i, f"differs from pp=1 by {worst:.2e} (tolerance {tol:g}): {label}\n"
                     f"got  {[g.get('loss', g.get('val_loss')) for g in got]}\n"
                     f"want {[w.get('loss', w.get('val_loss')) for w in want]}",
-                    [ccmd, tcmd, rccmd, rcmd])
+                    cmds)
             continue
         resumed = ""
         if args.steps > 1 and rng.random() < args.resume_share:
