@@ -603,6 +603,17 @@ std::string Cluster::Spread::describe() const {
   return text;
 }
 
+std::string Cluster::hierarchicalSpreadError(llvm::ArrayRef<int64_t> members,
+                                             const Spread &s) const {
+  if (s.even)
+    return "";
+  return "dp-collectives=hierarchical needs the same number of the dp group's ranks on "
+         "every node; the group of ranks " +
+         std::to_string(members.front()) + ".." + std::to_string(members.back()) + " has " +
+         s.describe() + " (cluster '" + name + "', " + std::to_string(gpusPerNode) +
+         " GPUs per node)";
+}
+
 double Cluster::hierarchicalCollectiveTime(Collective c, double bytes,
                                            llvm::ArrayRef<int64_t> members) const {
   return hierarchicalCollectiveTime(c, bytes, members, spreadOf(members));

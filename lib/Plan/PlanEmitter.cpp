@@ -756,13 +756,10 @@ LogicalResult PlanBuilder::run(llvm::raw_ostream &os) {
         std::vector<int64_t> members;
         for (int64_t d = 0; d < sh.opts.dp; ++d)
           members.push_back(p * sh.opts.dp + d);
-        if (!cluster.spreadOf(members).even)
-          return sh.module.emitError()
-                 << "dp-collectives=hierarchical needs the same number of each dp group's ranks "
-                    "on every node; pipeline rank "
-                 << p << "'s group (ranks " << members.front() << "-" << members.back()
-                 << ") is spread unevenly over the nodes of " << cluster.gpusPerNode
-                 << " of cluster=" << sh.opts.cluster;
+        std::string uneven =
+            cluster.hierarchicalSpreadError(members, cluster.spreadOf(members));
+        if (!uneven.empty())
+          return sh.module.emitError() << uneven;
       }
   }
   // zero=auto first (with the schedule's default groups), then the groups

@@ -217,12 +217,9 @@ bool Engine::prepare() {
       if (g.name != "dp")
         continue;
       spread[gi] = cluster.spreadOf(g.members);
-      if (!spread[gi]->even)
-        return fail("dp-collectives=hierarchical needs the same number of the dp group's "
-                    "ranks on every node; the group of ranks " +
-                    std::to_string(g.members.front()) + ".." + std::to_string(g.members.back()) +
-                    " has " + spread[gi]->describe() + " (cluster '" + cluster.name + "', " +
-                    std::to_string(cluster.gpusPerNode) + " GPUs per node)");
+      std::string uneven = cluster.hierarchicalSpreadError(g.members, *spread[gi]);
+      if (!uneven.empty())
+        return fail(uneven);
     }
   for (size_t r = 0; r < n; ++r) {
     const std::vector<Instr> &is = job.ranks[r].instrs;

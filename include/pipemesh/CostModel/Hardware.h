@@ -265,6 +265,11 @@ struct Cluster {
     std::string describe() const;
   };
   Spread spreadOf(llvm::ArrayRef<int64_t> members) const;
+  /// Why the dp group `members` (whose spread is `s`) cannot run hierarchical
+  /// collectives here, or "" when it can: pipemesh-run refuses a group with
+  /// different member counts on its nodes, and so do the compiler's searches
+  /// and the simulator, in these words.
+  std::string hierarchicalSpreadError(llvm::ArrayRef<int64_t> members, const Spread &s) const;
   /// A hierarchical collective over `members` (its whole-buffer bytes): a
   /// reduce-scatter within each node on the intra-node link, then one over
   /// the members in the same place on every node on the inter-node link,
