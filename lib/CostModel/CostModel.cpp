@@ -68,7 +68,7 @@ OpCost attentionCost(Value q, Value k, Value v, bool causal, int64_t window, boo
     bh *= qs[i];
   double flops = grad ? attentionGradFlops(bh, tq, tk, d, dv, causal, window)
                       : attentionFlops(bh, tq, tk, d, dv, causal, window);
-  return {flops, moved(op)};
+  return {flops, moved(op), (double)(bh * tq)};
 }
 
 /// cross_entropy (or its gradient) over `logits` [rows..., vocab].

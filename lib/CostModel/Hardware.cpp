@@ -112,7 +112,7 @@ double Device::gemmEfficiencyAt(double flops) const {
 double KernelFit::time(const OpCost &c) const {
   double memTime = bandwidth > 0 ? c.bytes / bandwidth : 0.0;
   double flopTime = flopRate > 0 ? c.flops / flopRate : 0.0;
-  return overhead + std::max(memTime, flopTime);
+  return overhead + std::max(memTime, flopTime) + c.rows * rowSeconds;
 }
 
 json::Value KernelFit::toJson() const {
@@ -121,6 +121,8 @@ json::Value KernelFit::toJson() const {
     o["bandwidth"] = bandwidth;
   if (flopRate > 0)
     o["flop_rate"] = flopRate;
+  if (rowSeconds > 0)
+    o["row_s"] = rowSeconds;
   return o;
 }
 
@@ -316,6 +318,7 @@ bool KernelFit::fromJson(const json::Value &v, llvm::StringRef where, KernelFit 
   r.num("bandwidth", f.bandwidth);
   r.num("flop_rate", f.flopRate);
   r.num("overhead_s", f.overhead);
+  r.num("row_s", f.rowSeconds);
   if (!r.ok)
     return false;
   if ((f.bandwidth > 0 && f.bandwidth < kMinRate) || (f.flopRate > 0 && f.flopRate < kMinRate)) {

@@ -640,7 +640,7 @@ bool PlanBuilder::jobOfRanks(const std::vector<RankPlan> &ranks, sim::LoadedPlan
       d.id = (int64_t)i;
       d.bytes = b.bytes();
       for (int64_t dim : b.shape)
-        d.numel *= dim;
+        d.numel *= (d.lastDim = dim);
       d.aliasOf = b.aliasOf;
       d.persistent = sim::isPersistentKind(b.kind);
       src.buffers.push_back(d);

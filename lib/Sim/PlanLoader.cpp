@@ -20,6 +20,7 @@ int64_t align64(int64_t v) { return (v + 63) / 64 * 64; }
 struct BufferInfo {
   int64_t bytes = 0;
   int64_t numel = 0;
+  int64_t lastDim = 1;
   int32_t aliasOf = -1;
   bool persistent = false;
 };
@@ -86,7 +87,7 @@ bool RankReader::read(Program &out, std::vector<std::string> &opNames) {
     if (index[b.id] >= 0)
       return fail(where + ".id", "duplicate buffer id " + std::to_string(b.id));
     index[b.id] = bufs.size();
-    bufs.push_back({b.bytes, b.numel, -1, b.persistent});
+    bufs.push_back({b.bytes, b.numel, std::max<int64_t>(1, b.lastDim), -1, b.persistent});
   }
   for (auto [k, b] : llvm::enumerate(src.buffers))
     if (b.aliasOf >= 0) {
@@ -241,6 +242,12 @@ bool RankReader::read(Program &out, std::vector<std::string> &opNames) {
         b = outBytes + inBytes;
       }
       in = Instr::kernel(f, b, cost::kernelClassOfName(op), work, label);
+      // Attention's query rows (CostModel.cpp's attentionCost): its first
+      // result (o, or dq for the gradient) is [..., query, head size].
+      if (op == "attention" || op == "attention_grad")
+        if (const json::Array *outs = program.getArray(k, "out"); outs && !outs->empty())
+          if (const BufferInfo *o = buffer((*outs)[0]))
+            in.rows = (double)(o->numel / o->lastDim);
     }
     in.label = label;
     if (in.kind == OpKind::Compute && work != Work::Other)
@@ -276,7 +283,7 @@ bool rankFromJson(const json::Object &rank, std::string path, RankSource &out,
     d.bytes = *bytes;
     if (const json::Array *shape = b->getArray("shape"))
       for (const json::Value &dim : *shape)
-        d.numel *= dim.getAsInteger().value_or(1);
+        d.numel *= (d.lastDim = dim.getAsInteger().value_or(1));
     d.persistent = isPersistentKind(b->getString("kind").value_or(""));
     d.aliasOf = b->getInteger("alias_of").value_or(-1);
     out.buffers.push_back(d);

@@ -187,7 +187,7 @@ void pipemesh::sim::mergeCompute(Job &job, const cost::Device &device) {
       if (in.kind == OpKind::Wait && in.handle >= 0 && (size_t)in.handle < k)
         in.handle = newIndex[in.handle];
       if (in.kind == OpKind::Compute && in.seconds < 0)
-        in.seconds = device.time({in.flops, in.memBytes}, in.kernelClass);
+        in.seconds = device.time(in.opCost(), in.kernelClass);
       if (in.kind == OpKind::Compute && !out.empty()) {
         Instr &last = out.back();
         if (last.kind == OpKind::Compute && last.label == in.label && last.work == in.work) {

@@ -390,7 +390,7 @@ void Engine::advance(int32_t r) {
     double start = s.t;
     switch (in.kind) {
     case OpKind::Compute: {
-      double d = in.seconds >= 0 ? in.seconds : dev.time({in.flops, in.memBytes}, in.kernelClass);
+      double d = in.seconds >= 0 ? in.seconds : dev.time(in.opCost(), in.kernelClass);
       rs.workS[(int)in.work] += d;
       rs.computeS += d;
       if (opts.timeline && d > 0) {

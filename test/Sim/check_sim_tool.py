@@ -9,6 +9,7 @@ and the SVG are written, that the simulated peak memory is the plan's liveness p
 arena), and that bad inputs are clear errors with a non-zero exit.
 """
 import json
+import math
 import os
 import struct
 import subprocess
@@ -140,6 +141,28 @@ def main():
     p = run([sim, "--cluster", "a100-40g-100gbps", "--print-cluster"])
     open(cfile, "w").write(p.stdout)
     run([sim, plan, "--cluster", cfile, "--quiet"])
+
+    # A calibrated attention row's per-row time: each attention (and gradient)
+    # instruction of the rank adds row_s times its query rows, counted here from
+    # the manifest (its first result's elements over the last dimension).
+    rows = {"attention": 0, "attention_grad": 0}
+    for ins in m["ranks"][0]["program"]:
+        if ins["op"] in rows:
+            shape = {b["id"]: b["shape"] for b in m["ranks"][0]["buffers"]}[ins["out"][0]]
+            rows[ins["op"]] += math.prod(shape[:-1])
+    assert rows["attention"] > 0 and rows["attention_grad"] > 0, rows
+    per_op = {}
+    for row_s in (0.0, 1e-6):
+        kernels = {op: {"flop_rate": 1e10, "overhead_s": 1e-5, "row_s": row_s} for op in rows}
+        cfile = os.path.join(work, f"rows{row_s}.json")
+        json.dump({"device": {"preset": "cpu", "kernels": kernels},
+                   "intra_node": {"gbps": 100}, "inter_node": {"gbps": 100}}, open(cfile, "w"))
+        out = os.path.join(work, f"rows{row_s}.sim.json")
+        run([sim, plan, "--cluster", cfile, "--per-op", "0", "--json", out, "--quiet"])
+        per_op[row_s] = json.load(open(out))["per_op_s"]
+    for op, n in rows.items():
+        added = per_op[1e-6][op] - per_op[0.0][op]
+        assert abs(added - 1e-6 * n) <= 1e-9 * max(1.0, added), (op, added, n)
 
     p = run([sim, "--list-clusters"])
     for name in ("a100-40g-25gbps", "a100-40g-100gbps", "cpu"):

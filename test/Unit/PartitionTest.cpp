@@ -567,6 +567,14 @@ TEST(CostModel, MatmulAndAttentionFlops) {
   EXPECT_DOUBLE_EQ(flops(9), 4.0 * 8 * 16);
   EXPECT_DOUBLE_EQ(bytes(9), 3 * 4.0 * 4 * 8 * 16);
   EXPECT_DOUBLE_EQ(flops(10), 0.0);
+  // Attention's query rows (a calibrated row's per-row term): batch x heads x
+  // queries, for the gradient too; none elsewhere.
+  auto rows = [&](int k) { return cost::opCost(ops[k]).rows; };
+  EXPECT_DOUBLE_EQ(rows(5), 2.0 * 4 * 8);
+  EXPECT_DOUBLE_EQ(rows(7), 1.0 * 1 * 2);
+  EXPECT_DOUBLE_EQ(rows(8), 2.0 * 4 * 8);
+  EXPECT_DOUBLE_EQ(rows(0), 0.0);
+  EXPECT_DOUBLE_EQ(rows(9), 0.0);
 
   // Shape-level formulas agree.
   EXPECT_DOUBLE_EQ(cost::attentionFlops(8, 8, 8, 16, 16, false), 4.0 * 8 * 8 * 8 * 16);

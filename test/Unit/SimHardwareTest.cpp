@@ -230,6 +230,12 @@ TEST(SimHardware, KernelFitTime) {
   KernelFit both{1e9, 1e10, 0};
   EXPECT_DOUBLE_EQ(both.time({1e8, 1e6}), 1e-2); // the slower of the two
   EXPECT_DOUBLE_EQ(both.time({1e6, 1e8}), 1e-1);
+  // Attention's query rows add their own time to the flops'; ops without
+  // rows (rows = 0) and rows without row_s are unaffected.
+  KernelFit att{0, 1e10, 1e-4, 2e-7};
+  EXPECT_DOUBLE_EQ(att.time({1e8, 1e6, 1000}), 1e-4 + 1e-2 + 2e-4);
+  EXPECT_DOUBLE_EQ(att.time({1e8, 1e6}), 1e-4 + 1e-2);
+  EXPECT_DOUBLE_EQ(both.time({1e8, 1e6, 1000}), 1e-2);
 }
 
 TEST(SimHardware, DeviceTimeUsesItsRowElseTheClassModel) {
@@ -273,7 +279,7 @@ TEST(SimHardware, ClusterJsonKernelRows) {
   std::string why;
   ASSERT_TRUE(parse(R"({"device": {"preset": "cpu", "kernels": {
                           "transpose": {"bandwidth": 9e9, "overhead_s": 2e-6},
-                          "attention": {"flop_rate": 3e10, "overhead_s": 1e-4},
+                          "attention": {"flop_rate": 3e10, "overhead_s": 1e-4, "row_s": 1e-7},
                           "op_from_the_future": {"bandwidth": 1e9}}},
                         "intra_node": {"gbps": 1}, "inter_node": {"gbps": 1}})",
                     c, why))
@@ -284,6 +290,8 @@ TEST(SimHardware, ClusterJsonKernelRows) {
   EXPECT_DOUBLE_EQ(c.device.kernels["attention"].flopRate, 3e10);
   EXPECT_DOUBLE_EQ(c.device.time({0, 9e6}, KernelClass::Transpose), 2e-6 + 1e-3);
   EXPECT_DOUBLE_EQ(c.device.time({3e7, 0}, KernelClass::Attention), 1e-4 + 1e-3);
+  EXPECT_DOUBLE_EQ(c.device.time({3e7, 0, 500}, KernelClass::Attention), 1e-4 + 1e-3 + 5e-5);
+  EXPECT_EQ(c.device.kernels["transpose"].rowSeconds, 0.0);
   // Round trip: the rows, unknown names too, come back.
   Cluster back;
   ASSERT_TRUE(roundTrip(c, back, why)) << why;
@@ -292,8 +300,15 @@ TEST(SimHardware, ClusterJsonKernelRows) {
   EXPECT_EQ(back.device.kernels["transpose"].flopRate, 0.0);
   EXPECT_EQ(back.device.kernels["attention"].flopRate, 3e10);
   EXPECT_EQ(back.device.kernels["attention"].overhead, 1e-4);
+  EXPECT_EQ(back.device.kernels["attention"].rowSeconds, 1e-7);
   EXPECT_EQ(back.device.kernels["op_from_the_future"].bandwidth, 1e9);
 
+  EXPECT_FALSE(parse(R"({"device": {"preset": "cpu", "kernels": {
+                          "attention": {"flop_rate": 3e10, "row_s": -1e-7}}}})",
+                     c, why));
+  EXPECT_NE(why.find("device.kernels.attention.row_s: expected a non-negative number"),
+            std::string::npos)
+      << why;
   EXPECT_FALSE(parse(R"({"device": {"preset": "cpu", "kernels": [1]}})", c, why));
   EXPECT_NE(why.find("device.kernels: expected an object"), std::string::npos) << why;
   EXPECT_FALSE(parse(R"({"device": {"preset": "cpu", "kernels": {"gelu": 3}}})", c, why));

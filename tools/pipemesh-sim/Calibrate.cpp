@@ -81,10 +81,11 @@ struct Gemm {
 
 /// One op's kernel timed at several sizes: x is what its row's rate divides
 /// (the bytes the cost model counts, or the flops for attention), t the
-/// median seconds.
+/// median seconds; attention's query rows beside them.
 struct KernelSamples {
   bool byFlops = false;
   std::vector<std::pair<double, double>> pts;
+  std::vector<double> rows;
   json::Array raw;
 };
 
@@ -115,6 +116,8 @@ std::map<std::string, KernelSamples> measureKernels(double budget, bool quick) {
     double t = timeMedian([&] { fn(mem.data() + (next++ % sets) * floats); }, budget);
     KernelSamples &s = out[op];
     s.pts.push_back({x, t});
+    if (const std::optional<int64_t> bh = shape.getInteger("bh"))
+      s.rows.push_back((double)(*bh * *shape.getInteger("t")));
     shape[s.byFlops ? "flops" : "bytes"] = x;
     shape["seconds"] = t;
     s.raw.push_back(std::move(shape));
@@ -234,18 +237,20 @@ std::map<std::string, KernelSamples> measureKernels(double budget, bool quick) {
       (void)norm;
       cpu::adamw<float>(p, p + n, p + 2 * n, p + 3 * n, n, 1e-4, 0.9, 0.95, 1e-8, 0.1, 2, 1.0);
     });
-  // Attention, forward and backward apart (their loops differ): causal, head
-  // size 32, timed by the flops the cost model counts. Their flop rate grows
-  // with the head size (about 1.3x from 32 to 64) and the sequence length
-  // (about 2x from 128 to 1024 tokens), which one rate per flop cannot
-  // express: the rows hold for the small models' shapes and over-predict
-  // larger heads and longer sequences (docs/pipemesh-sim.md, "Known limits").
+  // Attention, forward and backward apart (their loops differ): causal,
+  // timed by the flops the cost model counts and fitted with a time per
+  // query row besides: their flop rate grows with the head size (about 1.3x
+  // from 32 to 64) and the sequence (about 2x from 128 to 1024 tokens), as
+  // each row's fixed work (the softmax's passes, its small GEMMs' set-up)
+  // is spread over more flops. So the shapes vary the head size and the
+  // sequence, from the small models' (T 128, head size 32) to 1024 x 128.
   out["attention"].byFlops = out["attention_grad"].byFlops = true;
   struct Att {
     int64_t bh, t, d;
   };
-  for (Att a : quick ? std::vector<Att>{{8, 128, 32}, {16, 256, 32}}
-                     : std::vector<Att>{{8, 128, 32}, {32, 128, 32}, {16, 256, 32}}) {
+  for (Att a : quick ? std::vector<Att>{{8, 128, 32}, {16, 256, 64}, {2, 1024, 128}}
+                     : std::vector<Att>{{8, 128, 32}, {32, 128, 32}, {16, 256, 32},
+                                        {16, 256, 64}, {4, 512, 64}, {2, 1024, 128}}) {
     int64_t n = a.bh * a.t * a.d;
     const float scale = 1.0f / std::sqrt((float)a.d);
     json::Object sh{{"bh", a.bh}, {"t", a.t}, {"d", a.d}};
@@ -266,11 +271,95 @@ std::map<std::string, KernelSamples> measureKernels(double budget, bool quick) {
   return out;
 }
 
-/// A row from samples: t = overhead + x / rate by relative least squares.
+/// Weighted least squares of t = c . features minimising relative errors,
+/// every coefficient non-negative: the best fit over the subsets of the
+/// features whose unconstrained solution is non-negative. Small systems
+/// (up to 3 features), solved by Gaussian elimination.
+std::vector<double> fitNonNegative(const std::vector<std::vector<double>> &features,
+                                   const std::vector<double> &t) {
+  const size_t n = features.front().size();
+  std::vector<double> best(n, 0.0);
+  double bestErr = INFINITY;
+  for (unsigned mask = 1; mask < (1u << n); ++mask) {
+    std::vector<size_t> cols;
+    for (size_t j = 0; j < n; ++j)
+      if (mask >> j & 1)
+        cols.push_back(j);
+    const size_t m = cols.size();
+    if (m > t.size())
+      continue;
+    // Normal equations of rows features[i][cols] / t[i] against 1.
+    std::vector<std::vector<double>> a(m, std::vector<double>(m + 1, 0.0));
+    for (size_t i = 0; i < t.size(); ++i)
+      for (size_t r = 0; r < m; ++r) {
+        double xr = features[i][cols[r]] / t[i];
+        for (size_t c = 0; c < m; ++c)
+          a[r][c] += xr * features[i][cols[c]] / t[i];
+        a[r][m] += xr;
+      }
+    bool singular = false;
+    for (size_t c = 0; c < m && !singular; ++c) {
+      size_t piv = c;
+      for (size_t r = c + 1; r < m; ++r)
+        if (std::abs(a[r][c]) > std::abs(a[piv][c]))
+          piv = r;
+      std::swap(a[c], a[piv]);
+      if (std::abs(a[c][c]) < 1e-300) {
+        singular = true;
+        break;
+      }
+      for (size_t r = 0; r < m; ++r)
+        if (r != c) {
+          double f = a[r][c] / a[c][c];
+          for (size_t k = c; k <= m; ++k)
+            a[r][k] -= f * a[c][k];
+        }
+    }
+    if (singular)
+      continue;
+    std::vector<double> coef(n, 0.0);
+    bool negative = false;
+    for (size_t r = 0; r < m; ++r) {
+      coef[cols[r]] = a[r][m] / a[r][r];
+      negative |= !(coef[cols[r]] >= 0);
+    }
+    if (negative)
+      continue;
+    double err = 0;
+    for (size_t i = 0; i < t.size(); ++i) {
+      double model = 0;
+      for (size_t j = 0; j < n; ++j)
+        model += coef[j] * features[i][j];
+      err += (model / t[i] - 1) * (model / t[i] - 1);
+    }
+    if (err < bestErr)
+      bestErr = err, best = coef;
+  }
+  return best;
+}
+
+/// A row from samples: t = overhead + x / rate by relative least squares;
+/// attention's t = overhead + flops / rate + rows * row_s.
 cost::KernelFit fitKernel(const KernelSamples &s) {
+  cost::KernelFit f;
+  if (!s.rows.empty() && s.rows.size() == s.pts.size()) {
+    std::vector<std::vector<double>> features;
+    std::vector<double> t;
+    for (size_t i = 0; i < s.pts.size(); ++i) {
+      features.push_back({1.0, s.pts[i].first, s.rows[i]});
+      t.push_back(s.pts[i].second);
+    }
+    std::vector<double> c = fitNonNegative(features, t);
+    if (c[1] > 0) {
+      f.overhead = c[0];
+      f.flopRate = 1.0 / c[1];
+      f.rowSeconds = c[2];
+      return f;
+    }
+    // No fit with a positive flop term: the line below.
+  }
   double a, b;
   fitLine(s.pts, a, b);
-  cost::KernelFit f;
   (s.byFlops ? f.flopRate : f.bandwidth) = 1.0 / a;
   f.overhead = b;
   return f;
@@ -497,17 +586,22 @@ int pipemesh::sim::runCalibration(const std::string &outPath, bool quick) {
     for (auto [b, t] : bwPts)
       os << llvm::format("    axpy %.3g bytes: measured %.1f us, model %.1f us\n", b, t * 1e6,
                          dev.time({b / 12.0, b}, cost::KernelClass::Memory) * 1e6);
-    os << "  per-op rows (t = overhead + bytes / bandwidth, attention: flops / rate):\n";
+    os << "  per-op rows (t = overhead + bytes / bandwidth, attention: flops / rate + rows * "
+          "row time):\n";
     for (const auto &[op, samples] : kernelSamples) {
       const cost::KernelFit &fit = dev.kernels[op];
       if (samples.byFlops)
-        os << llvm::format("    %-18s %8.2f GFLOP/s  overhead %7.2f us\n", op.c_str(),
-                           fit.flopRate / 1e9, fit.overhead * 1e6);
+        os << llvm::format("    %-18s %8.2f GFLOP/s  overhead %7.2f us  per row %.1f ns\n",
+                           op.c_str(), fit.flopRate / 1e9, fit.overhead * 1e6,
+                           fit.rowSeconds * 1e9);
       else
         os << llvm::format("    %-18s %8.2f GB/s     overhead %7.2f us\n", op.c_str(),
                            fit.bandwidth / 1e9, fit.overhead * 1e6);
-      for (auto [x, t] : samples.pts) {
-        double model = fit.time(samples.byFlops ? cost::OpCost{x, 0} : cost::OpCost{0, x});
+      for (auto [i, p] : llvm::enumerate(samples.pts)) {
+        auto [x, t] = p;
+        double rows = i < samples.rows.size() ? samples.rows[i] : 0.0;
+        double model =
+            fit.time(samples.byFlops ? cost::OpCost{x, 0, rows} : cost::OpCost{0, x});
         os << llvm::format("      %9.3g %s: measured %9.1f us, model %9.1f us (%+.0f%%)\n", x,
                            (const char *)(samples.byFlops ? "flops" : "bytes"), t * 1e6, model * 1e6,
                            100.0 * (model / t - 1.0));

@@ -149,8 +149,7 @@ int main(int argc, char **argv) {
         byOp[plan.opNames[perOpRank][p.instrs[k].source]] +=
             p.instrs[k].seconds >= 0
                 ? p.instrs[k].seconds
-                : cluster.device.time({p.instrs[k].flops, p.instrs[k].memBytes},
-                                      p.instrs[k].kernelClass);
+                : cluster.device.time(p.instrs[k].opCost(), p.instrs[k].kernelClass);
     perOp.assign(byOp.begin(), byOp.end());
     std::sort(perOp.begin(), perOp.end(),
               [](const auto &a, const auto &b) { return a.second > b.second; });

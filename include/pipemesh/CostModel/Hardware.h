@@ -22,8 +22,9 @@
 //   tensor cores on GPUs, fp32 on the CPU runtime).
 //   A calibrated device may also carry a per-op table (Device::kernels,
 //   written by `pipemesh-sim --calibrate`): an op with a row costs
-//     t = overhead + max(bytes / bandwidth, flops / flop_rate)
-//   with the row's own fitted numbers, in place of its class's roofline and
+//     t = overhead + max(bytes / bandwidth, flops / flop_rate) [+ rows * row_s]
+//   (the last term for attention's query rows) with the row's own fitted
+//   numbers, in place of its class's roofline and
 //   the device's kernelOverhead; ops without a row (and every op on the
 //   presets, which have no table) follow the class model above.
 //
@@ -59,15 +60,20 @@ namespace pipemesh::cost {
 struct OpCost {
   double flops = 0;
   double bytes = 0;
+  /// Attention's query rows (batch x heads x query positions): a calibrated
+  /// CPU row charges each its own time (KernelFit::rowSeconds); 0 elsewhere.
+  double rows = 0;
   OpCost &operator+=(const OpCost &o) {
     flops += o.flops;
     bytes += o.bytes;
+    rows += o.rows;
     return *this;
   }
   friend OpCost operator+(OpCost a, const OpCost &b) { return a += b; }
   friend OpCost operator*(OpCost a, double s) {
     a.flops *= s;
     a.bytes *= s;
+    a.rows *= s;
     return a;
   }
 };
@@ -117,19 +123,25 @@ llvm::StringRef kernelName(KernelClass k);
 KernelClass kernelClassOfName(llvm::StringRef opName);
 
 /// One op's fitted row of a calibrated device:
-///   time = overhead + max(bytes / bandwidth, flops / flopRate),
+///   time = overhead + max(bytes / bandwidth, flops / flopRate)
+///          + rows * rowSeconds,
 /// a zero bandwidth or flopRate leaving that term out. `bytes` and `flops`
 /// are what the cost model counts for the op (CostModel.h), so `bandwidth`
-/// is an effective rate of those bytes, not a hardware number.
+/// is an effective rate of those bytes, not a hardware number. `rows` counts
+/// attention's query rows: the CPU kernels' per-row work (the softmax's
+/// passes, a row's small GEMMs) makes their flop rate grow with the sequence
+/// and the head size, which one rate per flop cannot follow.
 struct KernelFit {
-  double bandwidth = 0; // bytes/s; 0: bytes do not bound it
-  double flopRate = 0;  // flop/s; 0: flops do not bound it
-  double overhead = 0;  // seconds per call
+  double bandwidth = 0;  // bytes/s; 0: bytes do not bound it
+  double flopRate = 0;   // flop/s; 0: flops do not bound it
+  double overhead = 0;   // seconds per call
+  double rowSeconds = 0; // seconds per attention query row
   double time(const OpCost &c) const;
 
   llvm::json::Value toJson() const;
-  /// `{"bandwidth": B, "flop_rate": F, "overhead_s": S}`, at least one of
-  /// bandwidth and flop_rate positive. False with `why` (prefixed `where`).
+  /// `{"bandwidth": B, "flop_rate": F, "overhead_s": S, "row_s": R}`, at
+  /// least one of bandwidth and flop_rate positive, row_s optional. False
+  /// with `why` (prefixed `where`).
   static bool fromJson(const llvm::json::Value &v, llvm::StringRef where, KernelFit &out,
                        std::string &why);
 };

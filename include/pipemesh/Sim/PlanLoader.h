@@ -71,6 +71,9 @@ struct LoadedPlan {
 /// A buffer as the loader needs it (a manifest's "buffers" entry).
 struct BufferDesc {
   int64_t id = 0, bytes = 0, numel = 1;
+  /// The shape's last dimension (1 for a scalar): attention's query rows
+  /// are its output's numel / lastDim.
+  int64_t lastDim = 1;
   int64_t aliasOf = -1;
   /// Alive all step (isPersistentKind of its kind).
   bool persistent = false;

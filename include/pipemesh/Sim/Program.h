@@ -76,6 +76,9 @@ struct Instr {
   double bytes = 0;    // Send / Recv / Collective payload (a collective's whole buffer)
   double flops = 0;    // Compute work, costed when seconds < 0
   double memBytes = 0; // Compute memory traffic
+  double rows = 0;     // Compute: attention's query rows (cost::OpCost::rows)
+  /// A compute instruction's work as the device model costs it.
+  cost::OpCost opCost() const { return {flops, memBytes, rows}; }
   double seconds = -1; // Compute duration when >= 0
   int64_t memPeak = 0; // live bytes added at most while it runs
   int64_t memNet = 0;  // live bytes it leaves (allocated - freed)
