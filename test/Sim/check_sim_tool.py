@@ -164,6 +164,18 @@ def main():
         added = per_op[1e-6][op] - per_op[0.0][op]
         assert abs(added - 1e-6 * n) <= 1e-9 * max(1.0, added), (op, added, n)
 
+    # --calibrate --quick (about 2 s) writes a cluster file whose attention rows
+    # carry a flop rate and a time per query row, and the simulator takes it.
+    cal = os.path.join(work, "cal.json")
+    run([sim, "--calibrate", "--quick", "-o", cal])
+    kernels = json.load(open(cal))["device"]["kernels"]
+    for op in ("attention", "attention_grad"):
+        row = kernels[op]
+        assert row["flop_rate"] > 0 and row.get("row_s", 0) >= 0 and "bandwidth" not in row, row
+    assert all(r.get("bandwidth", 0) > 0 for op, r in kernels.items()
+               if not op.startswith("attention")), kernels
+    run([sim, plan, "--cluster", cal, "--quiet"])
+
     p = run([sim, "--list-clusters"])
     for name in ("a100-40g-25gbps", "a100-40g-100gbps", "cpu"):
         assert name in p.stdout, p.stdout

@@ -45,25 +45,87 @@ template <typename F> double timeMedian(F &&f, double budget) {
   return ts[ts.size() / 2];
 }
 
-/// Weighted least squares of t = a x + b minimising relative errors.
-void fitLine(const std::vector<std::pair<double, double>> &xt, double &a, double &b) {
-  double sw = 0, sx = 0, st = 0, sxx = 0, sxt = 0;
-  for (auto [x, t] : xt) {
-    double w = 1.0 / (t * t);
-    sw += w, sx += w * x, st += w * t, sxx += w * x * x, sxt += w * x * t;
+/// Weighted least squares of t = c . features minimising relative errors,
+/// every coefficient non-negative: the best fit over the subsets of the
+/// features whose unconstrained solution is non-negative. Small systems
+/// (up to 3 features), solved by Gaussian elimination.
+std::vector<double> fitNonNegative(const std::vector<std::vector<double>> &features,
+                                   const std::vector<double> &t) {
+  const size_t n = features.front().size();
+  std::vector<double> best(n, 0.0);
+  double bestErr = INFINITY;
+  for (unsigned mask = 1; mask < (1u << n); ++mask) {
+    std::vector<size_t> cols;
+    for (size_t j = 0; j < n; ++j)
+      if (mask >> j & 1)
+        cols.push_back(j);
+    const size_t m = cols.size();
+    if (m > t.size())
+      continue;
+    // Normal equations of rows features[i][cols] / t[i] against 1.
+    std::vector<std::vector<double>> a(m, std::vector<double>(m + 1, 0.0));
+    for (size_t i = 0; i < t.size(); ++i)
+      for (size_t r = 0; r < m; ++r) {
+        double xr = features[i][cols[r]] / t[i];
+        for (size_t c = 0; c < m; ++c)
+          a[r][c] += xr * features[i][cols[c]] / t[i];
+        a[r][m] += xr;
+      }
+    bool singular = false;
+    for (size_t c = 0; c < m && !singular; ++c) {
+      size_t piv = c;
+      for (size_t r = c + 1; r < m; ++r)
+        if (std::abs(a[r][c]) > std::abs(a[piv][c]))
+          piv = r;
+      std::swap(a[c], a[piv]);
+      if (std::abs(a[c][c]) < 1e-300) {
+        singular = true;
+        break;
+      }
+      for (size_t r = 0; r < m; ++r)
+        if (r != c) {
+          double f = a[r][c] / a[c][c];
+          for (size_t k = c; k <= m; ++k)
+            a[r][k] -= f * a[c][k];
+        }
+    }
+    if (singular)
+      continue;
+    std::vector<double> coef(n, 0.0);
+    bool negative = false;
+    for (size_t r = 0; r < m; ++r) {
+      coef[cols[r]] = a[r][m] / a[r][r];
+      negative |= !(coef[cols[r]] >= 0);
+    }
+    if (negative)
+      continue;
+    double err = 0;
+    for (size_t i = 0; i < t.size(); ++i) {
+      double model = 0;
+      for (size_t j = 0; j < n; ++j)
+        model += coef[j] * features[i][j];
+      err += (model / t[i] - 1) * (model / t[i] - 1);
+    }
+    if (err < bestErr)
+      bestErr = err, best = coef;
   }
-  double det = sw * sxx - sx * sx;
-  a = det != 0 ? (sw * sxt - sx * st) / det : 0;
-  b = det != 0 ? (sxx * st - sx * sxt) / det : 0;
-  if (a <= 0) { // degenerate: through the largest point
+  return best;
+}
+
+/// t = a x + b by fitNonNegative; when no positive slope fits (a flat or
+/// falling series), the line through 0 and the largest point.
+void fitLine(const std::vector<std::pair<double, double>> &xt, double &a, double &b) {
+  std::vector<std::vector<double>> features;
+  std::vector<double> t;
+  for (auto [x, ti] : xt) {
+    features.push_back({1.0, x});
+    t.push_back(ti);
+  }
+  std::vector<double> c = fitNonNegative(features, t);
+  b = c[0], a = c[1];
+  if (a <= 0) {
     auto big = *std::max_element(xt.begin(), xt.end());
     a = big.second / big.first;
-    b = 0;
-  } else if (b < 0) { // no negative overhead: the best line through 0
-    double sxt0 = 0, sxx0 = 0;
-    for (auto [x, t] : xt)
-      sxt0 += x / t, sxx0 += x * x / (t * t);
-    a = sxt0 / sxx0;
     b = 0;
   }
 }
@@ -269,73 +331,6 @@ std::map<std::string, KernelSamples> measureKernels(double budget, bool quick) {
            });
   }
   return out;
-}
-
-/// Weighted least squares of t = c . features minimising relative errors,
-/// every coefficient non-negative: the best fit over the subsets of the
-/// features whose unconstrained solution is non-negative. Small systems
-/// (up to 3 features), solved by Gaussian elimination.
-std::vector<double> fitNonNegative(const std::vector<std::vector<double>> &features,
-                                   const std::vector<double> &t) {
-  const size_t n = features.front().size();
-  std::vector<double> best(n, 0.0);
-  double bestErr = INFINITY;
-  for (unsigned mask = 1; mask < (1u << n); ++mask) {
-    std::vector<size_t> cols;
-    for (size_t j = 0; j < n; ++j)
-      if (mask >> j & 1)
-        cols.push_back(j);
-    const size_t m = cols.size();
-    if (m > t.size())
-      continue;
-    // Normal equations of rows features[i][cols] / t[i] against 1.
-    std::vector<std::vector<double>> a(m, std::vector<double>(m + 1, 0.0));
-    for (size_t i = 0; i < t.size(); ++i)
-      for (size_t r = 0; r < m; ++r) {
-        double xr = features[i][cols[r]] / t[i];
-        for (size_t c = 0; c < m; ++c)
-          a[r][c] += xr * features[i][cols[c]] / t[i];
-        a[r][m] += xr;
-      }
-    bool singular = false;
-    for (size_t c = 0; c < m && !singular; ++c) {
-      size_t piv = c;
-      for (size_t r = c + 1; r < m; ++r)
-        if (std::abs(a[r][c]) > std::abs(a[piv][c]))
-          piv = r;
-      std::swap(a[c], a[piv]);
-      if (std::abs(a[c][c]) < 1e-300) {
-        singular = true;
-        break;
-      }
-      for (size_t r = 0; r < m; ++r)
-        if (r != c) {
-          double f = a[r][c] / a[c][c];
-          for (size_t k = c; k <= m; ++k)
-            a[r][k] -= f * a[c][k];
-        }
-    }
-    if (singular)
-      continue;
-    std::vector<double> coef(n, 0.0);
-    bool negative = false;
-    for (size_t r = 0; r < m; ++r) {
-      coef[cols[r]] = a[r][m] / a[r][r];
-      negative |= !(coef[cols[r]] >= 0);
-    }
-    if (negative)
-      continue;
-    double err = 0;
-    for (size_t i = 0; i < t.size(); ++i) {
-      double model = 0;
-      for (size_t j = 0; j < n; ++j)
-        model += coef[j] * features[i][j];
-      err += (model / t[i] - 1) * (model / t[i] - 1);
-    }
-    if (err < bestErr)
-      bestErr = err, best = coef;
-  }
-  return best;
 }
 
 /// A row from samples: t = overhead + x / rate by relative least squares;
