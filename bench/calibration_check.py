@@ -14,12 +14,17 @@ back, so a busy machine (another build) shows as a wide min..max spread
 rather than as a silently skewed median.
 
     python3 bench/calibration_check.py --build build-cal [--plan P] [--cluster C.json]
-        [--calibrate] [--steps 6] [--repeats 3] [--json out.json]
+        [--calibrate] [--steps 6] [--repeats 3] [--json out.json] [--one-rate-attention]
 
 Without --plan it builds the main job's model (scripts/run-main.sh: a 4-layer,
 128-wide GPT, batch=8 seq=128 microbatches=2) under BUILD/main-job. Without
 --cluster (or with --calibrate) it runs `mpirun -np 1 pipemesh-sim --calibrate`
 first and writes BUILD/main-job/cal.json.
+
+--one-rate-attention also simulates with the attention rows as they were before they had a
+time per query row (a line, flops / rate + overhead, through the three shapes the
+calibration then timed: 8x128x32, 32x128x32, 16x256x32, refitted from the cluster file's
+own raw samples) and prints those ratios and their share within 20% beside the others.
 """
 import argparse
 import json
@@ -84,6 +89,33 @@ def profile(build, plan, steps):
     return ops, step_ms
 
 
+def one_rate_attention(cluster, out):
+    """The cluster file with attention rows of one flop rate (no row_s): relative least
+    squares of t = overhead + flops / rate over the three small shapes of its raw
+    samples, the overhead non-negative."""
+    with open(os.path.join(ROOT, cluster)) as f:
+        c = json.load(f)
+    for op in ("attention", "attention_grad"):
+        pts = [(p["flops"], p["seconds"]) for p in c["calibration"]["kernels"][op]
+               if (p["bh"], p["t"], p["d"]) in ((8, 128, 32), (32, 128, 32), (16, 256, 32))]
+        if len(pts) < 2:
+            sys.exit(f"calibration_check: {cluster} has no raw {op} samples at the small "
+                     "shapes (a --quick calibration?)")
+        w = [1 / (t * t) for _, t in pts]
+        sw, sx = sum(w), sum(wi * x for wi, (x, _) in zip(w, pts))
+        st = sum(wi * t for wi, (_, t) in zip(w, pts))
+        sxx = sum(wi * x * x for wi, (x, _) in zip(w, pts))
+        sxt = sum(wi * x * t for wi, (x, t) in zip(w, pts))
+        a = (sw * sxt - sx * st) / (sw * sxx - sx * sx)
+        b = (sxx * st - sx * sxt) / (sw * sxx - sx * sx)
+        if b < 0:  # no negative overhead: the best line through 0
+            a = sum(x / t for x, t in pts) / sum(x * x / (t * t) for x, t in pts)
+            b = 0.0
+        c["device"]["kernels"][op] = {"flop_rate": 1 / a, "overhead_s": b}
+    with open(os.path.join(ROOT, out), "w") as f:
+        json.dump(c, f)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default="build")
@@ -93,6 +125,8 @@ def main():
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", help="write the table as JSON")
+    ap.add_argument("--one-rate-attention", action="store_true",
+                    help="also simulate with single-rate attention rows (see above)")
     a = ap.parse_args()
     if a.steps < 2:
         sys.exit("calibration_check: --steps must be 2 or more")
@@ -111,6 +145,15 @@ def main():
         sim = json.load(f)
     sim_ms = {op: s * 1e3 for op, s in sim["per_op_s"].items()}
     sim_step = sim["step_time_s"] * 1e3
+    one_rate_ms = {}
+    if a.one_rate_attention:
+        one_cluster = os.path.join(a.build, "main-job", "cal-one-rate.json")
+        one_rate_attention(cluster, one_cluster)
+        one_json = os.path.join(a.build, "main-job", "calibration_check.one-rate.sim.json")
+        run([os.path.join(a.build, "bin", "pipemesh-sim"), plan, "--cluster", one_cluster,
+             "--per-op", "0", "--quiet", "--json", one_json])
+        with open(os.path.join(ROOT, one_json)) as f:
+            one_rate_ms = {op: s * 1e3 for op, s in json.load(f)["per_op_s"].items()}
 
     per_op = {}  # op -> [ms per step, one per repeat]
     steps_ms = []  # step times of steps 2..N of every repeat
@@ -130,6 +173,8 @@ def main():
         s = sim_ms.get(op, 0.0)
         rows.append({"op": op, "sim_ms": s, "measured_ms": med, "measured_min_ms": min(meas),
                      "measured_max_ms": max(meas), "ratio": s / med if med > 0 else None})
+        if one_rate_ms:
+            rows[-1]["one_rate_sim_ms"] = one_rate_ms.get(op, 0.0)
     load_after = os.getloadavg()[0]
     total = sum(r["measured_ms"] for r in rows)
     within = sum(r["measured_ms"] for r in rows
@@ -159,6 +204,16 @@ def main():
     print(f"within {WITHIN:.0%}: {100 * within / total:.1f}% of the measured op time "
           f"(* marks the ops outside); against each op's fastest repeat "
           f"{100 * within_min / total_min:.1f}%")
+    one_rate_within = None
+    if one_rate_ms:
+        one_rate_within = sum(r["measured_ms"] for r in rows if r["measured_ms"] > 0 and
+                              abs(r["one_rate_sim_ms"] / r["measured_ms"] - 1) <= WITHIN) / total
+        for r in rows:
+            if r["op"].startswith("attention") and r["measured_ms"] > 0:
+                print(f"{r['op']}: sim/meas {r['ratio']:.2f}, with one flop rate (no per-row "
+                      f"time) {r['one_rate_sim_ms'] / r['measured_ms']:.2f}")
+        print(f"within {WITHIN:.0%} with one-rate attention rows: "
+              f"{100 * one_rate_within:.1f}% of the measured op time")
     print(f"load average (1 min) {load_before:.2f} before the runs, {load_after:.2f} after; "
           f"pipemesh-run itself keeps {os.cpu_count()} cores busy, so much more than "
           f"{os.cpu_count()} means other work shared them and the measured times grew")
@@ -168,6 +223,7 @@ def main():
                        "rows": rows, "sim_step_ms": sim_step, "measured_step_ms": step_med,
                        "measured_step_ms_all": steps_ms, "within_share": within / total,
                        "within_share_fastest": within_min / total_min,
+                       "one_rate_within_share": one_rate_within,
                        "load_average": [load_before, load_after]},
                       f, indent=2)
 
