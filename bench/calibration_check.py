@@ -106,9 +106,13 @@ def one_rate_attention(cluster, out):
         st = sum(wi * t for wi, (_, t) in zip(w, pts))
         sxx = sum(wi * x * x for wi, (x, _) in zip(w, pts))
         sxt = sum(wi * x * t for wi, (x, t) in zip(w, pts))
-        a = (sw * sxt - sx * st) / (sw * sxx - sx * sx)
-        b = (sxx * st - sx * sxt) / (sw * sxx - sx * sx)
-        if b < 0:  # no negative overhead: the best line through 0
+        det = sw * sxx - sx * sx
+        a = (sw * sxt - sx * st) / det if det else 0.0
+        b = (sxx * st - sx * sxt) / det if det else 0.0
+        if a <= 0:  # a flat or falling series: through 0 and the largest point
+            x, t = max(pts)
+            a, b = t / x, 0.0
+        elif b < 0:  # no negative overhead: the best line through 0
             a = sum(x / t for x, t in pts) / sum(x * x / (t * t) for x, t in pts)
             b = 0.0
         c["device"]["kernels"][op] = {"flop_rate": 1 / a, "overhead_s": b}

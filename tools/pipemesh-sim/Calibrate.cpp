@@ -157,8 +157,9 @@ constexpr double kColdBytes = 32.0 * 1024 * 1024;
 
 /// Times the runtime's kernel of every op with a per-op row (Hardware.h
 /// KernelClass) at GPT-like shapes around the small models' (rows = batch x
-/// seq of 256 to 2048, width 128 to 512, head size 32), at 2 (quick)
-/// or 3 sizes, counting bytes and flops as CostModel.cpp does: every operand
+/// seq of 256 to 2048, width 128 to 512), at 2 (quick) or 3 sizes, and
+/// attention at 3 or 6 (head sizes 32 to 128, 128 to 1024 tokens),
+/// counting bytes and flops as CostModel.cpp does: every operand
 /// read and every result written once, attention by attentionFlops /
 /// attentionGradFlops.
 ///
