@@ -309,6 +309,13 @@ TEST(SimHardware, ClusterJsonKernelRows) {
   EXPECT_NE(why.find("device.kernels.attention.row_s: expected a non-negative number"),
             std::string::npos)
       << why;
+  EXPECT_FALSE(parse(R"({"device": {"preset": "cpu", "kernels": {
+                          "gelu": {"bandwidth": 3e10, "row_s": 1e-7}}}})",
+                     c, why));
+  EXPECT_NE(why.find("device.kernels.gelu.row_s: only attention and attention_grad have query "
+                     "rows"),
+            std::string::npos)
+      << why;
   EXPECT_FALSE(parse(R"({"device": {"preset": "cpu", "kernels": [1]}})", c, why));
   EXPECT_NE(why.find("device.kernels: expected an object"), std::string::npos) << why;
   EXPECT_FALSE(parse(R"({"device": {"preset": "cpu", "kernels": {"gelu": 3}}})", c, why));
