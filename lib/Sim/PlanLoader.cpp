@@ -247,7 +247,7 @@ bool RankReader::read(Program &out, std::vector<std::string> &opNames) {
       if (op == "attention" || op == "attention_grad")
         if (const json::Array *outs = program.getArray(k, "out"); outs && !outs->empty())
           if (const BufferInfo *o = buffer((*outs)[0]))
-            in.rows = (double)(o->numel / o->lastDim);
+            in.rows = (double)std::max<int64_t>(0, o->numel / o->lastDim);
     }
     in.label = label;
     if (in.kind == OpKind::Compute && work != Work::Other)
