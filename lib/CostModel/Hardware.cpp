@@ -394,10 +394,10 @@ bool Device::fromJson(const json::Value &v, Device &out, std::string &why) {
       if (!KernelFit::fromJson(row, "device.kernels." + op.str(), fit, why))
         return false;
       // Only attention has query rows; on another known op a row time
-      // would be read and never charged.
+      // would be read and never charged (unknown names are Memory).
       KernelClass k = kernelClassOfName(op);
-      if (fit.rowSeconds > 0 && !kernelName(k).empty() && kernelName(k) == op.str() &&
-          k != KernelClass::Attention && k != KernelClass::AttentionGrad) {
+      if (fit.rowSeconds > 0 && k != KernelClass::Memory && k != KernelClass::Attention &&
+          k != KernelClass::AttentionGrad) {
         why = "device.kernels." + op.str() +
               ".row_s: only attention and attention_grad have query rows";
         return false;

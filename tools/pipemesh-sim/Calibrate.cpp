@@ -172,15 +172,17 @@ std::map<std::string, KernelSamples> measureKernels(double budget, bool quick) {
   std::map<std::string, KernelSamples> out;
   // fn(p) runs the kernel on operands in p[0, floats); each call gets the
   // next of the rotating sets.
-  auto sample = [&](const char *op, double x, json::Object shape, int64_t floats, auto &&fn) {
+  // rows: attention's query rows (its row's third term), 0 for other ops.
+  auto sample = [&](const char *op, double x, json::Object shape, int64_t floats, auto &&fn,
+                    double rows = 0) {
     int64_t sets = std::clamp<int64_t>((int64_t)(kColdBytes / (4.0 * floats)), 1, 1024);
     std::vector<float> mem((size_t)(sets * floats), 0.25f);
     int64_t next = 0;
     double t = timeMedian([&] { fn(mem.data() + (next++ % sets) * floats); }, budget);
     KernelSamples &s = out[op];
     s.pts.push_back({x, t});
-    if (const std::optional<int64_t> bh = shape.getInteger("bh"))
-      s.rows.push_back((double)(*bh * *shape.getInteger("t")));
+    if (rows > 0)
+      s.rows.push_back(rows);
     shape[s.byFlops ? "flops" : "bytes"] = x;
     shape["seconds"] = t;
     s.raw.push_back(std::move(shape));
@@ -322,14 +324,16 @@ std::map<std::string, KernelSamples> measureKernels(double budget, bool quick) {
            [&](float *p) {
              cpu::attention<float>(p, p + n, p + 2 * n, nullptr, 0, 0, 0, p + 3 * n, a.bh, a.t,
                                    a.t, a.d, a.d, scale, true);
-           });
+           },
+           (double)(a.bh * a.t));
     // dO, q, k, v -> dq, dk, dv
     sample("attention_grad", cost::attentionGradFlops(a.bh, a.t, a.t, a.d, a.d, true), sh,
            7 * n, [&](float *p) {
              cpu::attentionGrad<float>(p, p + n, p + 2 * n, p + 3 * n, nullptr, 0, 0, 0,
                                        p + 4 * n, p + 5 * n, p + 6 * n, a.bh, a.t, a.t, a.d, a.d,
                                        scale, true);
-           });
+           },
+           (double)(a.bh * a.t));
   }
   return out;
 }
